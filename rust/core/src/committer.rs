@@ -1,0 +1,184 @@
+//! The committer: makes prepared transactions visible when their checkpoint
+//! completes, and aborts what must not become visible.
+//!
+//! Outcomes of a commit:
+//!
+//! | destination says            | outcome                                  |
+//! |-----------------------------|------------------------------------------|
+//! | committed now               | `Committed`                              |
+//! | committed earlier           | `AlreadyCommitted` (a repeat is success) |
+//! | neither staged nor recorded | `TwopcError::Lost` (fatal)               |
+//! | call failed                 | unknown: retry by id with backoff, then  |
+//! |                             | `TwopcError::CommitUnresolved` (fatal)   |
+
+use crate::clock::Clock;
+use crate::config::RetryPolicy;
+use crate::destination::{AbortStatus, CommitStatus, Destination};
+use crate::error::{LostTransaction, SinkScope, TwopcError, UnresolvedCommit};
+use crate::handle::TransactionHandle;
+use crate::ids::TransactionId;
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitOutcome {
+    Committed,
+    AlreadyCommitted,
+    /// The transaction held no records; there was nothing to publish.
+    Empty,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AbortOutcome {
+    Aborted,
+    NothingStaged,
+}
+
+#[derive(Debug)]
+pub struct Committer {
+    scope: SinkScope,
+    retry: RetryPolicy,
+}
+
+impl Committer {
+    pub fn new(scope: SinkScope, retry: RetryPolicy) -> Self {
+        Committer { scope, retry }
+    }
+
+    /// Commits a prepared transaction. Used both when a checkpoint completes
+    /// and when recovery re-commits a restored one: the two are the same
+    /// operation because a commit must be repeatable.
+    pub fn commit<D: Destination, C: Clock>(
+        &self,
+        dest: &mut D,
+        clock: &C,
+        handle: &TransactionHandle,
+    ) -> Result<CommitOutcome, TwopcError> {
+        self.check_ours(handle)?;
+        let Some(prepared) = handle.prepared() else {
+            return Err(self.misuse(format!(
+                "transaction {} was never prepared and cannot be committed",
+                handle.transaction
+            )));
+        };
+        if prepared.records == 0 {
+            // Nothing was staged; release whatever a destination may hold
+            // for the id (best effort: leftovers are cleaned as lingering).
+            if let Err(e) = dest.abort(&handle.transaction) {
+                log::warn!(
+                    "{}: releasing empty transaction {} failed: {e}",
+                    self.scope,
+                    handle.transaction
+                );
+            }
+            return Ok(CommitOutcome::Empty);
+        }
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match dest.commit(handle, clock.now_ms()) {
+                Ok(CommitStatus::Committed) => {
+                    log::debug!(
+                        "{}: committed transaction {} (checkpoint {})",
+                        self.scope,
+                        handle.transaction,
+                        prepared.checkpoint
+                    );
+                    return Ok(CommitOutcome::Committed);
+                }
+                Ok(CommitStatus::AlreadyCommitted) => {
+                    log::info!(
+                        "{}: transaction {} (checkpoint {}) was already committed; nothing to do",
+                        self.scope,
+                        handle.transaction,
+                        prepared.checkpoint
+                    );
+                    return Ok(CommitOutcome::AlreadyCommitted);
+                }
+                Ok(CommitStatus::Missing { evidence }) => {
+                    let lost = LostTransaction {
+                        scope: self.scope.clone(),
+                        transaction: handle.transaction.clone(),
+                        checkpoint: prepared.checkpoint,
+                        lineage: handle.lineage,
+                        records: prepared.records,
+                        evidence,
+                    };
+                    let err = TwopcError::Lost(Box::new(lost));
+                    log::error!("{err}");
+                    return Err(err);
+                }
+                Err(e) if attempt >= self.retry.max_attempts => {
+                    let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
+                        scope: self.scope.clone(),
+                        transaction: handle.transaction.clone(),
+                        checkpoint: prepared.checkpoint,
+                        attempts: attempt,
+                        last_error: e.to_string(),
+                    }));
+                    log::error!("{err}");
+                    return Err(err);
+                }
+                Err(e) => {
+                    let wait = self.retry.backoff_ms(attempt);
+                    log::warn!(
+                        "{}: commit of transaction {} (checkpoint {}) attempt {attempt}/{} has an \
+                         unknown outcome ({e}); retrying by id in {wait} ms",
+                        self.scope,
+                        handle.transaction,
+                        prepared.checkpoint,
+                        self.retry.max_attempts
+                    );
+                    clock.sleep_ms(wait);
+                }
+            }
+        }
+    }
+
+    /// Aborts a transaction that must never become visible: the open one of
+    /// a restored checkpoint, a lingering one, or the current one at close.
+    pub fn abort<D: Destination>(
+        &self,
+        dest: &mut D,
+        txn: &TransactionId,
+        why: &str,
+    ) -> Result<AbortOutcome, TwopcError> {
+        match dest.abort(txn) {
+            Ok(AbortStatus::Aborted) => {
+                log::info!("{}: aborted transaction {txn} ({why})", self.scope);
+                Ok(AbortOutcome::Aborted)
+            }
+            Ok(AbortStatus::NotFound) => Ok(AbortOutcome::NothingStaged),
+            Ok(AbortStatus::WasCommitted) => Err(self.misuse(format!(
+                "refusing to abort transaction {txn} ({why}): the destination has it committed. \
+                 Committed output is never removed by an abort; if this transaction should not \
+                 have been committed, see `twopc inspect`"
+            ))),
+            Err(source) => Err(TwopcError::Destination {
+                scope: self.scope.clone(),
+                action: "aborting",
+                transaction: txn.clone(),
+                consequence: "Its staged data stays invisible and will be aborted again on the \
+                     next start.",
+                source,
+            }),
+        }
+    }
+
+    fn check_ours(&self, handle: &TransactionHandle) -> Result<(), TwopcError> {
+        if handle.sink != self.scope.sink {
+            return Err(TwopcError::Config(crate::error::ConfigError::new(format!(
+                "transaction {} belongs to sink '{}' but this is sink '{}': the sink id changed \
+                 between the run that wrote the state and this one. Keep the sink id stable \
+                 across restores",
+                handle.transaction, handle.sink, self.scope.sink
+            ))));
+        }
+        Ok(())
+    }
+
+    fn misuse(&self, message: String) -> TwopcError {
+        TwopcError::Protocol {
+            scope: self.scope.clone(),
+            message,
+        }
+    }
+}

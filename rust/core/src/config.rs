@@ -1,0 +1,195 @@
+//! Options of a sink and their validation. Everything is checked when the
+//! sink is built, with messages that say what to change.
+
+use crate::error::ConfigError;
+use crate::ids::{RunId, SinkId};
+
+/// Which subtask this is, of which sink, in which run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SubtaskContext {
+    pub sink: SinkId,
+    pub run: RunId,
+    pub subtask: u32,
+    pub parallelism: u32,
+}
+
+impl SubtaskContext {
+    pub fn new(
+        sink: SinkId,
+        run: RunId,
+        subtask: u32,
+        parallelism: u32,
+    ) -> Result<Self, ConfigError> {
+        if parallelism == 0 || subtask >= parallelism {
+            return Err(ConfigError::new(format!(
+                "subtask index {subtask} is outside parallelism {parallelism}"
+            )));
+        }
+        Ok(SubtaskContext {
+            sink,
+            run,
+            subtask,
+            parallelism,
+        })
+    }
+
+    pub fn scope(&self) -> crate::error::SinkScope {
+        crate::error::SinkScope {
+            sink: self.sink.clone(),
+            subtask: self.subtask,
+        }
+    }
+
+    /// Which subtask of the current parallelism looks after leftovers of a
+    /// subtask index from any earlier parallelism. Current writers use
+    /// indexes below the parallelism, which map to themselves, so no two
+    /// subtasks ever act on the same transaction.
+    pub fn owns(&self, original_subtask: u32) -> bool {
+        original_subtask % self.parallelism == self.subtask
+    }
+}
+
+/// What to do when the restored checkpoint is older than output already
+/// committed (a restore from an old savepoint or retained checkpoint).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RewindPolicy {
+    /// Stop with an error naming the output that would be duplicated.
+    #[default]
+    Fail,
+    /// Remove this sink's output committed after the restored checkpoint,
+    /// then proceed: the re-run replaces that range.
+    ReplaceRange,
+}
+
+/// What to do when a job starts without state and finds prepared
+/// transactions of this sink left by another run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum FreshStartPolicy {
+    /// Stop with an error naming them; an operator decides.
+    #[default]
+    Fail,
+    /// Abort them (the operator has decided their output is not wanted).
+    AbortPrepared,
+}
+
+/// Bounded retries of a commit whose outcome is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RetryPolicy {
+    pub max_attempts: u32,
+    pub initial_backoff_ms: u64,
+    pub max_backoff_ms: u64,
+}
+
+impl Default for RetryPolicy {
+    fn default() -> Self {
+        RetryPolicy {
+            max_attempts: 5,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 5_000,
+        }
+    }
+}
+
+impl RetryPolicy {
+    pub fn backoff_ms(&self, attempt: u32) -> u64 {
+        let shift = attempt.saturating_sub(1).min(20);
+        (self.initial_backoff_ms << shift).min(self.max_backoff_ms)
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkOptions {
+    /// How long staged transactions are kept before cleanup removes them:
+    /// the destination's transaction timeout.
+    pub retention_ms: u64,
+    pub rewind: RewindPolicy,
+    pub fresh_start: FreshStartPolicy,
+    pub commit_retry: RetryPolicy,
+    /// How often, at most, a subtask scans for expired staged transactions.
+    pub expiry_scan_interval_ms: u64,
+}
+
+impl Default for SinkOptions {
+    fn default() -> Self {
+        SinkOptions {
+            retention_ms: 7 * 24 * 3600 * 1000,
+            rewind: RewindPolicy::Fail,
+            fresh_start: FreshStartPolicy::Fail,
+            commit_retry: RetryPolicy::default(),
+            expiry_scan_interval_ms: 60_000,
+        }
+    }
+}
+
+/// Checks that staged transactions outlive a normal restart. A prepared
+/// transaction waits up to one checkpoint interval for its checkpoint to
+/// complete, then, if the job fails just then, for the restart before
+/// recovery commits it. If retention were shorter, cleanup would remove the
+/// transaction first and a routine restart would end in data loss.
+pub fn validate_retention(
+    retention_ms: u64,
+    checkpoint_interval_ms: u64,
+    restart_allowance_ms: u64,
+) -> Result<(), ConfigError> {
+    if checkpoint_interval_ms == 0 {
+        return Err(ConfigError::new(
+            "checkpointing is disabled (interval 0): twopc commits only when a checkpoint completes, \
+             so nothing would ever be committed. Enable checkpointing with \
+             env.enableCheckpointing(interval)",
+        ));
+    }
+    let needed = checkpoint_interval_ms
+        .saturating_mul(2)
+        .saturating_add(restart_allowance_ms);
+    if retention_ms < needed {
+        return Err(ConfigError::new(format!(
+            "staged-transaction retention of {retention_ms} ms is shorter than two checkpoint \
+             intervals ({checkpoint_interval_ms} ms each) plus the restart allowance of \
+             {restart_allowance_ms} ms = {needed} ms: a normal restart would find its prepared \
+             transactions expired and stop with data loss. Raise the retention to at least \
+             {needed} ms, or checkpoint more often"
+        )));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_shorter_than_a_restart_is_rejected() {
+        let err = validate_retention(10_000, 10_000, 60_000).unwrap_err();
+        assert!(err.message().contains("at least 80000 ms"), "{err}");
+        validate_retention(80_000, 10_000, 60_000).unwrap();
+        assert!(validate_retention(1_000_000, 0, 0).is_err());
+    }
+
+    #[test]
+    fn backoff_grows_and_is_capped() {
+        let p = RetryPolicy {
+            max_attempts: 10,
+            initial_backoff_ms: 100,
+            max_backoff_ms: 1_000,
+        };
+        assert_eq!(p.backoff_ms(1), 100);
+        assert_eq!(p.backoff_ms(2), 200);
+        assert_eq!(p.backoff_ms(4), 800);
+        assert_eq!(p.backoff_ms(5), 1_000);
+        assert_eq!(p.backoff_ms(99), 1_000);
+    }
+
+    #[test]
+    fn ownership_partitions_old_subtasks() {
+        let ctx = |i| {
+            SubtaskContext::new(SinkId::new("s").unwrap(), RunId::new("r").unwrap(), i, 2).unwrap()
+        };
+        for old in 0..8u32 {
+            let owners = (0..2).filter(|&i| ctx(i).owns(old)).count();
+            assert_eq!(owners, 1);
+        }
+        assert!(
+            SubtaskContext::new(SinkId::new("s").unwrap(), RunId::new("r").unwrap(), 2, 2).is_err()
+        );
+    }
+}

@@ -1,0 +1,290 @@
+//! Errors. Every message says what happened, to which sink, subtask,
+//! checkpoint and transaction, and what the operator should do.
+
+use std::fmt;
+use std::io;
+
+use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+
+/// A configuration value that cannot work. The message names the setting
+/// and what to change.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("invalid twopc configuration: {0}")]
+pub struct ConfigError(String);
+
+impl ConfigError {
+    pub fn new(msg: impl Into<String>) -> Self {
+        ConfigError(msg.into())
+    }
+    pub fn message(&self) -> &str {
+        &self.0
+    }
+}
+
+/// What kind of failure a destination reported; the protocol treats them
+/// alike (the call failed, its effect is unknown) but operators need to know.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum DestinationErrorKind {
+    /// An I/O call failed.
+    Io,
+    /// The disk or quota is full.
+    StorageFull,
+    /// Data at the destination is unreadable or inconsistent.
+    Corrupt,
+    /// The destination cannot be reached (connection refused, closed).
+    Unavailable,
+    /// The destination refused the operation (permissions, constraints).
+    Rejected,
+}
+
+/// A failed destination call. The effect of the call is unknown unless the
+/// kind says otherwise: callers retry by transaction id, never assume.
+#[derive(Debug, thiserror::Error)]
+#[error("{message}")]
+pub struct DestinationError {
+    pub kind: DestinationErrorKind,
+    pub message: String,
+}
+
+impl DestinationError {
+    pub fn new(kind: DestinationErrorKind, message: impl Into<String>) -> Self {
+        DestinationError {
+            kind,
+            message: message.into(),
+        }
+    }
+
+    /// Wraps an I/O error with the operation and the path it concerned.
+    pub fn io(op: &str, path: &std::path::Path, err: io::Error) -> Self {
+        let kind = if err.kind() == io::ErrorKind::StorageFull
+            || err.raw_os_error() == Some(28 /* ENOSPC */)
+            || err.raw_os_error() == Some(122 /* EDQUOT */)
+        {
+            DestinationErrorKind::StorageFull
+        } else {
+            DestinationErrorKind::Io
+        };
+        let hint = if kind == DestinationErrorKind::StorageFull {
+            " (the disk is full: free space or move the output directory; staged data is kept and will be retried)"
+        } else {
+            ""
+        };
+        DestinationError::new(kind, format!("{op} {}: {err}{hint}", path.display()))
+    }
+
+    pub fn corrupt(message: impl Into<String>) -> Self {
+        DestinationError::new(DestinationErrorKind::Corrupt, message)
+    }
+}
+
+/// Which sink and subtask an error concerns.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SinkScope {
+    pub sink: SinkId,
+    pub subtask: u32,
+}
+
+impl fmt::Display for SinkScope {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "twopc sink '{}' subtask {}", self.sink, self.subtask)
+    }
+}
+
+/// The steps that bring destination and input back together after output of
+/// a completed checkpoint was lost or cannot be resolved. Shared by every
+/// error that stops the job, so operators read one plan.
+pub const RECOVERY_PLAN: &str = "Recovery plan: (1) keep the job stopped; \
+(2) pick an earlier checkpoint or savepoint whose input position precedes the affected output; \
+(3) reconcile the destination for that range first: remove this sink's output committed after \
+that checkpoint (`twopc inspect <output>` lists it), or restore with the rewind policy \
+REPLACE_RANGE, which removes it for you; (4) restart the job from that checkpoint or savepoint.";
+
+/// A prepared transaction of a completed checkpoint that the destination no
+/// longer has and never committed: its output is lost.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostTransaction {
+    pub scope: SinkScope,
+    pub transaction: TransactionId,
+    pub checkpoint: CheckpointId,
+    pub lineage: LineageId,
+    pub records: u64,
+    pub evidence: String,
+}
+
+/// A commit whose outcome stayed unknown after every retry.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnresolvedCommit {
+    pub scope: SinkScope,
+    pub transaction: TransactionId,
+    pub checkpoint: CheckpointId,
+    pub attempts: u32,
+    pub last_error: String,
+}
+
+/// The restored checkpoint is older than output this sink already committed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RewindDetected {
+    pub scope: SinkScope,
+    pub restored_checkpoint: CheckpointId,
+    pub lineage: LineageId,
+    /// (transaction, checkpoint) pairs committed after the restored checkpoint.
+    pub committed_after: Vec<(TransactionId, CheckpointId)>,
+}
+
+/// A job started without state found prepared transactions of this sink.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PreparedOnFreshStart {
+    pub scope: SinkScope,
+    /// (transaction, checkpoint it was prepared for).
+    pub prepared: Vec<(TransactionId, CheckpointId)>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum TwopcError {
+    #[error(transparent)]
+    Config(#[from] ConfigError),
+
+    #[error("{scope}: checkpoint state could not be read: {source}. The state was written by another program, truncated or corrupted; nothing was changed at the destination. Restore from another checkpoint or savepoint.")]
+    State {
+        scope: SinkScope,
+        #[source]
+        source: crate::handle::HandleError,
+    },
+
+    #[error("{scope}: {source}")]
+    Batch {
+        scope: SinkScope,
+        #[source]
+        source: crate::records::BatchError,
+    },
+
+    #[error("{scope}: {action} transaction {transaction} failed: {source}. {consequence}")]
+    Destination {
+        scope: SinkScope,
+        action: &'static str,
+        transaction: TransactionId,
+        consequence: &'static str,
+        #[source]
+        source: DestinationError,
+    },
+
+    #[error("{scope}: {action} failed: {source}")]
+    Scan {
+        scope: SinkScope,
+        action: &'static str,
+        #[source]
+        source: DestinationError,
+    },
+
+    #[error("{}", lost_message(.0))]
+    Lost(Box<LostTransaction>),
+
+    #[error("{}", unresolved_message(.0))]
+    CommitUnresolved(Box<UnresolvedCommit>),
+
+    #[error("{}", rewind_message(.0))]
+    Rewind(Box<RewindDetected>),
+
+    #[error("{}", fresh_start_message(.0))]
+    PreparedOnFreshStart(Box<PreparedOnFreshStart>),
+
+    #[error("{scope}: protocol misuse: {message}")]
+    Protocol { scope: SinkScope, message: String },
+}
+
+impl TwopcError {
+    /// True when restarting the job would not help and could make things
+    /// worse: the job must stop and an operator must decide.
+    pub fn is_fatal(&self) -> bool {
+        matches!(
+            self,
+            TwopcError::Lost(_)
+                | TwopcError::CommitUnresolved(_)
+                | TwopcError::Rewind(_)
+                | TwopcError::PreparedOnFreshStart(_)
+                | TwopcError::State { .. }
+                | TwopcError::Config(_)
+        )
+    }
+
+    /// A short stable name of the error kind, used by the JNI layer to pick
+    /// the Java exception class and by the CLI's JSON output.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            TwopcError::Config(_) => "config",
+            TwopcError::State { .. } => "state",
+            TwopcError::Batch { .. } => "batch",
+            TwopcError::Destination { .. } => "destination",
+            TwopcError::Scan { .. } => "destination",
+            TwopcError::Lost(_) => "lost",
+            TwopcError::CommitUnresolved(_) => "unresolved",
+            TwopcError::Rewind(_) => "rewind",
+            TwopcError::PreparedOnFreshStart(_) => "fresh-start",
+            TwopcError::Protocol { .. } => "protocol",
+        }
+    }
+}
+
+fn lost_message(l: &LostTransaction) -> String {
+    format!(
+        "{}: transaction {} of completed checkpoint {} (lineage {}, {} records) is LOST: {}. \
+         The checkpoint already advanced the input past these records, so restarting from it \
+         would skip them; the job is stopped instead of continuing with a gap. {}",
+        l.scope, l.transaction, l.checkpoint, l.lineage, l.records, l.evidence, RECOVERY_PLAN
+    )
+}
+
+fn unresolved_message(u: &UnresolvedCommit) -> String {
+    format!(
+        "{}: commit of transaction {} (checkpoint {}) has an unknown outcome after {} attempts; \
+         last error: {}. It may or may not have landed, so the job is stopped rather than \
+         guessing. Make the destination reachable and restart from the latest checkpoint: \
+         recovery re-commits {} by its id. If the destination lost it, {}",
+        u.scope,
+        u.transaction,
+        u.checkpoint,
+        u.attempts,
+        u.last_error,
+        u.transaction,
+        RECOVERY_PLAN
+    )
+}
+
+fn rewind_message(r: &RewindDetected) -> String {
+    let list = describe_pairs(&r.committed_after);
+    format!(
+        "{}: restored checkpoint {} (lineage {}) is older than output this sink already \
+         committed: {}. Replaying from it would write that output a second time. Either restore \
+         the latest checkpoint instead, or remove that output first (`twopc inspect` lists it), \
+         or set the rewind policy to REPLACE_RANGE so the sink removes output committed after \
+         checkpoint {} and the re-run replaces it.",
+        r.scope, r.restored_checkpoint, r.lineage, list, r.restored_checkpoint
+    )
+}
+
+fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
+    let list = describe_pairs(&p.prepared);
+    format!(
+        "{}: the job started without restored state but the destination holds prepared, \
+         uncommitted transactions of this sink: {}. They may belong to a completed checkpoint of \
+         an earlier run whose state was lost, so they are not aborted silently. Choose one: \
+         restore the earlier run's latest checkpoint or savepoint (its recovery commits them); \
+         or decide with the CLI (`twopc inspect <output>`); or, if their output is not wanted, \
+         set the fresh-start policy to ABORT_PREPARED and start again.",
+        p.scope, list
+    )
+}
+
+fn describe_pairs(pairs: &[(TransactionId, CheckpointId)]) -> String {
+    const SHOWN: usize = 10;
+    let mut s = pairs
+        .iter()
+        .take(SHOWN)
+        .map(|(t, c)| format!("{t} (checkpoint {c})"))
+        .collect::<Vec<_>>()
+        .join(", ");
+    if pairs.len() > SHOWN {
+        s.push_str(&format!(" and {} more", pairs.len() - SHOWN));
+    }
+    s
+}

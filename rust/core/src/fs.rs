@@ -1,0 +1,815 @@
+//! The filesystem destination: a local or mounted directory, the embedded
+//! default.
+//!
+//! ```text
+//! <output>/
+//!   part-<txn-id><suffix>                  committed output, visible
+//!   _twopc/<sink>/staging/<txn-id>/data    staged records (hidden)
+//!   _twopc/<sink>/staging/<txn-id>/prepared  prepare marker (handle, length)
+//!   _twopc/<sink>/committed/<lineage>-<checkpoint>-<txn-id>  commit record
+//!   _twopc/<sink>/expired/<txn-id>         tombstone left by retention cleanup
+//!   _twopc/<sink>/tmp/                     scratch for atomic writes
+//! ```
+//!
+//! Names starting with `_` or `.` are skipped by Flink's and Hadoop's file
+//! readers, so nothing under `_twopc` is ever read as output.
+//!
+//! Prepare flushes and fsyncs the data file, writes the marker atomically
+//! (temporary file, fsync, rename) and fsyncs the directories: after it
+//! returns, a crash or power loss loses nothing. Commit first writes the
+//! commit record durably (the decision), then renames the data file to its
+//! visible name (the publication, atomic), then removes the staging
+//! directory. A repeated commit finds the record and finishes whatever the
+//! interrupted one left, so it can always tell "already committed" from
+//! "lost" without guessing: lost means neither a record nor staged data.
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::{BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+};
+use crate::envelope::PayloadKind;
+use crate::error::{ConfigError, DestinationError};
+use crate::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
+use crate::ids::{random_u64, CheckpointId, LineageId, SinkId, TransactionId};
+use crate::records::RecordBatch;
+
+/// Directory (under the output directory) holding everything not visible.
+pub const CONTROL_DIR: &str = "_twopc";
+const DATA_FILE: &str = "data";
+const PREPARED_FILE: &str = "prepared";
+const WRITE_BUFFER: usize = 256 * 1024;
+
+/// How records are laid out in output files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RecordFormat {
+    /// Each record followed by `\n` (what Flink's text line readers expect).
+    #[default]
+    Lines,
+    /// Records written back to back, as the serializer produced them.
+    Raw,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsOptions {
+    pub output_dir: PathBuf,
+    pub part_prefix: String,
+    /// Appended to committed file names, e.g. `.txt`; may be empty.
+    pub part_suffix: String,
+    pub format: RecordFormat,
+}
+
+impl FsOptions {
+    pub fn new(output_dir: impl Into<PathBuf>) -> Self {
+        FsOptions {
+            output_dir: output_dir.into(),
+            part_prefix: "part".to_string(),
+            part_suffix: String::new(),
+            format: RecordFormat::Lines,
+        }
+    }
+
+    /// Checks the names that configuration puts into paths.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.output_dir.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                "the output directory is empty; set a path",
+            ));
+        }
+        crate::ids::validate_token("part prefix", &self.part_prefix, 32)?;
+        if !self.part_suffix.is_empty() {
+            let rest = self.part_suffix.strip_prefix('.').ok_or_else(|| {
+                ConfigError::new(format!(
+                    "part suffix {:?} must start with '.', e.g. \".txt\"",
+                    self.part_suffix
+                ))
+            })?;
+            crate::ids::validate_token("part suffix", rest, 16)?;
+        }
+        Ok(())
+    }
+}
+
+/// Written at prepare, inside the staging directory.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct PreparedMarker {
+    pub handle: TransactionHandle,
+    /// Exact length of the data file; checked before publication.
+    pub data_len: u64,
+}
+
+/// Written at commit: the durable proof that a transaction was committed.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommitRecord {
+    pub handle: TransactionHandle,
+    /// Visible file name, relative to the output directory (None when the
+    /// transaction held no data).
+    pub file: Option<String>,
+    pub data_len: u64,
+    pub committed_at_ms: u64,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+enum FsRecord {
+    Prepared(PreparedMarker),
+    Committed(CommitRecord),
+}
+
+/// Paths of one sink inside an output directory.
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub output: PathBuf,
+    pub sink: SinkId,
+    pub sink_dir: PathBuf,
+    pub staging: PathBuf,
+    pub committed: PathBuf,
+    pub expired: PathBuf,
+    pub tmp: PathBuf,
+}
+
+impl Layout {
+    pub fn new(output: &Path, sink: &SinkId) -> Self {
+        let sink_dir = output.join(CONTROL_DIR).join(sink.as_str());
+        Layout {
+            output: output.to_path_buf(),
+            sink: sink.clone(),
+            staging: sink_dir.join("staging"),
+            committed: sink_dir.join("committed"),
+            expired: sink_dir.join("expired"),
+            tmp: sink_dir.join("tmp"),
+            sink_dir,
+        }
+    }
+
+    /// Sinks that have a control directory under `output`.
+    pub fn sinks_in(output: &Path) -> Result<Vec<SinkId>, DestinationError> {
+        let dir = output.join(CONTROL_DIR);
+        let mut sinks = Vec::new();
+        for name in list_names(&dir)? {
+            if let Ok(s) = SinkId::new(name) {
+                sinks.push(s);
+            }
+        }
+        sinks.sort();
+        Ok(sinks)
+    }
+
+    pub fn staging_dir(&self, txn: &TransactionId) -> PathBuf {
+        self.staging.join(txn.as_str())
+    }
+
+    pub fn commit_record_name(
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+        txn: &TransactionId,
+    ) -> String {
+        format!("{lineage}-{checkpoint}-{txn}")
+    }
+
+    /// Parses a commit record name into (lineage, checkpoint, transaction).
+    pub fn parse_commit_record_name(
+        name: &str,
+    ) -> Option<(LineageId, CheckpointId, TransactionId)> {
+        let (lineage, rest) = name.split_once('-')?;
+        let (checkpoint, txn) = rest.split_once('-')?;
+        if lineage.len() != 16 {
+            return None;
+        }
+        let lineage = LineageId(u64::from_str_radix(lineage, 16).ok()?);
+        let checkpoint: CheckpointId = checkpoint.parse().ok()?;
+        let txn = TransactionId::parse(txn)?.id;
+        Some((lineage, checkpoint, txn))
+    }
+
+    pub fn commit_record_path(
+        &self,
+        handle: &TransactionHandle,
+        checkpoint: CheckpointId,
+    ) -> PathBuf {
+        self.committed.join(Self::commit_record_name(
+            handle.lineage,
+            checkpoint,
+            &handle.transaction,
+        ))
+    }
+
+    pub fn ensure(&self) -> Result<(), DestinationError> {
+        for d in [&self.staging, &self.committed, &self.expired, &self.tmp] {
+            fs::create_dir_all(d).map_err(|e| DestinationError::io("creating directory", d, e))?;
+        }
+        Ok(())
+    }
+
+    /// Reads every commit record of this sink.
+    pub fn read_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
+        let mut out = Vec::new();
+        for name in list_names(&self.committed)? {
+            if Self::parse_commit_record_name(&name).is_none() {
+                continue;
+            }
+            let path = self.committed.join(&name);
+            match read_record(&path)? {
+                Some(FsRecord::Committed(c)) => out.push(c),
+                _ => {
+                    return Err(DestinationError::corrupt(format!(
+                        "{} is not a commit record",
+                        path.display()
+                    )))
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Reads the prepare marker of a staged transaction, if present.
+    pub fn read_prepared(
+        &self,
+        txn: &TransactionId,
+    ) -> Result<Option<PreparedMarker>, DestinationError> {
+        let path = self.staging_dir(txn).join(PREPARED_FILE);
+        match read_record(&path)? {
+            None => Ok(None),
+            Some(FsRecord::Prepared(p)) => Ok(Some(p)),
+            Some(FsRecord::Committed(_)) => Err(DestinationError::corrupt(format!(
+                "{} holds a commit record where a prepare marker belongs",
+                path.display()
+            ))),
+        }
+    }
+
+    /// Staged transactions; names that are not transaction ids are returned
+    /// separately so tools can report them.
+    pub fn read_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+        let mut staged = Vec::new();
+        let mut foreign = Vec::new();
+        for name in list_names(&self.staging)? {
+            let Some(parsed) = TransactionId::parse(&name).filter(|p| p.sink == self.sink) else {
+                foreign.push(name);
+                continue;
+            };
+            let dir = self.staging_dir(&parsed.id);
+            let prepared = self.read_prepared(&parsed.id)?.map(|m| m.handle);
+            let activity_path = if prepared.is_some() {
+                dir.join(PREPARED_FILE)
+            } else if dir.join(DATA_FILE).exists() {
+                dir.join(DATA_FILE)
+            } else {
+                dir.clone()
+            };
+            let last_activity_ms = modified_ms(&activity_path)?;
+            staged.push(StagedTransaction {
+                transaction: parsed.id,
+                subtask: parsed.subtask,
+                attempt_nonce: parsed.attempt_nonce,
+                prepared,
+                last_activity_ms,
+            });
+        }
+        Ok((staged, foreign))
+    }
+
+    /// When cleanup expired a transaction, if it did.
+    pub fn expired_at(&self, txn: &TransactionId) -> Result<Option<u64>, DestinationError> {
+        let path = self.expired.join(txn.as_str());
+        match fs::read_to_string(&path) {
+            Ok(s) => Ok(Some(s.trim().parse().unwrap_or(0))),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(DestinationError::io("reading", &path, e)),
+        }
+    }
+}
+
+/// The filesystem destination for one sink and one subtask.
+pub struct FsDestination {
+    layout: Layout,
+    options: FsOptions,
+    open: Option<OpenFile>,
+}
+
+struct OpenFile {
+    txn: TransactionId,
+    path: PathBuf,
+    out: BufWriter<File>,
+    len: u64,
+}
+
+impl FsDestination {
+    /// Validates the options and creates the directories.
+    pub fn open(options: FsOptions, sink: &SinkId) -> Result<Self, DestinationError> {
+        options.validate().map_err(|e| {
+            DestinationError::new(crate::error::DestinationErrorKind::Rejected, e.to_string())
+        })?;
+        fs::create_dir_all(&options.output_dir).map_err(|e| {
+            DestinationError::io("creating output directory", &options.output_dir, e)
+        })?;
+        let layout = Layout::new(&options.output_dir, sink);
+        layout.ensure()?;
+        Ok(FsDestination {
+            layout,
+            options,
+            open: None,
+        })
+    }
+
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// Visible file name of a transaction: deterministic, so a repeated
+    /// commit publishes to the same name.
+    pub fn part_name(&self, txn: &TransactionId) -> String {
+        format!(
+            "{}-{}{}",
+            self.options.part_prefix, txn, self.options.part_suffix
+        )
+    }
+
+    fn data_file(&mut self, txn: &TransactionId) -> Result<&mut OpenFile, DestinationError> {
+        let reuse = matches!(&self.open, Some(o) if &o.txn == txn);
+        if !reuse {
+            // Only one transaction is open at a time; a different one means
+            // the previous was prepared or aborted already.
+            self.open = None;
+            let dir = self.layout.staging_dir(txn);
+            fs::create_dir_all(&dir)
+                .map_err(|e| DestinationError::io("creating staging directory", &dir, e))?;
+            let path = dir.join(DATA_FILE);
+            let file = OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&path)
+                .map_err(|e| DestinationError::io("opening staged file", &path, e))?;
+            let len = file
+                .metadata()
+                .map_err(|e| DestinationError::io("reading size of", &path, e))?
+                .len();
+            self.open = Some(OpenFile {
+                txn: txn.clone(),
+                path,
+                out: BufWriter::with_capacity(WRITE_BUFFER, file),
+                len,
+            });
+        }
+        Ok(self.open.as_mut().expect("set above"))
+    }
+
+    /// Flushes and fsyncs the open data file of `txn`, returning its length.
+    fn seal_data(&mut self, txn: &TransactionId) -> Result<Option<u64>, DestinationError> {
+        match self.open.take() {
+            Some(mut o) if &o.txn == txn => {
+                o.out
+                    .flush()
+                    .map_err(|e| DestinationError::io("flushing", &o.path, e))?;
+                o.out
+                    .get_ref()
+                    .sync_all()
+                    .map_err(|e| DestinationError::io("syncing", &o.path, e))?;
+                Ok(Some(o.len))
+            }
+            other => {
+                self.open = other;
+                let path = self.layout.staging_dir(txn).join(DATA_FILE);
+                match fs::metadata(&path) {
+                    Ok(m) => {
+                        File::open(&path)
+                            .and_then(|f| f.sync_all())
+                            .map_err(|e| DestinationError::io("syncing", &path, e))?;
+                        Ok(Some(m.len()))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+                    Err(e) => Err(DestinationError::io("reading size of", &path, e)),
+                }
+            }
+        }
+    }
+
+    fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
+        Ok(match self.layout.expired_at(txn)? {
+            Some(at) => format!(
+                "its staged data was removed by retention cleanup at {at} ms since the epoch \
+                 (tombstone {})",
+                self.layout.expired.join(txn.as_str()).display()
+            ),
+            None => format!(
+                "neither its staged data ({}) nor a commit record exists; it was removed or \
+                 rolled back outside twopc",
+                self.layout.staging_dir(txn).display()
+            ),
+        })
+    }
+}
+
+impl Destination for FsDestination {
+    fn begin(&mut self, _handle: &TransactionHandle) -> Result<(), DestinationError> {
+        // Lazy: the staging directory appears with the first record, so an
+        // empty checkpoint costs no file system operations.
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        let lines = self.options.format == RecordFormat::Lines;
+        let o = self.data_file(txn)?;
+        let mut written = 0u64;
+        for record in batch.iter() {
+            o.out
+                .write_all(record)
+                .map_err(|e| DestinationError::io("writing", &o.path, e))?;
+            written += record.len() as u64;
+            if lines {
+                o.out
+                    .write_all(b"\n")
+                    .map_err(|e| DestinationError::io("writing", &o.path, e))?;
+                written += 1;
+            }
+        }
+        o.len += written;
+        Ok(())
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        let txn = &handle.transaction;
+        let Some(data_len) = self.seal_data(txn)? else {
+            if handle.prepared().is_some_and(|p| p.records > 0) {
+                return Err(DestinationError::corrupt(format!(
+                    "staged data of {txn} is missing at prepare ({})",
+                    self.layout.staging_dir(txn).display()
+                )));
+            }
+            return Ok(()); // empty transaction: nothing staged, nothing to prepare
+        };
+        let dir = self.layout.staging_dir(txn);
+        let marker = FsRecord::Prepared(PreparedMarker {
+            handle: handle.clone(),
+            data_len,
+        });
+        write_atomically(
+            &self.layout.tmp,
+            &dir.join(PREPARED_FILE),
+            &encode_payload(PayloadKind::Manifest, &marker),
+        )?;
+        sync_dir(&dir)?;
+        sync_dir(&self.layout.staging)?;
+        Ok(())
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        let checkpoint = handle.checkpoint().ok_or_else(|| {
+            DestinationError::corrupt(format!("commit of {txn} without a prepared state"))
+        })?;
+        let record_path = self.layout.commit_record_path(handle, checkpoint);
+        let staging = self.layout.staging_dir(txn);
+        let data = staging.join(DATA_FILE);
+        let visible_name = self.part_name(txn);
+        let visible = self.layout.output.join(&visible_name);
+
+        if record_path.exists() {
+            // Decided earlier: finish what an interrupted commit left.
+            if data.exists() && !visible.exists() {
+                rename_durably(&data, &visible)?;
+            }
+            remove_dir_if_exists(&staging)?;
+            if !visible.exists() && handle.prepared().is_some_and(|p| p.records > 0) {
+                log::warn!(
+                    "transaction {txn} is recorded as committed but its output {} is gone; it \
+                     was removed after the commit",
+                    visible.display()
+                );
+            }
+            return Ok(CommitStatus::AlreadyCommitted);
+        }
+
+        let marker = match self.layout.read_prepared(txn)? {
+            Some(m) => m,
+            None => {
+                return Ok(CommitStatus::Missing {
+                    evidence: self.missing_evidence(txn)?,
+                })
+            }
+        };
+        if marker.handle.transaction != *txn || marker.handle.lineage != handle.lineage {
+            return Err(DestinationError::corrupt(format!(
+                "prepare marker of {txn} names transaction {} of lineage {}",
+                marker.handle.transaction, marker.handle.lineage
+            )));
+        }
+        let actual_len = match fs::metadata(&data) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(CommitStatus::Missing {
+                    evidence: format!(
+                        "its prepare marker exists but its data file {} is gone",
+                        data.display()
+                    ),
+                })
+            }
+            Err(e) => return Err(DestinationError::io("reading size of", &data, e)),
+        };
+        if actual_len != marker.data_len {
+            return Ok(CommitStatus::Missing {
+                evidence: format!(
+                    "its staged data file {} has {actual_len} bytes but {} were prepared; it was \
+                     truncated or changed",
+                    data.display(),
+                    marker.data_len
+                ),
+            });
+        }
+
+        let record = FsRecord::Committed(CommitRecord {
+            handle: marker.handle.clone(),
+            file: Some(visible_name),
+            data_len: marker.data_len,
+            committed_at_ms: now_ms,
+        });
+        write_atomically(
+            &self.layout.tmp,
+            &record_path,
+            &encode_payload(PayloadKind::Manifest, &record),
+        )?;
+        sync_dir(&self.layout.committed)?;
+        rename_durably(&data, &visible)?;
+        remove_dir_if_exists(&staging)?;
+        Ok(CommitStatus::Committed)
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        if matches!(&self.open, Some(o) if &o.txn == txn) {
+            self.open = None;
+        }
+        let staging = self.layout.staging_dir(txn);
+        if let Some(marker) = self.layout.read_prepared(txn)? {
+            if let Some(c) = marker.handle.checkpoint() {
+                if self.layout.commit_record_path(&marker.handle, c).exists() {
+                    // A commit was decided but not finished: never undo it.
+                    return Ok(AbortStatus::WasCommitted);
+                }
+            }
+        }
+        if remove_dir_if_exists(&staging)? {
+            return Ok(AbortStatus::Aborted);
+        }
+        if self.committed_record_of(txn)?.is_some() {
+            return Ok(AbortStatus::WasCommitted);
+        }
+        Ok(AbortStatus::NotFound)
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let (staged, foreign) = self.layout.read_staged()?;
+        for name in foreign {
+            log::warn!(
+                "ignoring {} in the staging area: not a transaction of sink '{}'",
+                self.layout.staging.join(name).display(),
+                self.layout.sink
+            );
+        }
+        Ok(staged)
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        let mut out = Vec::new();
+        for name in list_names(&self.layout.committed)? {
+            let Some((l, c, _)) = Layout::parse_commit_record_name(&name) else {
+                continue;
+            };
+            if l != lineage || c <= checkpoint {
+                continue;
+            }
+            let path = self.layout.committed.join(&name);
+            if let Some(FsRecord::Committed(r)) = read_record(&path)? {
+                out.push(committed_view(&r));
+            }
+        }
+        Ok(out)
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        let path = self.layout.committed.join(Layout::commit_record_name(
+            committed.lineage,
+            committed.checkpoint,
+            &committed.transaction,
+        ));
+        let Some(FsRecord::Committed(record)) = read_record(&path)? else {
+            return Ok(()); // already retracted
+        };
+        if let Some(file) = &record.file {
+            let visible = self.layout.output.join(file);
+            match fs::remove_file(&visible) {
+                Ok(()) => sync_dir(&self.layout.output)?,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(DestinationError::io("removing", &visible, e)),
+            }
+        }
+        // Leftovers of an interrupted commit go too.
+        remove_dir_if_exists(&self.layout.staging_dir(&committed.transaction))?;
+        fs::remove_file(&path).map_err(|e| DestinationError::io("removing", &path, e))?;
+        sync_dir(&self.layout.committed)
+    }
+
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        let tombstone = self.layout.expired.join(txn.as_str());
+        write_atomically(&self.layout.tmp, &tombstone, now_ms.to_string().as_bytes())?;
+        sync_dir(&self.layout.expired)?;
+        remove_dir_if_exists(&self.layout.staging_dir(txn))?;
+        Ok(())
+    }
+}
+
+impl FsDestination {
+    fn committed_record_of(&self, txn: &TransactionId) -> Result<Option<String>, DestinationError> {
+        let suffix = format!("-{txn}");
+        Ok(list_names(&self.layout.committed)?
+            .into_iter()
+            .find(|n| n.ends_with(&suffix) && Layout::parse_commit_record_name(n).is_some()))
+    }
+}
+
+/// The protocol's view of a commit record.
+pub fn committed_view(r: &CommitRecord) -> CommittedTransaction {
+    CommittedTransaction {
+        transaction: r.handle.transaction.clone(),
+        lineage: r.handle.lineage,
+        checkpoint: r.handle.checkpoint().unwrap_or_default(),
+        subtask: r.handle.subtask,
+        records: r.handle.prepared().map(|p| p.records).unwrap_or(0),
+        committed_at_ms: r.committed_at_ms,
+    }
+}
+
+fn read_record(path: &Path) -> Result<Option<FsRecord>, DestinationError> {
+    let mut bytes = Vec::new();
+    match File::open(path) {
+        Ok(mut f) => f
+            .read_to_end(&mut bytes)
+            .map_err(|e| DestinationError::io("reading", path, e))?,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(DestinationError::io("opening", path, e)),
+    };
+    decode_payload::<FsRecord>(PayloadKind::Manifest, &bytes)
+        .map(Some)
+        .map_err(|e: HandleError| {
+            DestinationError::corrupt(format!(
+                "{} is unreadable ({e}); it was damaged outside twopc. Inspect it with \
+                 `twopc inspect` before removing anything",
+                path.display()
+            ))
+        })
+}
+
+/// Sorted names in a directory; a missing directory is empty.
+fn list_names(dir: &Path) -> Result<Vec<String>, DestinationError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => return Err(DestinationError::io("listing", dir, e)),
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry = entry.map_err(|e| DestinationError::io("listing", dir, e))?;
+        if let Ok(name) = entry.file_name().into_string() {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
+}
+
+fn modified_ms(path: &Path) -> Result<u64, DestinationError> {
+    let m = fs::metadata(path).map_err(|e| DestinationError::io("reading time of", path, e))?;
+    Ok(m.modified()
+        .ok()
+        .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0))
+}
+
+fn sync_dir(dir: &Path) -> Result<(), DestinationError> {
+    File::open(dir)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| DestinationError::io("syncing directory", dir, e))
+}
+
+/// Writes `bytes` to `target` so that readers see all or nothing.
+fn write_atomically(tmp_dir: &Path, target: &Path, bytes: &[u8]) -> Result<(), DestinationError> {
+    let tmp = tmp_dir.join(format!("{:016x}.tmp", random_u64()));
+    let result = (|| {
+        let mut f = File::create(&tmp).map_err(|e| DestinationError::io("creating", &tmp, e))?;
+        f.write_all(bytes)
+            .map_err(|e| DestinationError::io("writing", &tmp, e))?;
+        f.sync_all()
+            .map_err(|e| DestinationError::io("syncing", &tmp, e))?;
+        fs::rename(&tmp, target).map_err(|e| DestinationError::io("publishing", target, e))?;
+        if let Some(parent) = target.parent() {
+            sync_dir(parent)?;
+        }
+        Ok(())
+    })();
+    if result.is_err() {
+        let _ = fs::remove_file(&tmp);
+    }
+    result
+}
+
+fn rename_durably(from: &Path, to: &Path) -> Result<(), DestinationError> {
+    fs::rename(from, to).map_err(|e| DestinationError::io("publishing", to, e))?;
+    if let Some(parent) = to.parent() {
+        sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Removes a directory tree; returns whether it existed.
+fn remove_dir_if_exists(dir: &Path) -> Result<bool, DestinationError> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => Ok(true),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+        Err(e) => Err(DestinationError::io("removing", dir, e)),
+    }
+}
+
+/// Everything `twopc inspect` reports about one sink.
+#[derive(Clone, Debug)]
+pub struct SinkInventory {
+    pub sink: SinkId,
+    pub committed: Vec<CommitRecord>,
+    pub staged: Vec<StagedTransaction>,
+    /// Expired transaction ids and when.
+    pub expired: BTreeMap<String, u64>,
+    /// Problems found: names that are not ours, records whose output is
+    /// gone, unreadable files.
+    pub problems: Vec<String>,
+}
+
+/// Reads the whole state of every sink in an output directory.
+pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> {
+    let mut out = Vec::new();
+    for sink in Layout::sinks_in(output)? {
+        let layout = Layout::new(output, &sink);
+        let mut problems = Vec::new();
+        let committed = match layout.read_commit_records() {
+            Ok(c) => c,
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        for c in &committed {
+            if let Some(f) = &c.file {
+                if !output.join(f).exists() {
+                    problems.push(format!(
+                        "committed transaction {} lists {f}, which no longer exists",
+                        c.handle.transaction
+                    ));
+                }
+            }
+        }
+        let staged = match layout.read_staged() {
+            Ok((s, foreign)) => {
+                for name in foreign {
+                    problems.push(format!(
+                        "{} is not a transaction of this sink",
+                        layout.staging.join(name).display()
+                    ));
+                }
+                s
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        let mut expired = BTreeMap::new();
+        for name in list_names(&layout.expired)? {
+            if let Some(t) = TransactionId::parse(&name) {
+                let at = layout.expired_at(&t.id)?.unwrap_or(0);
+                expired.insert(name, at);
+            }
+        }
+        out.push(SinkInventory {
+            sink,
+            committed,
+            staged,
+            expired,
+            problems,
+        });
+    }
+    Ok(out)
+}

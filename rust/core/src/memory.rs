@@ -1,0 +1,350 @@
+//! An in-memory destination with injectable faults, for tests and the
+//! simulation. It models a transactional store faithfully (staged data is
+//! invisible, commits are recorded, expiry leaves a tombstone) and lets a
+//! test decide, per call, whether the call fails before or after its effect.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use crate::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+};
+use crate::error::{DestinationError, DestinationErrorKind};
+use crate::handle::TransactionHandle;
+use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use crate::records::RecordBatch;
+
+/// Which destination call a fault applies to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Operation {
+    Begin,
+    Write,
+    Prepare,
+    Commit,
+    Abort,
+    Scan,
+    Retract,
+}
+
+/// What happens to one call.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Fault {
+    #[default]
+    None,
+    /// The call fails and has no effect.
+    FailBefore,
+    /// The call takes effect, then reports failure (a lost response).
+    FailAfter,
+}
+
+type FaultFn = Box<dyn FnMut(Operation, &TransactionId) -> Fault + Send>;
+
+#[derive(Clone, Debug, Default)]
+struct Staged {
+    records: Vec<Vec<u8>>,
+    prepared: Option<TransactionHandle>,
+    last_activity_ms: u64,
+}
+
+#[derive(Clone, Debug)]
+struct Committed {
+    meta: CommittedTransaction,
+    records: Vec<Vec<u8>>,
+}
+
+#[derive(Default)]
+struct Store {
+    staged: BTreeMap<TransactionId, Staged>,
+    committed: BTreeMap<TransactionId, Committed>,
+    expired: BTreeSet<TransactionId>,
+    fault: Option<FaultFn>,
+    now_ms: u64,
+}
+
+/// The shared store; clone it to give several subtasks the same data.
+#[derive(Clone, Default)]
+pub struct MemoryStore {
+    inner: Arc<Mutex<Store>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Store> {
+        // A panicking test thread must not hide the store from the checks
+        // that follow; the data itself is always left consistent.
+        self.inner.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A destination view for one sink.
+    pub fn destination(&self, sink: &SinkId) -> MemoryDestination {
+        MemoryDestination {
+            store: self.clone(),
+            sink: sink.clone(),
+        }
+    }
+
+    /// Installs the fault decision function (replacing any previous one).
+    pub fn set_faults(&self, f: impl FnMut(Operation, &TransactionId) -> Fault + Send + 'static) {
+        self.lock().fault = Some(Box::new(f));
+    }
+
+    pub fn clear_faults(&self) {
+        self.lock().fault = None;
+    }
+
+    /// The time used for activity stamps.
+    pub fn set_now(&self, now_ms: u64) {
+        self.lock().now_ms = now_ms;
+    }
+
+    /// Everything readers can see: records of committed transactions.
+    pub fn visible_records(&self) -> Vec<Vec<u8>> {
+        self.lock()
+            .committed
+            .values()
+            .flat_map(|c| c.records.iter().cloned())
+            .collect()
+    }
+
+    pub fn committed(&self) -> Vec<CommittedTransaction> {
+        self.lock()
+            .committed
+            .values()
+            .map(|c| c.meta.clone())
+            .collect()
+    }
+
+    pub fn staged_ids(&self) -> Vec<TransactionId> {
+        self.lock().staged.keys().cloned().collect()
+    }
+
+    /// Prepared staged transactions (id and checkpoint).
+    pub fn prepared_ids(&self) -> Vec<(TransactionId, CheckpointId)> {
+        self.lock()
+            .staged
+            .iter()
+            .filter_map(|(id, s)| {
+                s.prepared
+                    .as_ref()
+                    .and_then(|h| h.checkpoint())
+                    .map(|c| (id.clone(), c))
+            })
+            .collect()
+    }
+
+    /// The destination loses a staged transaction on its own (its
+    /// transaction timeout), as a broker or database would.
+    pub fn expire_externally(&self, txn: &TransactionId) -> bool {
+        let mut s = self.lock();
+        let existed = s.staged.remove(txn).is_some();
+        if existed {
+            s.expired.insert(txn.clone());
+        }
+        existed
+    }
+}
+
+/// One sink's view of a [`MemoryStore`].
+pub struct MemoryDestination {
+    store: MemoryStore,
+    sink: SinkId,
+}
+
+fn injected(op: Operation, txn: &TransactionId, after: bool) -> DestinationError {
+    DestinationError::new(
+        DestinationErrorKind::Unavailable,
+        format!(
+            "injected fault: {op:?} of {txn} {}",
+            if after {
+                "took effect but its response was lost"
+            } else {
+                "failed"
+            }
+        ),
+    )
+}
+
+impl MemoryDestination {
+    /// Runs `effect` under the fault decided for (op, txn).
+    fn with_fault<T>(
+        &mut self,
+        op: Operation,
+        txn: &TransactionId,
+        effect: impl FnOnce(&mut Store) -> Result<T, DestinationError>,
+    ) -> Result<T, DestinationError> {
+        let mut s = self.store.lock();
+        let fault = match s.fault.as_mut() {
+            Some(f) => f(op, txn),
+            None => Fault::None,
+        };
+        match fault {
+            Fault::None => effect(&mut s),
+            Fault::FailBefore => Err(injected(op, txn, false)),
+            Fault::FailAfter => {
+                effect(&mut s)?;
+                Err(injected(op, txn, true))
+            }
+        }
+    }
+
+    fn owns(&self, txn: &TransactionId) -> bool {
+        TransactionId::parse(txn.as_str()).is_some_and(|p| p.sink == self.sink)
+    }
+}
+
+impl Destination for MemoryDestination {
+    fn begin(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        self.with_fault(Operation::Begin, &handle.transaction, |s| {
+            let now = s.now_ms;
+            s.staged
+                .entry(handle.transaction.clone())
+                .or_insert(Staged {
+                    last_activity_ms: now,
+                    ..Staged::default()
+                });
+            Ok(())
+        })
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        self.with_fault(Operation::Write, txn, |s| {
+            let now = s.now_ms;
+            let staged = s.staged.get_mut(txn).ok_or_else(|| {
+                DestinationError::corrupt(format!("transaction {txn} is not staged"))
+            })?;
+            staged.records.extend(batch.iter().map(<[u8]>::to_vec));
+            staged.last_activity_ms = now;
+            Ok(())
+        })
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        self.with_fault(Operation::Prepare, &handle.transaction, |s| {
+            let now = s.now_ms;
+            let staged = s.staged.get_mut(&handle.transaction).ok_or_else(|| {
+                DestinationError::corrupt(format!(
+                    "transaction {} is not staged",
+                    handle.transaction
+                ))
+            })?;
+            staged.prepared = Some(handle.clone());
+            staged.last_activity_ms = now;
+            Ok(())
+        })
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = handle.transaction.clone();
+        self.with_fault(Operation::Commit, &txn, |s| {
+            if s.committed.contains_key(&txn) {
+                return Ok(CommitStatus::AlreadyCommitted);
+            }
+            let Some(prepared) = s.staged.get(&txn).map(|st| st.prepared.clone()) else {
+                let evidence = if s.expired.contains(&txn) {
+                    "the destination expired its staged data (transaction timeout)".to_string()
+                } else {
+                    "the destination has neither its staged data nor a commit record".to_string()
+                };
+                return Ok(CommitStatus::Missing { evidence });
+            };
+            let Some(prepared) = prepared.as_ref().and_then(|h| h.prepared()).cloned() else {
+                return Ok(CommitStatus::Missing {
+                    evidence: "its staged data was never prepared".to_string(),
+                });
+            };
+            let staged = s.staged.remove(&txn).unwrap_or_default();
+            let meta = CommittedTransaction {
+                transaction: txn.clone(),
+                lineage: handle.lineage,
+                checkpoint: prepared.checkpoint,
+                subtask: handle.subtask,
+                records: staged.records.len() as u64,
+                committed_at_ms: now_ms,
+            };
+            s.committed.insert(
+                txn.clone(),
+                Committed {
+                    meta,
+                    records: staged.records,
+                },
+            );
+            Ok(CommitStatus::Committed)
+        })
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        self.with_fault(Operation::Abort, txn, |s| {
+            if s.staged.remove(txn).is_some() {
+                Ok(AbortStatus::Aborted)
+            } else if s.committed.contains_key(txn) {
+                Ok(AbortStatus::WasCommitted)
+            } else {
+                Ok(AbortStatus::NotFound)
+            }
+        })
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let sink = self.sink.clone();
+        self.with_fault(Operation::Scan, &scan, |s| {
+            Ok(s.staged
+                .iter()
+                .filter_map(|(id, st)| {
+                    let p = TransactionId::parse(id.as_str())?;
+                    (p.sink == sink).then(|| StagedTransaction {
+                        transaction: id.clone(),
+                        subtask: p.subtask,
+                        attempt_nonce: p.attempt_nonce,
+                        prepared: st.prepared.clone(),
+                        last_activity_ms: st.last_activity_ms,
+                    })
+                })
+                .collect())
+        })
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let owned: Vec<CommittedTransaction> = {
+            let s = self.store.lock();
+            s.committed
+                .values()
+                .filter(|c| self.owns(&c.meta.transaction))
+                .filter(|c| c.meta.lineage == lineage && c.meta.checkpoint > checkpoint)
+                .map(|c| c.meta.clone())
+                .collect()
+        };
+        self.with_fault(Operation::Scan, &scan, |_| Ok(owned))
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        self.with_fault(Operation::Retract, &committed.transaction, |s| {
+            s.committed.remove(&committed.transaction);
+            Ok(())
+        })
+    }
+
+    fn expire(&mut self, txn: &TransactionId, _now_ms: u64) -> Result<(), DestinationError> {
+        let mut s = self.store.lock();
+        if s.staged.remove(txn).is_some() {
+            s.expired.insert(txn.clone());
+        }
+        Ok(())
+    }
+}

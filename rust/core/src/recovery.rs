@@ -1,0 +1,291 @@
+//! Start-up of a subtask: decide, from the restored checkpoint (or its
+//! absence) and what the destination holds, what to abort, what to retract
+//! and what must stop the job.
+//!
+//! Rules (the checkpoint is the record of truth):
+//! * Restored prepared transactions are committed by the caller, one by one
+//!   (`recoverAndCommit`); the restored open one is aborted
+//!   (`recoverAndAbort`). This module handles everything the checkpoint does
+//!   not name.
+//! * Lingering: a staged transaction of this sink that no restored state
+//!   knows is aborted, by the one subtask that owns its original index.
+//! * Rewind: output of this lineage committed after the restored checkpoint
+//!   would be written again by the replay; stop, or retract it under
+//!   [`RewindPolicy::ReplaceRange`].
+//! * Fresh start (no restored state for this sink): open transactions are
+//!   aborted (no checkpoint can contain them); prepared ones of this run are
+//!   aborted (a failed attempt before its first checkpoint completed, or
+//!   Flink would have restored it); prepared ones of another run stop the
+//!   job unless [`FreshStartPolicy::AbortPrepared`].
+
+use std::collections::{BTreeSet, HashSet};
+
+use crate::config::{FreshStartPolicy, RewindPolicy, SinkOptions, SubtaskContext};
+use crate::destination::{CommittedTransaction, Destination, StagedTransaction};
+use crate::error::{ConfigError, PreparedOnFreshStart, RewindDetected, TwopcError};
+use crate::handle::{HandleError, TransactionHandle};
+use crate::ids::{random_u64, CheckpointId, LineageId, TransactionId};
+
+/// What Flink restored: the checkpoint id, and every transaction handle in
+/// the restored state of all subtasks of this sink (union state), so that no
+/// known transaction is mistaken for a lingering one.
+#[derive(Clone, Debug, Default)]
+pub struct Restore {
+    pub checkpoint: CheckpointId,
+    pub known: Vec<TransactionHandle>,
+}
+
+/// What start-up did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StartupReport {
+    pub lineage: LineageId,
+    /// True when no restored state of this sink existed.
+    pub fresh: bool,
+    pub aborted: Vec<TransactionId>,
+    pub retracted: Vec<CommittedTransaction>,
+}
+
+pub(crate) fn start<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    restore: Option<&Restore>,
+    attempt_nonce: u64,
+) -> Result<StartupReport, TwopcError> {
+    let scope = ctx.scope();
+    let restored = match restore {
+        Some(r) if !r.known.is_empty() => Some(r),
+        _ => None,
+    };
+    let scan_err = |action: &'static str| {
+        let scope = scope.clone();
+        move |source| TwopcError::Scan {
+            scope,
+            action,
+            source,
+        }
+    };
+
+    let Some(restore) = restored else {
+        let lineage = LineageId(random_u64());
+        let staged = dest
+            .staged()
+            .map_err(scan_err("listing staged transactions at a fresh start"))?;
+        let aborted = fresh_start(dest, ctx, options, &staged)?;
+        return Ok(StartupReport {
+            lineage,
+            fresh: true,
+            aborted,
+            retracted: Vec::new(),
+        });
+    };
+
+    for h in &restore.known {
+        if h.sink != ctx.sink {
+            return Err(TwopcError::Config(ConfigError::new(format!(
+                "the restored state holds transaction {} of sink '{}', but this sink is '{}'. \
+                 The sink id must stay the same across restores; set it back to '{}'",
+                h.transaction, h.sink, ctx.sink, h.sink
+            ))));
+        }
+    }
+    let lineages: BTreeSet<LineageId> = restore.known.iter().map(|h| h.lineage).collect();
+    if lineages.len() > 1 {
+        return Err(TwopcError::State {
+            scope,
+            source: HandleError::Invalid(format!(
+                "restored transactions come from {} different lineages ({lineages:?}); state of \
+                 unrelated runs was merged",
+                lineages.len()
+            )),
+        });
+    }
+    let lineage = restore.known[0].lineage;
+
+    let retracted = check_rewind(dest, ctx, options, restore, lineage)?;
+
+    let known: HashSet<&TransactionId> = restore.known.iter().map(|h| &h.transaction).collect();
+    let staged = dest
+        .staged()
+        .map_err(scan_err("listing staged transactions for lingering ones"))?;
+    let mut aborted = Vec::new();
+    for s in staged {
+        if known.contains(&s.transaction)
+            || !ctx.owns(s.subtask)
+            || s.attempt_nonce == attempt_nonce
+        {
+            continue;
+        }
+        abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
+        aborted.push(s.transaction);
+    }
+    Ok(StartupReport {
+        lineage,
+        fresh: false,
+        aborted,
+        retracted,
+    })
+}
+
+fn check_rewind<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    restore: &Restore,
+    lineage: LineageId,
+) -> Result<Vec<CommittedTransaction>, TwopcError> {
+    let scope = ctx.scope();
+    let mut later = dest
+        .committed_after(lineage, restore.checkpoint)
+        .map_err(|source| TwopcError::Scan {
+            scope: scope.clone(),
+            action: "reading commit records for rewind detection",
+            source,
+        })?;
+    if later.is_empty() {
+        return Ok(later);
+    }
+    later.sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
+    match options.rewind {
+        RewindPolicy::Fail => Err(TwopcError::Rewind(Box::new(RewindDetected {
+            scope,
+            restored_checkpoint: restore.checkpoint,
+            lineage,
+            committed_after: later
+                .iter()
+                .map(|c| (c.transaction.clone(), c.checkpoint))
+                .collect(),
+        }))),
+        RewindPolicy::ReplaceRange => {
+            let mine: Vec<CommittedTransaction> =
+                later.into_iter().filter(|c| ctx.owns(c.subtask)).collect();
+            for c in &mine {
+                log::warn!(
+                    "{scope}: rewind to checkpoint {}: retracting output of transaction {} \
+                     (checkpoint {}, {} records) so the re-run replaces it",
+                    restore.checkpoint,
+                    c.transaction,
+                    c.checkpoint,
+                    c.records
+                );
+                dest.retract(c).map_err(|source| TwopcError::Destination {
+                    scope: scope.clone(),
+                    action: "retracting (rewind)",
+                    transaction: c.transaction.clone(),
+                    consequence: "Nothing new was written; the next start retries the retraction.",
+                    source,
+                })?;
+            }
+            Ok(mine)
+        }
+    }
+}
+
+fn fresh_start<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    staged: &[StagedTransaction],
+) -> Result<Vec<TransactionId>, TwopcError> {
+    let foreign_prepared: Vec<&StagedTransaction> = staged
+        .iter()
+        .filter(|s| s.prepared.as_ref().is_some_and(|h| h.run != ctx.run))
+        .collect();
+    if !foreign_prepared.is_empty() && options.fresh_start == FreshStartPolicy::Fail {
+        return Err(TwopcError::PreparedOnFreshStart(Box::new(
+            PreparedOnFreshStart {
+                scope: ctx.scope(),
+                prepared: foreign_prepared
+                    .iter()
+                    .map(|s| {
+                        let checkpoint = s.prepared.as_ref().and_then(|h| h.checkpoint());
+                        (s.transaction.clone(), checkpoint.unwrap_or_default())
+                    })
+                    .collect(),
+            },
+        )));
+    }
+    let mut aborted = Vec::new();
+    for s in staged.iter().filter(|s| ctx.owns(s.subtask)) {
+        let why = match &s.prepared {
+            None => "fresh start: open transaction of an earlier attempt, never in a checkpoint",
+            Some(h) if h.run == ctx.run => {
+                "fresh start: prepared by an earlier attempt of this run before any checkpoint completed"
+            }
+            Some(_) => "fresh start: prepared by another run; aborted as configured (ABORT_PREPARED)",
+        };
+        if s.prepared.as_ref().is_some_and(|h| h.run != ctx.run) {
+            log::warn!("{}: aborting {} ({why})", ctx.scope(), s.transaction);
+        }
+        abort_one(dest, ctx, s, why)?;
+        aborted.push(s.transaction.clone());
+    }
+    Ok(aborted)
+}
+
+fn abort_one<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    s: &StagedTransaction,
+    why: &str,
+) -> Result<(), TwopcError> {
+    log::info!(
+        "{}: aborting transaction {} ({why})",
+        ctx.scope(),
+        s.transaction
+    );
+    dest.abort(&s.transaction)
+        .map(|_| ())
+        .map_err(|source| TwopcError::Destination {
+            scope: ctx.scope(),
+            action: "aborting",
+            transaction: s.transaction.clone(),
+            consequence: "Its data stays invisible; the next start retries the abort.",
+            source,
+        })
+}
+
+/// Expires staged transactions this subtask owns that outlived the
+/// retention limit, except those it still needs (`protected`).
+pub(crate) fn expire_stale<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    retention_ms: u64,
+    now_ms: u64,
+    protected: &HashSet<TransactionId>,
+) -> Result<Vec<TransactionId>, TwopcError> {
+    let staged = dest.staged().map_err(|source| TwopcError::Scan {
+        scope: ctx.scope(),
+        action: "listing staged transactions for expiry",
+        source,
+    })?;
+    let mut expired = Vec::new();
+    for s in staged {
+        if !ctx.owns(s.subtask)
+            || protected.contains(&s.transaction)
+            || s.last_activity_ms.saturating_add(retention_ms) > now_ms
+        {
+            continue;
+        }
+        log::warn!(
+            "{}: staged transaction {} ({}) is older than the retention of {retention_ms} ms; \
+             removing it",
+            ctx.scope(),
+            s.transaction,
+            match s.prepared.as_ref().and_then(|h| h.checkpoint()) {
+                Some(c) => format!("prepared for checkpoint {c}"),
+                None => "open".to_string(),
+            }
+        );
+        dest.expire(&s.transaction, now_ms)
+            .map_err(|source| TwopcError::Destination {
+                scope: ctx.scope(),
+                action: "expiring",
+                transaction: s.transaction.clone(),
+                consequence: "It stays staged; the next scan retries.",
+                source,
+            })?;
+        expired.push(s.transaction);
+    }
+    Ok(expired)
+}

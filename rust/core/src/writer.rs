@@ -1,0 +1,227 @@
+//! The writer state machine of one subtask: begin a transaction, stage
+//! records into it, prepare it at a checkpoint, begin the next.
+//!
+//! ```text
+//!            begin              prepare(checkpoint)
+//!   Idle ──────────────▶ Open ─────────────────────▶ Idle  (handle returned,
+//!                         │  ▲                              goes into state)
+//!                  write  └──┘
+//! ```
+//!
+//! At most one transaction is open at a time, as in Flink's
+//! `TwoPhaseCommitSinkFunction`. Prepared transactions belong to the
+//! committer from then on.
+
+use crate::config::SubtaskContext;
+use crate::destination::Destination;
+use crate::error::TwopcError;
+use crate::handle::{PreparedInfo, TransactionHandle, TransactionState};
+use crate::ids::{CheckpointId, LineageId, TransactionId};
+use crate::records::RecordBatch;
+
+#[derive(Debug)]
+struct OpenTransaction {
+    handle: TransactionHandle,
+    records: u64,
+    bytes: u64,
+}
+
+#[derive(Debug)]
+pub struct Writer {
+    ctx: SubtaskContext,
+    lineage: LineageId,
+    attempt_nonce: u64,
+    next_sequence: u64,
+    open: Option<OpenTransaction>,
+}
+
+/// What the writer has staged into the open transaction so far.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenStats {
+    pub records: u64,
+    pub bytes: u64,
+}
+
+const RESTART_HINT: &str = "The job will restart from its last completed checkpoint and replay \
+    these records; committed output is not affected.";
+
+impl Writer {
+    pub fn new(ctx: SubtaskContext, lineage: LineageId, attempt_nonce: u64) -> Self {
+        Writer {
+            ctx,
+            lineage,
+            attempt_nonce,
+            next_sequence: 0,
+            open: None,
+        }
+    }
+
+    pub fn attempt_nonce(&self) -> u64 {
+        self.attempt_nonce
+    }
+
+    pub fn lineage(&self) -> LineageId {
+        self.lineage
+    }
+
+    /// The id of the open transaction, if any.
+    pub fn current(&self) -> Option<&TransactionId> {
+        self.open.as_ref().map(|o| &o.handle.transaction)
+    }
+
+    pub fn open_stats(&self) -> OpenStats {
+        self.open
+            .as_ref()
+            .map(|o| OpenStats {
+                records: o.records,
+                bytes: o.bytes,
+            })
+            .unwrap_or_default()
+    }
+
+    pub fn begin<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        now_ms: u64,
+    ) -> Result<TransactionHandle, TwopcError> {
+        if let Some(open) = &self.open {
+            return Err(self.misuse(format!(
+                "transaction {} is still open; prepare or abort it before beginning another",
+                open.handle.transaction
+            )));
+        }
+        let transaction = TransactionId::compose(
+            &self.ctx.sink,
+            self.ctx.subtask,
+            self.attempt_nonce,
+            self.next_sequence,
+        );
+        self.next_sequence += 1;
+        let handle = TransactionHandle {
+            sink: self.ctx.sink.clone(),
+            transaction,
+            lineage: self.lineage,
+            run: self.ctx.run.clone(),
+            subtask: self.ctx.subtask,
+            parallelism: self.ctx.parallelism,
+            begun_at_ms: now_ms,
+            state: TransactionState::Open,
+        };
+        dest.begin(&handle)
+            .map_err(|source| TwopcError::Destination {
+                scope: self.ctx.scope(),
+                action: "beginning",
+                transaction: handle.transaction.clone(),
+                consequence: RESTART_HINT,
+                source,
+            })?;
+        log::debug!(
+            "{}: began transaction {}",
+            self.ctx.scope(),
+            handle.transaction
+        );
+        self.open = Some(OpenTransaction {
+            handle: handle.clone(),
+            records: 0,
+            bytes: 0,
+        });
+        Ok(handle)
+    }
+
+    /// Stages a batch into the open transaction `txn`.
+    pub fn write<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<OpenStats, TwopcError> {
+        let scope = self.ctx.scope();
+        let open = self.open_mut(txn)?;
+        if !batch.is_empty() {
+            dest.write(txn, batch)
+                .map_err(|source| TwopcError::Destination {
+                    scope,
+                    action: "writing to",
+                    transaction: txn.clone(),
+                    consequence: RESTART_HINT,
+                    source,
+                })?;
+            open.records += batch.len();
+            open.bytes += batch.payload_bytes();
+        }
+        Ok(OpenStats {
+            records: open.records,
+            bytes: open.bytes,
+        })
+    }
+
+    /// Prepares the open transaction `txn` for `checkpoint`: durable and
+    /// invisible. Returns the prepared handle, which the caller stores in
+    /// the checkpoint. On failure the transaction stays open so that it can
+    /// still be aborted.
+    pub fn prepare<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        txn: &TransactionId,
+        checkpoint: CheckpointId,
+        now_ms: u64,
+    ) -> Result<TransactionHandle, TwopcError> {
+        let scope = self.ctx.scope();
+        let open = self.open_mut(txn)?;
+        let mut handle = open.handle.clone();
+        handle.state = TransactionState::Prepared(PreparedInfo {
+            checkpoint,
+            records: open.records,
+            bytes: open.bytes,
+            prepared_at_ms: now_ms,
+        });
+        dest.prepare(&handle)
+            .map_err(|source| TwopcError::Destination {
+                scope,
+                action: "preparing",
+                transaction: txn.clone(),
+                consequence: "Checkpoint fails; the job will restart from the previous \
+                     completed checkpoint and replay these records.",
+                source,
+            })?;
+        self.open = None;
+        log::debug!(
+            "{}: prepared transaction {} for checkpoint {checkpoint} ({} records)",
+            self.ctx.scope(),
+            txn,
+            handle.prepared().map(|p| p.records).unwrap_or(0)
+        );
+        Ok(handle)
+    }
+
+    /// Forgets the open transaction after it was aborted.
+    pub fn forget(&mut self, txn: &TransactionId) {
+        if self.current() == Some(txn) {
+            self.open = None;
+        }
+    }
+
+    fn open_mut(&mut self, txn: &TransactionId) -> Result<&mut OpenTransaction, TwopcError> {
+        let message = match &self.open {
+            Some(open) if &open.handle.transaction == txn => None,
+            Some(open) => Some(format!(
+                "transaction {txn} is not the open transaction ({})",
+                open.handle.transaction
+            )),
+            None => Some(format!(
+                "transaction {txn} is not open (it was prepared, aborted or never begun)"
+            )),
+        };
+        match message {
+            Some(message) => Err(self.misuse(message)),
+            None => Ok(self.open.as_mut().expect("checked above")),
+        }
+    }
+
+    fn misuse(&self, message: String) -> TwopcError {
+        TwopcError::Protocol {
+            scope: self.ctx.scope(),
+            message,
+        }
+    }
+}
