@@ -191,13 +191,13 @@ pub(crate) mod tests {
     #[test]
     fn forged_fields_are_rejected() {
         let mut h = sample(true);
-        h.sink = SinkId("../../etc".into());
+        h.sink = SinkId::unchecked("../../etc");
         assert!(matches!(
             TransactionHandle::decode(&h.encode()),
             Err(HandleError::Invalid(_))
         ));
         let mut h = sample(true);
-        h.transaction = TransactionId("orders.1.x'; DROP TABLE t; --.1".into());
+        h.transaction = TransactionId::unchecked("orders.1.x'; DROP TABLE t; --.1");
         assert!(matches!(
             TransactionHandle::decode(&h.encode()),
             Err(HandleError::Invalid(_))

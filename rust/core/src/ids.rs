@@ -53,6 +53,12 @@ impl SinkId {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+
+    /// Bypasses validation, to forge bad state in tests.
+    #[cfg(test)]
+    pub(crate) fn unchecked(s: &str) -> Self {
+        SinkId(s.to_string())
+    }
 }
 
 impl fmt::Display for SinkId {
@@ -92,6 +98,21 @@ impl fmt::Display for RunId {
     Clone, Copy, Debug, Default, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize,
 )]
 pub struct LineageId(pub u64);
+
+impl LineageId {
+    /// The lineage a run begins when it starts without state. Every subtask
+    /// of the run must arrive at the same value without talking to the
+    /// others, so it is derived from the run id (FNV-1a), not drawn at random;
+    /// a failover restart keeps the job id and therefore the lineage.
+    pub fn of_fresh_run(run: &RunId) -> Self {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for b in run.as_str().bytes() {
+            h ^= b as u64;
+            h = h.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+        LineageId(h)
+    }
+}
 
 impl fmt::Display for LineageId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -137,6 +158,12 @@ impl TransactionId {
 
     pub fn as_str(&self) -> &str {
         &self.0
+    }
+
+    /// Bypasses validation, to forge bad state in tests.
+    #[cfg(test)]
+    pub(crate) fn unchecked(s: &str) -> Self {
+        TransactionId(s.to_string())
     }
 }
 

@@ -24,7 +24,7 @@ use crate::config::{FreshStartPolicy, RewindPolicy, SinkOptions, SubtaskContext}
 use crate::destination::{CommittedTransaction, Destination, StagedTransaction};
 use crate::error::{ConfigError, PreparedOnFreshStart, RewindDetected, TwopcError};
 use crate::handle::{HandleError, TransactionHandle};
-use crate::ids::{random_u64, CheckpointId, LineageId, TransactionId};
+use crate::ids::{CheckpointId, LineageId, TransactionId};
 
 /// What Flink restored: the checkpoint id, and every transaction handle in
 /// the restored state of all subtasks of this sink (union state), so that no
@@ -67,7 +67,7 @@ pub(crate) fn start<D: Destination>(
     };
 
     let Some(restore) = restored else {
-        let lineage = LineageId(random_u64());
+        let lineage = LineageId::of_fresh_run(&ctx.run);
         let staged = dest
             .staged()
             .map_err(scan_err("listing staged transactions at a fresh start"))?;

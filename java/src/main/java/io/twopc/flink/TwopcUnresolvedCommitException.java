@@ -1,0 +1,15 @@
+package io.twopc.flink;
+
+/** Fatal: a commit kept an unknown outcome after every retry. */
+public class TwopcUnresolvedCommitException extends TwopcException {
+    private static final long serialVersionUID = 1L;
+
+    public TwopcUnresolvedCommitException(String message) {
+        super(message);
+    }
+
+    @Override
+    public boolean isFatal() {
+        return true;
+    }
+}

@@ -1,0 +1,530 @@
+//! Unit tests of each protocol transition and outcome, driven through
+//! `SubtaskSink` against the in-memory destination.
+
+use std::cell::Cell;
+
+use twopc_core::committer::{AbortOutcome, CommitOutcome};
+use twopc_core::config::{
+    FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions, SubtaskContext,
+};
+use twopc_core::error::TwopcError;
+use twopc_core::ids::{RunId, SinkId};
+use twopc_core::memory::{Fault, MemoryStore, Operation};
+use twopc_core::records::push_record;
+use twopc_core::{Clock, Restore, SubtaskSink, TransactionHandle};
+
+/// A clock that only moves when told to, or when the protocol sleeps.
+#[derive(Default)]
+struct TestClock(Cell<u64>);
+impl Clock for TestClock {
+    fn now_ms(&self) -> u64 {
+        self.0.get()
+    }
+    fn sleep_ms(&self, ms: u64) {
+        self.0.set(self.0.get() + ms);
+    }
+}
+
+fn sink_id() -> SinkId {
+    SinkId::new("orders").unwrap()
+}
+
+fn ctx(run: &str, subtask: u32, parallelism: u32) -> SubtaskContext {
+    SubtaskContext::new(sink_id(), RunId::new(run).unwrap(), subtask, parallelism).unwrap()
+}
+
+fn options() -> SinkOptions {
+    SinkOptions {
+        commit_retry: RetryPolicy {
+            max_attempts: 3,
+            initial_backoff_ms: 10,
+            max_backoff_ms: 100,
+        },
+        ..SinkOptions::default()
+    }
+}
+
+type Sink<'a> = SubtaskSink<twopc_core::memory::MemoryDestination, &'a TestClock>;
+
+fn open<'a>(
+    store: &MemoryStore,
+    clock: &'a TestClock,
+    ctx: SubtaskContext,
+    options: SinkOptions,
+    restore: Option<&Restore>,
+    nonce: u64,
+) -> Result<Sink<'a>, TwopcError> {
+    SubtaskSink::open(
+        store.destination(&sink_id()),
+        clock,
+        ctx,
+        options,
+        restore,
+        Some(nonce),
+    )
+    .map(|(s, _)| s)
+}
+
+fn batch(records: &[&str]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for r in records {
+        push_record(&mut b, r.as_bytes());
+    }
+    b
+}
+
+/// Begins, writes `records` and prepares for `checkpoint`.
+fn prepared(sink: &mut Sink<'_>, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let h = sink.begin().unwrap();
+    sink.write(&h.transaction, &batch(records)).unwrap();
+    sink.prepare(&h.transaction, checkpoint).unwrap()
+}
+
+fn visible(store: &MemoryStore) -> Vec<String> {
+    let mut v: Vec<String> = store
+        .visible_records()
+        .into_iter()
+        .map(|r| String::from_utf8(r).unwrap())
+        .collect();
+    v.sort();
+    v
+}
+
+#[test]
+fn prepared_output_is_invisible_until_commit() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a", "b"], 1);
+    assert!(visible(&store).is_empty());
+    assert_eq!(h.prepared().unwrap().records, 2);
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(visible(&store), vec!["a", "b"]);
+    assert!(store.staged_ids().is_empty());
+}
+
+#[test]
+fn repeated_commit_succeeds_as_already_committed() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a"], 1);
+    sink.commit(&h).unwrap();
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(visible(&store), vec!["a"]);
+}
+
+#[test]
+fn lost_commit_response_is_retried_by_id() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a"], 1);
+    let mut first = true;
+    store.set_faults(move |op, _| {
+        if op == Operation::Commit && std::mem::take(&mut first) {
+            Fault::FailAfter
+        } else {
+            Fault::None
+        }
+    });
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(visible(&store), vec!["a"]);
+    assert!(clock.now_ms() >= 10, "the retry waited its backoff");
+}
+
+#[test]
+fn commit_still_unknown_after_retries_stops_the_job() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a"], 5);
+    store.set_faults(|op, _| {
+        if op == Operation::Commit {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    let err = sink.commit(&h).unwrap_err();
+    assert!(matches!(err, TwopcError::CommitUnresolved(_)), "{err}");
+    assert!(err.is_fatal());
+    let msg = err.to_string();
+    assert!(
+        msg.contains(h.transaction.as_str()) && msg.contains("checkpoint 5"),
+        "{msg}"
+    );
+    assert!(msg.contains("after 3 attempts"), "{msg}");
+    // Nothing was lost: the staged data is still there for the next attempt.
+    store.clear_faults();
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
+}
+
+#[test]
+fn transaction_lost_by_the_destination_is_fatal_and_named() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a", "b", "c"], 9);
+    assert!(store.expire_externally(&h.transaction));
+    let err = sink.commit(&h).unwrap_err();
+    let TwopcError::Lost(lost) = &err else {
+        panic!("expected LOST, got {err}")
+    };
+    assert_eq!(lost.checkpoint, 9);
+    assert_eq!(lost.records, 3);
+    let msg = err.to_string();
+    assert!(msg.contains(h.transaction.as_str()), "{msg}");
+    assert!(msg.contains("expired"), "{msg}");
+    assert!(msg.contains("Recovery plan"), "{msg}");
+    assert!(err.is_fatal());
+}
+
+#[test]
+fn empty_transaction_commits_as_a_no_op() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &[], 1);
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Empty);
+    assert!(store.staged_ids().is_empty());
+    assert!(store.committed().is_empty());
+}
+
+#[test]
+fn protocol_misuse_is_an_error_not_a_panic() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let open_h = sink.begin().unwrap();
+    assert!(matches!(sink.begin(), Err(TwopcError::Protocol { .. })));
+    assert!(matches!(
+        sink.commit(&open_h),
+        Err(TwopcError::Protocol { .. })
+    ));
+    let p = sink.prepare(&open_h.transaction, 1).unwrap();
+    assert!(matches!(
+        sink.write(&p.transaction, &batch(&["x"])),
+        Err(TwopcError::Protocol { .. })
+    ));
+    assert!(matches!(
+        sink.prepare(&p.transaction, 2),
+        Err(TwopcError::Protocol { .. })
+    ));
+    // A malformed batch is rejected whole.
+    let h = sink.begin().unwrap();
+    let mut bad = batch(&["ok"]);
+    bad.extend_from_slice(&[200, 0, 0, 0, b'x']);
+    assert!(matches!(
+        sink.write(&h.transaction, &bad),
+        Err(TwopcError::Batch { .. })
+    ));
+    assert_eq!(sink.open_stats().records, 0);
+}
+
+#[test]
+fn abort_is_repeatable_and_never_removes_committed_output() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let committed = prepared(&mut sink, &["kept"], 1);
+    sink.commit(&committed).unwrap();
+    let h = sink.begin().unwrap();
+    sink.write(&h.transaction, &batch(&["dropped"])).unwrap();
+    assert_eq!(sink.abort(&h).unwrap(), AbortOutcome::Aborted);
+    assert_eq!(sink.abort(&h).unwrap(), AbortOutcome::NothingStaged);
+    assert!(matches!(
+        sink.abort(&committed),
+        Err(TwopcError::Protocol { .. })
+    ));
+    assert_eq!(visible(&store), vec!["kept"]);
+}
+
+#[test]
+fn restore_aborts_lingering_transactions_only_in_its_own_partition() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    // Run 1, parallelism 4: each subtask prepares one transaction.
+    let mut handles = Vec::new();
+    for i in 0..4 {
+        let mut s = open(
+            &store,
+            &clock,
+            ctx("run1", i, 4),
+            options(),
+            None,
+            100 + i as u64,
+        )
+        .unwrap();
+        handles.push(prepared(&mut s, &[&format!("r{i}")], 3));
+    }
+    // Checkpoint 3 knows subtasks 0 and 1 only (2 and 3 are lingering).
+    let restore = Restore {
+        checkpoint: 3,
+        known: handles[..2].to_vec(),
+    };
+    // Rescaled to 2: subtask 0 owns old 0 and 2, subtask 1 owns old 1 and 3.
+    let mut s0 = open(
+        &store,
+        &clock,
+        ctx("run1", 0, 2),
+        options(),
+        Some(&restore),
+        7,
+    )
+    .unwrap();
+    let left: Vec<_> = store.staged_ids();
+    assert!(
+        !left.contains(&handles[2].transaction),
+        "old subtask 2 aborted by new 0"
+    );
+    assert!(
+        left.contains(&handles[3].transaction),
+        "old subtask 3 is not subtask 0's"
+    );
+    assert!(left.contains(&handles[0].transaction) && left.contains(&handles[1].transaction));
+    let mut s1 = open(
+        &store,
+        &clock,
+        ctx("run1", 1, 2),
+        options(),
+        Some(&restore),
+        8,
+    )
+    .unwrap();
+    assert_eq!(store.staged_ids().len(), 2);
+    // Recovery commits the known ones, wherever they were redistributed.
+    s0.commit(&handles[1]).unwrap();
+    s1.commit(&handles[0]).unwrap();
+    assert_eq!(visible(&store), vec!["r0", "r1"]);
+}
+
+#[test]
+fn rewind_is_detected_or_replaced_as_configured() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let c1 = prepared(&mut s, &["one"], 1);
+    s.commit(&c1).unwrap();
+    let c2 = prepared(&mut s, &["two"], 2);
+    s.commit(&c2).unwrap();
+    let open_at_1 = s.begin().unwrap();
+    // A savepoint taken at checkpoint 1 knows c1 (pending) and an open txn.
+    let savepoint = Restore {
+        checkpoint: 1,
+        known: vec![c1.clone(), open_at_1],
+    };
+    let err = open(
+        &store,
+        &clock,
+        ctx("run2", 0, 1),
+        options(),
+        Some(&savepoint),
+        2,
+    )
+    .err()
+    .unwrap();
+    let TwopcError::Rewind(r) = &err else {
+        panic!("expected rewind, got {err}")
+    };
+    assert_eq!(r.committed_after, vec![(c2.transaction.clone(), 2)]);
+    assert!(err.is_fatal());
+    assert_eq!(
+        visible(&store),
+        vec!["one", "two"],
+        "detection changes nothing"
+    );
+
+    let replace = SinkOptions {
+        rewind: RewindPolicy::ReplaceRange,
+        ..options()
+    };
+    let mut s2 = open(
+        &store,
+        &clock,
+        ctx("run2", 0, 1),
+        replace,
+        Some(&savepoint),
+        3,
+    )
+    .unwrap();
+    assert_eq!(
+        visible(&store),
+        vec!["one"],
+        "output after checkpoint 1 retracted"
+    );
+    assert_eq!(s2.commit(&c1).unwrap(), CommitOutcome::AlreadyCommitted);
+    let again = prepared(&mut s2, &["two"], 2);
+    s2.commit(&again).unwrap();
+    assert_eq!(visible(&store), vec!["one", "two"]);
+}
+
+#[test]
+fn checkpoint_ids_of_another_lineage_do_not_count_as_rewind() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    // An earlier, unrelated run committed checkpoint 50.
+    let mut old = open(&store, &clock, ctx("old", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut old, &["old"], 50);
+    old.commit(&h).unwrap();
+    // A new run (new lineage) restores from its own checkpoint 2.
+    let mut fresh = open(&store, &clock, ctx("new", 0, 1), options(), None, 2).unwrap();
+    let mine = prepared(&mut fresh, &["new"], 2);
+    let restore = Restore {
+        checkpoint: 2,
+        known: vec![mine.clone()],
+    };
+    let mut restored = open(
+        &store,
+        &clock,
+        ctx("new", 0, 1),
+        options(),
+        Some(&restore),
+        3,
+    )
+    .unwrap();
+    restored.commit(&mine).unwrap();
+    assert_eq!(visible(&store), vec!["new", "old"]);
+}
+
+#[test]
+fn fresh_start_never_aborts_prepared_transactions_of_another_run_silently() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut old = open(&store, &clock, ctx("run1", 0, 2), options(), None, 1).unwrap();
+    let p = prepared(&mut old, &["a"], 4);
+    let o = old.begin().unwrap();
+    old.write(&o.transaction, &batch(&["b"])).unwrap();
+
+    let err = open(&store, &clock, ctx("run2", 1, 2), options(), None, 2)
+        .err()
+        .unwrap();
+    let TwopcError::PreparedOnFreshStart(f) = &err else {
+        panic!("expected fresh-start error, got {err}")
+    };
+    assert_eq!(f.prepared, vec![(p.transaction.clone(), 4)]);
+    assert!(err.to_string().contains("ABORT_PREPARED"));
+    assert_eq!(store.staged_ids().len(), 2, "nothing removed");
+
+    let abort = SinkOptions {
+        fresh_start: FreshStartPolicy::AbortPrepared,
+        ..options()
+    };
+    open(&store, &clock, ctx("run2", 0, 2), abort, None, 3).unwrap();
+    assert!(store.staged_ids().is_empty());
+}
+
+#[test]
+fn fresh_start_of_the_same_run_aborts_its_own_earlier_attempt() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut first = open(&store, &clock, ctx("job", 0, 1), options(), None, 1).unwrap();
+    prepared(&mut first, &["a"], 1);
+    // Failover before checkpoint 1 completed: Flink restarts without state.
+    open(&store, &clock, ctx("job", 0, 1), options(), None, 2).unwrap();
+    assert!(store.staged_ids().is_empty());
+}
+
+#[test]
+fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let opts = SinkOptions {
+        retention_ms: 1_000,
+        expiry_scan_interval_ms: 0,
+        ..options()
+    };
+    let mut old = open(&store, &clock, ctx("run1", 0, 1), opts.clone(), None, 1).unwrap();
+    let leftover = prepared(&mut old, &["x"], 1);
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![leftover.clone()],
+    };
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), opts, Some(&restore), 2).unwrap();
+    let pending = prepared(&mut s, &["y"], 2);
+    clock.0.set(10_000);
+    store.set_now(10_000);
+    let expired = s.expire_if_due().unwrap();
+    assert!(
+        expired.is_empty(),
+        "known and pending transactions are kept: {expired:?}"
+    );
+    s.commit(&leftover).unwrap();
+    s.commit(&pending).unwrap();
+
+    // A leftover nobody knows is expired, and its later commit says so.
+    let mut other = open(
+        &store,
+        &clock,
+        ctx("run1", 0, 1),
+        SinkOptions {
+            retention_ms: 1_000,
+            expiry_scan_interval_ms: 0,
+            ..options()
+        },
+        Some(&Restore {
+            checkpoint: 2,
+            known: vec![pending.clone()],
+        }),
+        3,
+    )
+    .unwrap();
+    let stale = prepared(&mut other, &["z"], 3);
+    drop(other);
+    clock.0.set(20_000);
+    let restore = Restore {
+        checkpoint: 2,
+        known: vec![pending],
+    };
+    let mut later = open(
+        &store,
+        &clock,
+        ctx("run1", 0, 1),
+        SinkOptions {
+            retention_ms: 1_000,
+            expiry_scan_interval_ms: 0,
+            ..options()
+        },
+        Some(&restore),
+        4,
+    )
+    .unwrap();
+    assert!(
+        store.staged_ids().is_empty(),
+        "lingering stale transaction removed"
+    );
+    let err = later.commit(&stale).unwrap_err();
+    assert!(matches!(err, TwopcError::Lost(_)));
+}
+
+#[test]
+fn restoring_state_of_another_sink_is_a_config_error() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let other = SinkId::new("payments").unwrap();
+    let mut s = SubtaskSink::open(
+        store.destination(&other),
+        &clock,
+        SubtaskContext::new(other, RunId::new("r").unwrap(), 0, 1).unwrap(),
+        options(),
+        None,
+        Some(1),
+    )
+    .unwrap()
+    .0;
+    let h = s.begin().unwrap();
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![h],
+    };
+    let err = open(&store, &clock, ctx("r", 0, 1), options(), Some(&restore), 2)
+        .err()
+        .unwrap();
+    assert!(matches!(err, TwopcError::Config(_)), "{err}");
+    assert!(err.to_string().contains("payments"));
+}
+
+#[test]
+fn write_failures_are_retryable_and_lose_nothing_committed() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let c = prepared(&mut s, &["a"], 1);
+    s.commit(&c).unwrap();
+    let h = s.begin().unwrap();
+    store.set_faults(|op, _| {
+        if op == Operation::Write {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    let err = s.write(&h.transaction, &batch(&["b"])).unwrap_err();
+    assert!(!err.is_fatal());
+    assert!(err.to_string().contains(h.transaction.as_str()));
+    assert_eq!(visible(&store), vec!["a"]);
+}

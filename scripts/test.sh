@@ -1,0 +1,24 @@
+#!/usr/bin/env bash
+# Runs every test: Rust formatting and lints, the Rust core's unit tests,
+# golden vectors, the crash simulation and the SIGKILL test, then the Java
+# tests (JNI bridge and Flink MiniCluster integration tests).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+ensure_rust
+ensure_java
+ensure_gradle
+
+say "cargo fmt --check"
+cargo fmt --all -- --check
+say "cargo clippy"
+cargo clippy --workspace --all-targets --locked -- -D warnings
+say "cargo test"
+cargo test --workspace --locked
+
+# The integration tests inject faults through the core's fail points, so
+# they run against a library built with the test-only feature, kept in its
+# own target directory (the jar built by `gradle jar` never has it).
+say "gradle test (Java and Flink MiniCluster tests)"
+CARGO_TARGET_DIR="$PWD/target/failpoints" TWOPC_CARGO_FEATURES=failpoints \
+    gradle --no-daemon test
