@@ -187,10 +187,11 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         Ok(outcome)
     }
 
-    /// Aborts a transaction: the current one at close, or a restored open
-    /// one. A prepared transaction is aborted only through recovery rules,
-    /// never from here, so that output of a completed checkpoint cannot be
-    /// thrown away by a misrouted call.
+    /// Aborts a transaction: the current one at close, or the open one of a
+    /// restored checkpoint. (Flink can also hand over a just-prepared one when
+    /// beginning the next transaction failed; that checkpoint then fails, so
+    /// aborting it is right.) A destination never removes committed output
+    /// on abort.
     pub fn abort(&mut self, handle: &TransactionHandle) -> Result<AbortOutcome, TwopcError> {
         if handle.sink != self.ctx.sink {
             return Err(TwopcError::Protocol {

@@ -96,7 +96,8 @@ fn staged_data_is_hidden_and_commit_publishes_one_file() {
     assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
     assert!(d.staged().unwrap().is_empty());
     assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
-    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::WasCommitted);
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
+    assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
 }
 
 #[test]
