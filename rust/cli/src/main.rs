@@ -1,1 +1,287 @@
-fn main() {}
+//! `twopc`: command-line tools for output directories of the twopc
+//! filesystem destination.
+//!
+//! Exit codes: 0 nothing needs attention, 1 something needs attention,
+//! 2 usage or I/O error.
+
+mod inspect;
+mod render;
+mod timefmt;
+
+use std::ffi::OsString;
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use twopc_core::{Clock, SinkOptions, SystemClock};
+
+use crate::inspect::{InspectOptions, Report};
+
+const EXIT_OK: u8 = 0;
+const EXIT_ATTENTION: u8 = 1;
+const EXIT_USAGE: u8 = 2;
+
+const USAGE: &str = "\
+twopc: tools for output directories of the twopc exactly-once Flink sink
+
+Usage:
+  twopc inspect <output-dir> [--json] [--retention-ms N] [--run RUN] [--part-prefix P]
+  twopc help [inspect]
+  twopc --version
+
+Commands:
+  inspect   Show committed and staged transactions of every sink in an output
+            directory, and what needs an operator. Changes nothing.
+
+Exit codes: 0 nothing needs attention, 1 something needs attention,
+2 usage or I/O error. Set RUST_LOG=debug for diagnostics on stderr.
+";
+
+fn inspect_usage() -> String {
+    format!(
+        "\
+Usage: twopc inspect <output-dir> [options]
+
+Lists, for every sink under <output-dir>/_twopc/: committed transactions,
+staged transactions (prepared or open, their age and retention), expired
+tombstones and problems, plus visible part files that no commit record
+references. Nothing is changed on disk.
+
+Options:
+  --json              Print one JSON document to stdout instead of tables.
+  --retention-ms N    Staged-transaction retention to judge ages against
+                      (default {} ms, the sink's default; pass the value the
+                      job is configured with).
+  --run RUN           The run (Flink job id) prepared transactions are judged
+                      against; prepared transactions of any other run are
+                      flagged. Default: the run with the latest activity in
+                      each sink.
+  --part-prefix P     Prefix of visible output files (default \"part\").
+  -h, --help          Show this help.
+
+Needs attention (exit code 1): any problem the scan found, any prepared
+transaction (each with the reason and what to do), any staged transaction past
+retention, any visible part file no commit record references, and committed
+files changed after their commit. Progress of long scans goes to stderr.
+",
+        SinkOptions::default().retention_ms
+    )
+}
+
+fn main() -> ExitCode {
+    env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
+    let args: Vec<OsString> = std::env::args_os().skip(1).collect();
+    ExitCode::from(run(args))
+}
+
+fn run(args: Vec<OsString>) -> u8 {
+    let mut args = args.into_iter();
+    let Some(command) = args.next() else {
+        eprint!("{USAGE}");
+        return EXIT_USAGE;
+    };
+    match command.to_str() {
+        Some("-h" | "--help") => print_out(USAGE, EXIT_OK),
+        Some("help") => match args.next().as_ref().and_then(|a| a.to_str()) {
+            None => print_out(USAGE, EXIT_OK),
+            Some("inspect") => print_out(&inspect_usage(), EXIT_OK),
+            Some(other) => usage_error(&format!("no help for unknown command '{other}'")),
+        },
+        Some("-V" | "--version") => {
+            print_out(&format!("twopc {}\n", env!("CARGO_PKG_VERSION")), EXIT_OK)
+        }
+        Some("inspect") => match parse_inspect(args) {
+            Ok(Parsed::Help) => print_out(&inspect_usage(), EXIT_OK),
+            Ok(Parsed::Run(opts, json)) => run_inspect(&opts, json),
+            Err(msg) => {
+                eprintln!("twopc inspect: {msg}\nRun 'twopc inspect --help' for usage.");
+                EXIT_USAGE
+            }
+        },
+        _ => usage_error(&format!("unknown command '{}'", command.to_string_lossy())),
+    }
+}
+
+fn usage_error(msg: &str) -> u8 {
+    eprintln!("twopc: {msg}\nRun 'twopc --help' for usage.");
+    EXIT_USAGE
+}
+
+/// Writes to stdout; a closed pipe (`| head`) is not an error.
+fn print_out(s: &str, code: u8) -> u8 {
+    let mut out = io::stdout().lock();
+    match out.write_all(s.as_bytes()).and_then(|_| out.flush()) {
+        Ok(()) => code,
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => code,
+        Err(e) => {
+            eprintln!("twopc: cannot write to stdout: {e}");
+            EXIT_USAGE
+        }
+    }
+}
+
+enum Parsed {
+    Help,
+    Run(InspectOptions, bool),
+}
+
+fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String> {
+    let mut output: Option<PathBuf> = None;
+    let mut json = false;
+    let mut retention_ms = SinkOptions::default().retention_ms;
+    let mut run: Option<String> = None;
+    let mut part_prefix = "part".to_string();
+    let mut args = args.peekable();
+    let mut only_positional = false;
+
+    while let Some(arg) = args.next() {
+        let text = arg.to_str();
+        if only_positional || !text.is_some_and(|t| t.starts_with('-') && t.len() > 1) {
+            if output.is_some() {
+                return Err(format!(
+                    "unexpected argument '{}': give exactly one output directory",
+                    arg.to_string_lossy()
+                ));
+            }
+            output = Some(PathBuf::from(arg));
+            continue;
+        }
+        let text = text.expect("checked above");
+        let (flag, inline) = match text.split_once('=') {
+            Some((f, v)) if f.starts_with("--") => (f, Some(v.to_string())),
+            _ => (text, None),
+        };
+        let mut value = |name: &str| -> Result<String, String> {
+            if let Some(v) = inline.clone() {
+                return Ok(v);
+            }
+            match args.next() {
+                Some(v) => v
+                    .into_string()
+                    .map_err(|v| format!("{name} value {v:?} is not valid UTF-8")),
+                None => Err(format!("{name} needs a value")),
+            }
+        };
+        match flag {
+            "--" => only_positional = true,
+            "-h" | "--help" => return Ok(Parsed::Help),
+            "--json" => json = true,
+            "--retention-ms" => {
+                let v = value("--retention-ms")?;
+                retention_ms = v.trim().parse().map_err(|_| {
+                    format!(
+                        "--retention-ms takes a whole number of milliseconds, not {v:?} (e.g. \
+                         --retention-ms 604800000 for 7 days)"
+                    )
+                })?;
+            }
+            "--run" => {
+                let v = value("--run")?;
+                twopc_core::RunId::new(v.as_str()).map_err(|e| format!("--run: {e}"))?;
+                run = Some(v);
+            }
+            "--part-prefix" => {
+                let v = value("--part-prefix")?;
+                twopc_core::ids::validate_token("part prefix", &v, 32)
+                    .map_err(|e| format!("--part-prefix: {e}"))?;
+                part_prefix = v;
+            }
+            other => return Err(format!("unknown option '{other}'")),
+        }
+    }
+    let output = output.ok_or("missing <output-dir>: give the sink's output directory")?;
+    Ok(Parsed::Run(
+        InspectOptions {
+            output,
+            retention_ms,
+            run,
+            part_prefix,
+            now_ms: SystemClock.now_ms(),
+        },
+        json,
+    ))
+}
+
+fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
+    let report: Report = match inspect::inspect(opts) {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("twopc inspect: {e}");
+            return EXIT_USAGE;
+        }
+    };
+    log::debug!(
+        "inspected {}: {} sinks, {} findings need attention",
+        report.output_dir,
+        report.sinks.len(),
+        report.attention.len()
+    );
+    let code = if report.needs_attention {
+        EXIT_ATTENTION
+    } else {
+        EXIT_OK
+    };
+    let body = if json {
+        match serde_json::to_string_pretty(&report) {
+            Ok(mut s) => {
+                s.push('\n');
+                s
+            }
+            Err(e) => {
+                eprintln!("twopc inspect: cannot encode the report as JSON: {e}");
+                return EXIT_USAGE;
+            }
+        }
+    } else {
+        render::text(&report)
+    };
+    print_out(&body, code)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Parsed, String> {
+        parse_inspect(
+            args.iter()
+                .map(OsString::from)
+                .collect::<Vec<_>>()
+                .into_iter(),
+        )
+    }
+
+    #[test]
+    fn parses_inspect_arguments() {
+        let Ok(Parsed::Run(o, json)) = parse(&["out", "--json", "--retention-ms=5", "--run", "r1"])
+        else {
+            panic!("did not parse");
+        };
+        assert!(json);
+        assert_eq!(o.output, PathBuf::from("out"));
+        assert_eq!(o.retention_ms, 5);
+        assert_eq!(o.run.as_deref(), Some("r1"));
+        assert!(matches!(parse(&["--help"]), Ok(Parsed::Help)));
+        let Ok(Parsed::Run(o, _)) = parse(&["--", "-dir"]) else {
+            panic!("did not parse");
+        };
+        assert_eq!(o.output, PathBuf::from("-dir"));
+    }
+
+    #[test]
+    fn rejects_bad_arguments() {
+        for (args, needle) in [
+            (&[][..], "missing <output-dir>"),
+            (&["a", "b"][..], "exactly one output directory"),
+            (&["a", "--retention-ms", "x"][..], "whole number"),
+            (&["a", "--retention-ms"][..], "needs a value"),
+            (&["a", "--bogus"][..], "unknown option '--bogus'"),
+            (&["a", "--run", "a/b"][..], "--run"),
+        ] {
+            match parse(args) {
+                Err(e) => assert!(e.contains(needle), "{args:?}: {e}"),
+                Ok(_) => panic!("{args:?} parsed"),
+            }
+        }
+    }
+}

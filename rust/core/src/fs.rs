@@ -151,6 +151,10 @@ impl Layout {
         let dir = output.join(CONTROL_DIR);
         let mut sinks = Vec::new();
         for name in list_names(&dir)? {
+            // Only directories are sinks; a stray file is not ours to read.
+            if !dir.join(&name).is_dir() {
+                continue;
+            }
             if let Ok(s) = SinkId::new(name) {
                 sinks.push(s);
             }
@@ -248,7 +252,8 @@ impl Layout {
         let mut staged = Vec::new();
         let mut foreign = Vec::new();
         for name in list_names(&self.staging)? {
-            let Some(parsed) = TransactionId::parse(&name).filter(|p| p.sink == self.sink) else {
+            let parsed = TransactionId::parse(&name).filter(|p| p.sink == self.sink);
+            let Some(parsed) = parsed.filter(|_| self.staging.join(&name).is_dir()) else {
                 foreign.push(name);
                 continue;
             };
@@ -309,6 +314,7 @@ impl FsDestination {
         })?;
         let layout = Layout::new(&options.output_dir, sink);
         layout.ensure()?;
+        remove_stale_scratch(&layout.tmp)?;
         Ok(FsDestination {
             layout,
             options,
@@ -727,6 +733,36 @@ fn rename_durably(from: &Path, to: &Path) -> Result<(), DestinationError> {
     fs::rename(from, to).map_err(|e| DestinationError::io("publishing", to, e))?;
     if let Some(parent) = to.parent() {
         sync_dir(parent)?;
+    }
+    Ok(())
+}
+
+/// Scratch files older than this were left by a writer that died during an
+/// atomic write; younger ones may belong to another subtask writing now.
+const STALE_SCRATCH_MS: u64 = 3600 * 1000;
+
+/// Removes scratch files that interrupted atomic writes left behind.
+fn remove_stale_scratch(tmp: &Path) -> Result<(), DestinationError> {
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0);
+    for name in list_names(tmp)? {
+        if !name.ends_with(".tmp") {
+            continue;
+        }
+        let path = tmp.join(&name);
+        // A file that vanished meanwhile was cleaned by another subtask.
+        let Ok(modified) = modified_ms(&path) else {
+            continue;
+        };
+        if now.saturating_sub(modified) > STALE_SCRATCH_MS {
+            match fs::remove_file(&path) {
+                Ok(()) => log::debug!("removed stale scratch file {}", path.display()),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(DestinationError::io("removing", &path, e)),
+            }
+        }
     }
     Ok(())
 }

@@ -227,7 +227,21 @@ fn damaged_control_files_give_clear_errors() {
         err.message.contains("prepared") && err.message.contains("twopc inspect"),
         "{err}"
     );
-    // Foreign names in the staging area are ignored, not parsed as ours.
+    // Foreign names in the staging area are ignored, not parsed as ours,
+    // even a file that is named like a transaction.
+    fs::write(
+        d.layout()
+            .staging
+            .join(format!("{}", TransactionId::compose(&sink(), 0, 1, 1))),
+        b"x",
+    )
+    .unwrap();
+    fs::write(t.0.join("_twopc").join("stray-file"), b"x").unwrap();
+    assert_eq!(
+        twopc_core::fs::Layout::sinks_in(&t.0).unwrap(),
+        vec![sink()],
+        "a file under _twopc is not a sink"
+    );
     fs::write(d.layout().staging.join("notes.txt"), b"hi").unwrap();
     fs::write(&marker, b"garbage").unwrap();
     fs::remove_dir_all(d.layout().staging_dir(&h.transaction)).unwrap();

@@ -1,0 +1,643 @@
+//! `twopc inspect`: reads an output directory of the filesystem destination
+//! and says what is committed, what is staged, and what needs an operator.
+//!
+//! Nothing is changed on disk. The analysis is kept apart from rendering so
+//! that the text and the JSON output report the same findings.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+use serde::Serialize;
+use twopc_core::fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
+use twopc_core::ids::TransactionId;
+
+use crate::timefmt::duration;
+
+/// Progress lines go to stderr every this many items.
+const PROGRESS_EVERY: u64 = 1000;
+
+pub struct InspectOptions {
+    pub output: PathBuf,
+    pub retention_ms: u64,
+    /// The run (Flink job id) to judge prepared transactions against; when
+    /// absent, the run with the latest activity in each sink.
+    pub run: Option<String>,
+    pub part_prefix: String,
+    pub now_ms: u64,
+}
+
+/// Why the directory could not be inspected at all (exit code 2).
+#[derive(Debug)]
+pub struct InspectError(pub String);
+
+impl std::fmt::Display for InspectError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+/// The whole result. Field names are part of the `--json` interface.
+#[derive(Debug, Serialize)]
+pub struct Report {
+    pub output_dir: String,
+    pub scanned_at_ms: u64,
+    pub retention_ms: u64,
+    pub needs_attention: bool,
+    pub sinks: Vec<SinkReport>,
+    /// Visible part files that no commit record of any sink references.
+    pub unreferenced_files: Vec<VisibleFile>,
+    /// Things that need an operator; exit code 1 when not empty.
+    pub attention: Vec<Finding>,
+    /// Worth knowing, harmless.
+    pub notes: Vec<Finding>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct SinkReport {
+    pub sink: String,
+    /// The run prepared transactions are judged against (see `--run`).
+    pub reference_run: Option<String>,
+    pub committed: Vec<CommittedEntry>,
+    pub staged: Vec<StagedEntry>,
+    pub expired: Vec<ExpiredEntry>,
+    /// Verbatim from the core's inventory.
+    pub problems: Vec<String>,
+    /// Leftovers of interrupted atomic writes in the sink's tmp directory.
+    pub scratch_files: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct CommittedEntry {
+    pub transaction: String,
+    pub lineage: String,
+    pub checkpoint: u64,
+    pub subtask: u32,
+    pub run: String,
+    pub file: Option<String>,
+    pub file_present: bool,
+    pub records: u64,
+    pub bytes: u64,
+    pub committed_at_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct StagedEntry {
+    pub transaction: String,
+    pub subtask: u32,
+    /// "prepared" or "open".
+    pub state: &'static str,
+    pub checkpoint: Option<u64>,
+    pub run: Option<String>,
+    pub lineage: Option<String>,
+    pub records: Option<u64>,
+    pub last_activity_ms: u64,
+    pub age_ms: u64,
+    pub within_retention: bool,
+    /// A commit record exists: a commit was decided and not finished.
+    pub commit_decided: bool,
+}
+
+#[derive(Debug, Serialize)]
+pub struct ExpiredEntry {
+    pub transaction: String,
+    pub expired_at_ms: u64,
+}
+
+#[derive(Debug, Serialize)]
+pub struct VisibleFile {
+    pub file: String,
+    pub bytes: u64,
+}
+
+#[derive(Clone, Debug, Serialize)]
+pub struct Finding {
+    /// Stable, machine-readable: `problem`, `commit-unfinished`,
+    /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
+    /// `open-past-retention`, `output-changed`, `unreferenced-file`,
+    /// `scratch-files`, `unknown-entry`.
+    pub kind: &'static str,
+    pub sink: Option<String>,
+    pub transaction: Option<String>,
+    pub file: Option<String>,
+    pub message: String,
+}
+
+impl Finding {
+    fn new(kind: &'static str, sink: Option<&str>, message: String) -> Self {
+        Finding {
+            kind,
+            sink: sink.map(str::to_string),
+            transaction: None,
+            file: None,
+            message,
+        }
+    }
+    fn txn(mut self, t: &str) -> Self {
+        self.transaction = Some(t.to_string());
+        self
+    }
+    fn file(mut self, f: &str) -> Self {
+        self.file = Some(f.to_string());
+        self
+    }
+}
+
+/// Counts items of a long scan and reports every [`PROGRESS_EVERY`].
+struct Progress {
+    what: String,
+    count: u64,
+}
+
+impl Progress {
+    fn new(what: impl Into<String>) -> Self {
+        Progress {
+            what: what.into(),
+            count: 0,
+        }
+    }
+    fn tick(&mut self) {
+        self.count += 1;
+        if self.count % PROGRESS_EVERY == 0 {
+            eprintln!("twopc inspect: {}: {} so far", self.what, self.count);
+        }
+    }
+}
+
+pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
+    let out = &opts.output;
+    match fs::metadata(out) {
+        Ok(m) if m.is_dir() => {}
+        Ok(_) => {
+            return Err(InspectError(format!(
+                "{} is not a directory; pass the output directory the sink writes to",
+                out.display()
+            )))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => {
+            return Err(InspectError(format!(
+                "output directory {} does not exist; pass the directory the sink writes to",
+                out.display()
+            )))
+        }
+        Err(e) => {
+            return Err(InspectError(format!(
+                "cannot read {}: {e}; check the path and its permissions",
+                out.display()
+            )))
+        }
+    }
+    let control = out.join(CONTROL_DIR);
+    if !control.is_dir() {
+        return Err(InspectError(format!(
+            "{} has no {CONTROL_DIR} directory, so no twopc sink has used it: pass the output \
+             directory configured for the sink (the one that holds {CONTROL_DIR}/)",
+            out.display()
+        )));
+    }
+
+    let mut notes = Vec::new();
+    let control_entries = list_dir(&control)?;
+    for (name, is_dir) in &control_entries {
+        let valid = twopc_core::ids::SinkId::new(name.as_str()).is_ok();
+        if !valid || !is_dir {
+            notes.push(
+                Finding::new(
+                    "unknown-entry",
+                    None,
+                    format!(
+                        "{} is not a sink directory (sink ids are directories named with \
+                         letters, digits, '_' and '-'); twopc ignores it",
+                        control.join(name).display()
+                    ),
+                )
+                .file(&control.join(name).display().to_string()),
+            );
+        }
+    }
+    for (name, is_dir) in &control_entries {
+        let committed = control.join(name).join("committed");
+        if *is_dir {
+            if let Ok(n) = fs::read_dir(&committed).map(|d| d.count()) {
+                if n as u64 >= PROGRESS_EVERY {
+                    eprintln!("twopc inspect: reading {n} commit records of sink '{name}'...");
+                }
+            }
+        }
+    }
+
+    let inventories = inventory(out).map_err(|e| {
+        let stray: Vec<String> = control_entries
+            .iter()
+            .filter(|(n, d)| !d && twopc_core::ids::SinkId::new(n.as_str()).is_ok())
+            .map(|(n, _)| control.join(n).display().to_string())
+            .collect();
+        if stray.is_empty() {
+            InspectError(format!(
+                "cannot read the twopc state in {}: {e}",
+                control.display()
+            ))
+        } else {
+            InspectError(format!(
+                "cannot read the twopc state in {}: {e}. {} is named like a sink but is not a \
+                 directory; move it out of {CONTROL_DIR} and run inspect again",
+                control.display(),
+                stray.join(", ")
+            ))
+        }
+    })?;
+
+    let mut attention = Vec::new();
+    let mut referenced = BTreeSet::new();
+    let mut sinks = Vec::new();
+    for inv in &inventories {
+        let (report, mut att, mut nts) = analyse_sink(opts, inv)?;
+        for c in &inv.committed {
+            if let Some(f) = &c.file {
+                referenced.insert(f.clone());
+            }
+        }
+        attention.append(&mut att);
+        notes.append(&mut nts);
+        sinks.push(report);
+    }
+
+    let unreferenced = unreferenced_files(opts, &referenced)?;
+    for u in &unreferenced {
+        let mut message = format!(
+            "{} ({} bytes) is visible output that no commit record references: it was written \
+             outside twopc, or its commit record was removed. Readers take it as output; remove \
+             it or move it out of {} if it is not wanted",
+            u.file,
+            u.bytes,
+            out.display()
+        );
+        if let Some(t) = txn_in_part_name(&u.file, &opts.part_prefix) {
+            message.push_str(&format!(
+                ". Its name is that of transaction {t} of sink '{}'",
+                t.split('.').next().unwrap_or_default()
+            ));
+        }
+        attention.push(Finding::new("unreferenced-file", None, message).file(&u.file));
+    }
+
+    Ok(Report {
+        output_dir: out.display().to_string(),
+        scanned_at_ms: opts.now_ms,
+        retention_ms: opts.retention_ms,
+        needs_attention: !attention.is_empty(),
+        sinks,
+        unreferenced_files: unreferenced,
+        attention,
+        notes,
+    })
+}
+
+type SinkAnalysis = (SinkReport, Vec<Finding>, Vec<Finding>);
+
+fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalysis, InspectError> {
+    let out = &opts.output;
+    let sink = inv.sink.as_str();
+    let layout = Layout::new(out, &inv.sink);
+    let mut attention = Vec::new();
+    let mut notes = Vec::new();
+
+    // Committed transactions, with a size check of every visible file.
+    let mut progress = Progress::new(format!("checked committed files of sink '{sink}'"));
+    let mut committed = Vec::with_capacity(inv.committed.len());
+    for c in &inv.committed {
+        progress.tick();
+        let h = &c.handle;
+        let present = match &c.file {
+            Some(f) => match fs::metadata(out.join(f)) {
+                Ok(m) => {
+                    if m.len() != c.data_len {
+                        attention.push(
+                            Finding::new(
+                                "output-changed",
+                                Some(sink),
+                                format!(
+                                    "{f} of committed transaction {} has {} bytes but {} were \
+                                     committed: it was modified or truncated after the commit. \
+                                     Readers see the changed file; restore it from a backup or \
+                                     re-run the range",
+                                    h.transaction,
+                                    m.len(),
+                                    c.data_len
+                                ),
+                            )
+                            .txn(h.transaction.as_str())
+                            .file(f),
+                        );
+                    }
+                    true
+                }
+                Err(_) => false,
+            },
+            None => false,
+        };
+        committed.push(CommittedEntry {
+            transaction: h.transaction.to_string(),
+            lineage: h.lineage.to_string(),
+            checkpoint: h.checkpoint().unwrap_or_default(),
+            subtask: h.subtask,
+            run: h.run.to_string(),
+            file: c.file.clone(),
+            file_present: present,
+            records: h.prepared().map(|p| p.records).unwrap_or(0),
+            bytes: c.data_len,
+            committed_at_ms: c.committed_at_ms,
+        });
+    }
+    committed.sort_by(|a, b| {
+        (&a.lineage, a.checkpoint, a.subtask, &a.transaction).cmp(&(
+            &b.lineage,
+            b.checkpoint,
+            b.subtask,
+            &b.transaction,
+        ))
+    });
+    let decided: BTreeMap<&str, &twopc_core::fs::CommitRecord> = inv
+        .committed
+        .iter()
+        .map(|c| (c.handle.transaction.as_str(), c))
+        .collect();
+
+    // The run prepared transactions are judged against.
+    let reference_run = opts.run.clone().or_else(|| {
+        inv.committed
+            .iter()
+            .map(|c| &c.handle)
+            .chain(inv.staged.iter().filter_map(|s| s.prepared.as_ref()))
+            .max_by_key(|h| h.begun_at_ms)
+            .map(|h| h.run.to_string())
+    });
+
+    // Staged transactions.
+    let mut unfinished = BTreeSet::new();
+    let mut staged = Vec::with_capacity(inv.staged.len());
+    for s in &inv.staged {
+        let txn = s.transaction.as_str();
+        let age_ms = opts.now_ms.saturating_sub(s.last_activity_ms);
+        // Same rule as the core's expiry scan: expired once
+        // last activity + retention <= now.
+        let within = s.last_activity_ms.saturating_add(opts.retention_ms) > opts.now_ms;
+        let record = decided.get(txn);
+        let h = s.prepared.as_ref();
+        let entry = StagedEntry {
+            transaction: txn.to_string(),
+            subtask: s.subtask,
+            state: if h.is_some() { "prepared" } else { "open" },
+            checkpoint: h.and_then(|h| h.checkpoint()),
+            run: h.map(|h| h.run.to_string()),
+            lineage: h.map(|h| h.lineage.to_string()),
+            records: h.and_then(|h| h.prepared()).map(|p| p.records),
+            last_activity_ms: s.last_activity_ms,
+            age_ms,
+            within_retention: within,
+            commit_decided: record.is_some(),
+        };
+        let retention_text = format!(
+            "last activity {} ago, past the retention of {}",
+            duration(age_ms),
+            duration(opts.retention_ms)
+        );
+        let staging_dir = layout.staging_dir(&s.transaction);
+        let finding = if let Some(rec) = record {
+            unfinished.insert(txn.to_string());
+            Some(Finding::new(
+                "commit-unfinished",
+                Some(sink),
+                format!(
+                    "transaction {txn} (checkpoint {}) has a commit record but its data is still \
+                     staged: a commit was interrupted before publishing {}. Restart the job from \
+                     its latest checkpoint; recovery re-commits it and finishes the publication. \
+                     Do not remove {}",
+                    rec.handle.checkpoint().unwrap_or_default(),
+                    rec.file.as_deref().unwrap_or("its file"),
+                    staging_dir.display()
+                ),
+            ))
+        } else if let Some(h) = h {
+            let c = h.checkpoint().unwrap_or_default();
+            let records = h.prepared().map(|p| p.records).unwrap_or(0);
+            let other_run = reference_run.as_deref().filter(|r| *r != h.run.as_str());
+            if !within {
+                Some(Finding::new(
+                    "prepared-past-retention",
+                    Some(sink),
+                    format!(
+                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                         run {}) and is not committed; {retention_text}. The next expiry scan of \
+                         a running subtask removes it, and if checkpoint {c} completed its \
+                         records are then LOST. Restart the job from its latest checkpoint now \
+                         so recovery commits it, or raise the retention",
+                        h.run
+                    ),
+                ))
+            } else if let Some(reference) = other_run {
+                Some(Finding::new(
+                    "prepared-other-run",
+                    Some(sink),
+                    format!(
+                        "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
+                         run {}, not by run {reference}{}: no running job will commit it, and a \
+                         job started without state stops on it. Restore run {}'s latest \
+                         checkpoint or savepoint so recovery commits it; or, if its output is \
+                         not wanted, start with the fresh-start policy ABORT_PREPARED",
+                        h.run,
+                        if opts.run.is_some() {
+                            " (given with --run)"
+                        } else {
+                            " (the latest run of this sink)"
+                        },
+                        h.run
+                    ),
+                ))
+            } else {
+                Some(Finding::new(
+                    "prepared",
+                    Some(sink),
+                    format!(
+                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                         {} ago) and is not committed. While the job runs this lasts until \
+                         checkpoint {c} completes. If the job is stopped, restart it from its \
+                         latest checkpoint: recovery commits it if checkpoint {c} completed and \
+                         aborts it otherwise. Do not delete it by hand: if checkpoint {c} \
+                         completed, these records exist nowhere else",
+                        duration(age_ms)
+                    ),
+                ))
+            }
+        } else if !within {
+            Some(Finding::new(
+                "open-past-retention",
+                Some(sink),
+                format!(
+                    "transaction {txn} is open (never prepared, so in no checkpoint); \
+                     {retention_text}. It is abandoned and will never be committed: the expiry \
+                     scan of a running subtask removes it, or delete {} while no job of this \
+                     sink runs",
+                    staging_dir.display()
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some(f) = finding {
+            attention.push(f.txn(txn));
+        }
+        staged.push(entry);
+    }
+    staged.sort_by(|a, b| a.transaction.cmp(&b.transaction));
+
+    // Problems found by the core. An interrupted commit shows up there as a
+    // record whose file is missing; it is reported above with its cause.
+    let mut problems = Vec::new();
+    for p in &inv.problems {
+        let explained = unfinished.iter().any(|t| {
+            decided
+                .get(t.as_str())
+                .and_then(|c| c.file.as_ref())
+                .is_some_and(|f| {
+                    *p == format!("committed transaction {t} lists {f}, which no longer exists")
+                })
+        });
+        if !explained {
+            attention.push(Finding::new("problem", Some(sink), p.clone()));
+        }
+        problems.push(p.clone());
+    }
+
+    let expired = inv
+        .expired
+        .iter()
+        .map(|(t, at)| ExpiredEntry {
+            transaction: t.clone(),
+            expired_at_ms: *at,
+        })
+        .collect();
+
+    let scratch_files: Vec<String> = list_dir(&layout.tmp)?.into_iter().map(|(n, _)| n).collect();
+    if !scratch_files.is_empty() {
+        notes.push(
+            Finding::new(
+                "scratch-files",
+                Some(sink),
+                format!(
+                    "{} leftover scratch file(s) in {} from interrupted atomic writes; harmless, \
+                     and safe to delete while no job of this sink runs",
+                    scratch_files.len(),
+                    layout.tmp.display()
+                ),
+            )
+            .file(&layout.tmp.display().to_string()),
+        );
+    }
+
+    Ok((
+        SinkReport {
+            sink: sink.to_string(),
+            reference_run,
+            committed,
+            staged,
+            expired,
+            problems,
+            scratch_files,
+        },
+        attention,
+        notes,
+    ))
+}
+
+/// Visible `<prefix>-*` files in the output directory that no commit record
+/// names.
+fn unreferenced_files(
+    opts: &InspectOptions,
+    referenced: &BTreeSet<String>,
+) -> Result<Vec<VisibleFile>, InspectError> {
+    let prefix = format!("{}-", opts.part_prefix);
+    let mut progress = Progress::new(format!("scanned entries of {}", opts.output.display()));
+    let entries = fs::read_dir(&opts.output).map_err(|e| {
+        InspectError(format!(
+            "cannot list {}: {e}; check its permissions",
+            opts.output.display()
+        ))
+    })?;
+    let mut out = Vec::new();
+    for entry in entries {
+        progress.tick();
+        let entry = entry
+            .map_err(|e| InspectError(format!("cannot list {}: {e}", opts.output.display())))?;
+        let Ok(name) = entry.file_name().into_string() else {
+            continue;
+        };
+        if !name.starts_with(&prefix) || referenced.contains(&name) {
+            continue;
+        }
+        let Ok(meta) = entry.metadata() else { continue };
+        if !meta.is_file() {
+            continue;
+        }
+        out.push(VisibleFile {
+            file: name,
+            bytes: meta.len(),
+        });
+    }
+    out.sort_by(|a, b| a.file.cmp(&b.file));
+    Ok(out)
+}
+
+/// The transaction id in a part file name `<prefix>-<txn>[<suffix>]`, if it
+/// has one.
+fn txn_in_part_name(name: &str, prefix: &str) -> Option<String> {
+    let rest = name.strip_prefix(prefix)?.strip_prefix('-')?;
+    if let Some(p) = TransactionId::parse(rest) {
+        return Some(p.id.to_string());
+    }
+    let (stem, _suffix) = rest.rsplit_once('.')?;
+    TransactionId::parse(stem).map(|p| p.id.to_string())
+}
+
+/// Names in a directory with whether each is a directory; missing is empty.
+fn list_dir(dir: &Path) -> Result<Vec<(String, bool)>, InspectError> {
+    let entries = match fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Vec::new()),
+        Err(e) => {
+            return Err(InspectError(format!(
+                "cannot list {}: {e}; check its permissions",
+                dir.display()
+            )))
+        }
+    };
+    let mut names = Vec::new();
+    for entry in entries {
+        let entry =
+            entry.map_err(|e| InspectError(format!("cannot list {}: {e}", dir.display())))?;
+        let is_dir = entry.file_type().map(|t| t.is_dir()).unwrap_or(false);
+        names.push((entry.file_name().to_string_lossy().into_owned(), is_dir));
+    }
+    names.sort();
+    Ok(names)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_map_to_transactions() {
+        assert_eq!(
+            txn_in_part_name("part-orders.0.0123456789abcdef.7", "part").as_deref(),
+            Some("orders.0.0123456789abcdef.7")
+        );
+        assert_eq!(
+            txn_in_part_name("part-orders.0.0123456789abcdef.7.txt", "part").as_deref(),
+            Some("orders.0.0123456789abcdef.7")
+        );
+        assert_eq!(txn_in_part_name("part-stray.txt", "part"), None);
+        assert_eq!(txn_in_part_name("other-x", "part"), None);
+    }
+}

@@ -1,0 +1,447 @@
+//! `twopc inspect` against real output directories built with the
+//! filesystem destination and the protocol.
+
+mod common;
+
+use std::collections::BTreeSet;
+use std::fs;
+use std::path::Path;
+
+use common::*;
+use serde_json::Value;
+use twopc_core::{CommitOutcome, FreshStartPolicy, Restore, SinkOptions, TransactionHandle};
+
+/// Commits `records` as one transaction for `checkpoint`.
+fn commit_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let t = s.begin().unwrap();
+    s.write(&t.transaction, &batch(records)).unwrap();
+    let h = s.prepare(&t.transaction, checkpoint).unwrap();
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    h
+}
+
+struct Messy {
+    _dir: TempDir,
+    out: std::path::PathBuf,
+    t0: TransactionHandle,
+    expired: String,
+    prepared: TransactionHandle,
+    open: TransactionHandle,
+}
+
+/// Two commits, a zombie writer's transaction expired by retention cleanup,
+/// one transaction left prepared, one left open, a foreign entry in the
+/// staging area, a committed file deleted, and a stray part file.
+fn messy() -> Messy {
+    let dir = TempDir::new("messy");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let opts = SinkOptions::default();
+    let mut s1 = open_sink(&out, "orders", "run-a", 0, 1, opts.clone(), &clock, None);
+    let t0 = commit_one(&mut s1, &["a", "b", "c"], 1);
+    let t1 = commit_one(&mut s1, &["d", "e"], 2);
+
+    // A restarted attempt restored from checkpoint 2 while the old attempt
+    // still runs as a zombie and begins another transaction.
+    let restore = Restore {
+        checkpoint: 2,
+        known: vec![t1.clone()],
+    };
+    let mut s2 = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        opts.clone(),
+        &clock,
+        Some(&restore),
+    );
+    assert_eq!(s2.commit(&t1).unwrap(), CommitOutcome::AlreadyCommitted);
+    let zombie = s1.begin().unwrap();
+    s1.write(&zombie.transaction, &batch(&["zombie"])).unwrap();
+    clock.shift_ms(opts.retention_ms + 60_000);
+    assert_eq!(
+        s2.expire_if_due().unwrap(),
+        vec![zombie.transaction.clone()]
+    );
+    clock.shift_ms(0);
+
+    let t3 = s2.begin().unwrap();
+    s2.write(&t3.transaction, &batch(&["f"])).unwrap();
+    let prepared = s2.prepare(&t3.transaction, 3).unwrap();
+    let open = s2.begin().unwrap();
+    s2.write(&open.transaction, &batch(&["g", "h"])).unwrap();
+    drop(s1);
+    drop(s2); // a crash: nothing is closed
+
+    fs::write(out.join("_twopc/orders/staging/notes.txt"), "mine").unwrap();
+    fs::remove_file(out.join(format!("part-{}", t0.transaction))).unwrap();
+    fs::write(out.join("part-stray.txt"), "x\n").unwrap();
+    Messy {
+        _dir: dir,
+        out,
+        t0,
+        expired: zombie.transaction.to_string(),
+        prepared,
+        open,
+    }
+}
+
+fn json(out: &Path, extra: &[&str]) -> (i32, Value) {
+    let mut args = vec!["inspect", out.to_str().unwrap(), "--json"];
+    args.extend_from_slice(extra);
+    let o = twopc(&args);
+    let v: Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}\n{}", stdout(&o), stderr(&o)));
+    (o.status.code().unwrap(), v)
+}
+
+fn kinds(v: &Value) -> Vec<String> {
+    v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f["kind"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn messy_directory_needs_attention_text() {
+    let m = messy();
+    let o = twopc(&["inspect", m.out.to_str().unwrap()]);
+    let text = stdout(&o);
+    println!("{text}");
+    assert_eq!(o.status.code(), Some(1), "{text}\n{}", stderr(&o));
+    for needle in [
+        "Sink 'orders': 2 committed (5 records), 1 prepared, 1 open, 1 expired",
+        "Committed transactions",
+        "CHECKPOINT  LINEAGE",
+        &format!("part-{} (MISSING)", m.t0.transaction),
+        "Staged transactions",
+        "Expired by retention cleanup (tombstones)",
+        &m.expired,
+        "staging/notes.txt is not a transaction of this sink",
+        "Visible files no commit record references (1)",
+        "part-stray.txt",
+        "Needs attention (4)",
+        &format!(
+            "[prepared] sink 'orders': transaction {} was prepared for checkpoint 3",
+            m.prepared.transaction
+        ),
+        "[unreferenced-file]",
+    ] {
+        assert!(text.contains(needle), "missing {needle:?} in:\n{text}");
+    }
+    // The open transaction is within retention: listed, not a finding.
+    assert!(text.contains(m.open.transaction.as_str()));
+    assert!(!text.contains("open-past-retention"));
+}
+
+#[test]
+fn messy_directory_needs_attention_json() {
+    let m = messy();
+    let (code, v) = json(&m.out, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(v["needs_attention"], true);
+    assert_eq!(v["retention_ms"], SinkOptions::default().retention_ms);
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["sink"], "orders");
+    assert_eq!(sink["reference_run"], "run-a");
+    let committed = sink["committed"].as_array().unwrap();
+    assert_eq!(committed.len(), 2);
+    assert_eq!(committed[0]["checkpoint"], 1);
+    assert_eq!(committed[0]["records"], 3);
+    assert_eq!(committed[0]["file_present"], false);
+    assert_eq!(committed[1]["checkpoint"], 2);
+    assert_eq!(committed[1]["file_present"], true);
+    assert_eq!(committed[1]["bytes"], 4);
+    assert_eq!(committed[1]["run"], "run-a");
+    assert!(committed[1]["committed_at_ms"].as_u64().unwrap() > 0);
+
+    let staged = sink["staged"].as_array().unwrap();
+    let by_txn = |t: &TransactionHandle| {
+        staged
+            .iter()
+            .find(|s| s["transaction"] == t.transaction.as_str())
+            .unwrap_or_else(|| panic!("{} not staged: {v:#}", t.transaction))
+    };
+    let p = by_txn(&m.prepared);
+    assert_eq!(p["state"], "prepared");
+    assert_eq!(p["checkpoint"], 3);
+    assert_eq!(p["records"], 1);
+    assert_eq!(p["within_retention"], true);
+    assert_eq!(p["commit_decided"], false);
+    let o = by_txn(&m.open);
+    assert_eq!(o["state"], "open");
+    assert_eq!(o["checkpoint"], Value::Null);
+    assert_eq!(o["within_retention"], true);
+
+    assert_eq!(sink["expired"][0]["transaction"], m.expired.as_str());
+    assert!(sink["expired"][0]["expired_at_ms"].as_u64().unwrap() > 0);
+    assert_eq!(sink["problems"].as_array().unwrap().len(), 2);
+    assert_eq!(v["unreferenced_files"][0]["file"], "part-stray.txt");
+    assert_eq!(v["unreferenced_files"][0]["bytes"], 2);
+
+    let k: BTreeSet<String> = kinds(&v).into_iter().collect();
+    let want: BTreeSet<String> = ["problem", "prepared", "unreferenced-file"]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    assert_eq!(k, want, "{v:#}");
+    assert_eq!(kinds(&v).len(), 4);
+    let prepared = v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|f| f["kind"] == "prepared")
+        .unwrap();
+    assert_eq!(prepared["sink"], "orders");
+    assert_eq!(prepared["transaction"], m.prepared.transaction.as_str());
+}
+
+#[test]
+fn retention_override_flags_staged_transactions_past_it() {
+    let m = messy();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let (code, v) = json(&m.out, &["--retention-ms", "1"]);
+    assert_eq!(code, 1);
+    let k = kinds(&v);
+    assert!(k.contains(&"prepared-past-retention".to_string()), "{k:?}");
+    assert!(k.contains(&"open-past-retention".to_string()), "{k:?}");
+    let staged = v["sinks"][0]["staged"].as_array().unwrap();
+    assert!(staged.iter().all(|s| s["within_retention"] == false));
+
+    let o = twopc(&["inspect", m.out.to_str().unwrap(), "--retention-ms=1"]);
+    let text = stdout(&o);
+    assert!(text.contains("PAST"), "{text}");
+    assert!(text.contains("records are then LOST"), "{text}");
+}
+
+#[test]
+fn clean_directory_needs_nothing() {
+    let dir = TempDir::new("clean");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    commit_one(&mut s, &["1", "2"], 1);
+    commit_one(&mut s, &["3"], 2);
+    let open = s.begin().unwrap();
+    s.abort(&open).unwrap(); // close
+
+    let o = twopc(&["inspect", out.to_str().unwrap()]);
+    let text = stdout(&o);
+    println!("{text}");
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("Sink 'orders': 2 committed (3 records), 0 prepared, 0 open"));
+    assert!(text.contains("Nothing needs attention."));
+
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 0);
+    assert_eq!(v["needs_attention"], false);
+    assert_eq!(v["attention"].as_array().unwrap().len(), 0);
+    println!("{}", serde_json::to_string_pretty(&v).unwrap());
+}
+
+#[test]
+fn prepared_transaction_of_another_run() {
+    let dir = TempDir::new("runs");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let mut old = open_sink(
+        &out,
+        "events",
+        "run-old",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    commit_one(&mut old, &["1"], 1);
+    let t = old.begin().unwrap();
+    old.write(&t.transaction, &batch(&["2"])).unwrap();
+    let left = old.prepare(&t.transaction, 2).unwrap();
+    drop(old);
+    std::thread::sleep(std::time::Duration::from_millis(5));
+
+    // A new run; its subtask 1 has started (told to abort prepared leftovers
+    // it owns), subtask 0, which owns the leftover, has not.
+    let opts = SinkOptions {
+        fresh_start: FreshStartPolicy::AbortPrepared,
+        ..SinkOptions::default()
+    };
+    let mut new = open_sink(&out, "events", "run-new", 1, 2, opts, &clock, None);
+    commit_one(&mut new, &["3"], 1);
+
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(v["sinks"][0]["reference_run"], "run-new");
+    let f = &v["attention"][0];
+    assert_eq!(f["kind"], "prepared-other-run", "{v:#}");
+    assert_eq!(f["transaction"], left.transaction.as_str());
+    let msg = f["message"].as_str().unwrap();
+    assert!(msg.contains("by run run-old, not by run run-new"), "{msg}");
+    assert!(msg.contains("ABORT_PREPARED"), "{msg}");
+
+    // Judged against the old run, it is an ordinary pending prepare.
+    let (_, v) = json(&out, &["--run", "run-old"]);
+    assert_eq!(v["attention"][0]["kind"], "prepared");
+}
+
+#[test]
+fn interrupted_commit_is_explained_and_recovery_finishes_it() {
+    let dir = TempDir::new("unfinished");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let opts = SinkOptions::default();
+    let mut s = open_sink(&out, "orders", "run-a", 0, 1, opts.clone(), &clock, None);
+    let t = s.begin().unwrap();
+    s.write(&t.transaction, &batch(&["x", "y"])).unwrap();
+    let h = s.prepare(&t.transaction, 1).unwrap();
+    let staging = out.join(format!("_twopc/orders/staging/{}", t.transaction));
+    let saved = dir.path().join("saved");
+    copy_dir(&staging, &saved);
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    drop(s);
+    // Recreate what a crash between the commit record and the publication
+    // leaves: the record, and the data still staged.
+    let visible = out.join(format!("part-{}", t.transaction));
+    fs::remove_file(&visible).unwrap();
+    copy_dir(&saved, &staging);
+
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(kinds(&v), vec!["commit-unfinished".to_string()], "{v:#}");
+    assert_eq!(v["sinks"][0]["staged"][0]["commit_decided"], true);
+    let text = stdout(&twopc(&["inspect", out.to_str().unwrap()]));
+    assert!(text.contains("prepared, commit decided"), "{text}");
+
+    // Recovery re-commits by id and publishes.
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![h.clone()],
+    };
+    let mut s = open_sink(&out, "orders", "run-a", 0, 1, opts, &clock, Some(&restore));
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(fs::read_to_string(&visible).unwrap(), "x\ny\n");
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+#[test]
+fn changed_committed_file_is_flagged() {
+    let dir = TempDir::new("changed");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    let h = commit_one(&mut s, &["1", "2"], 1);
+    fs::write(out.join(format!("part-{}", h.transaction)), "1\n").unwrap();
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 1);
+    assert_eq!(kinds(&v), vec!["output-changed".to_string()]);
+    assert!(v["attention"][0]["message"]
+        .as_str()
+        .unwrap()
+        .contains("has 2 bytes but 4 were committed"));
+}
+
+#[test]
+fn usage_and_io_errors_exit_2() {
+    let o = twopc(&[]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(stderr(&o).contains("Usage:"));
+
+    let o = twopc(&["--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("twopc inspect <output-dir>"));
+
+    let o = twopc(&["inspect", "--help"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("--retention-ms N"));
+
+    let o = twopc(&["help", "inspect"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(stdout(&o).contains("--retention-ms N"));
+
+    for (args, needle) in [
+        (&["inspect"][..], "missing <output-dir>"),
+        (&["inspect", "/nonexistent/twopc-out"][..], "does not exist"),
+        (
+            &["inspect", "x", "--retention-ms", "soon"][..],
+            "whole number",
+        ),
+        (&["inspect", "x", "--frobnicate"][..], "unknown option"),
+        (&["frobnicate"][..], "unknown command 'frobnicate'"),
+    ] {
+        let o = twopc(args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+        assert!(stdout(&o).is_empty());
+    }
+
+    let dir = TempDir::new("plain");
+    let o = twopc(&["inspect", dir.path().to_str().unwrap()]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("has no _twopc directory"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+#[test]
+fn long_scans_report_progress_on_stderr() {
+    let dir = TempDir::new("progress");
+    let out = dir.path().join("out");
+    let clock = ShiftClock::default();
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    commit_one(&mut s, &["1"], 1);
+    for i in 0..1000 {
+        fs::write(out.join(format!("other-{i}")), "").unwrap();
+    }
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--json"]);
+    assert_eq!(o.status.code(), Some(0));
+    assert!(
+        stderr(&o).contains("scanned entries of") && stderr(&o).contains("1000 so far"),
+        "{}",
+        stderr(&o)
+    );
+    // stdout stays pure JSON.
+    serde_json::from_slice::<Value>(&o.stdout).unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    fs::create_dir_all(to).unwrap();
+    for e in fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}

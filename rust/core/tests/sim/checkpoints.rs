@@ -1,0 +1,136 @@
+//! Flink's side of the state: what one subtask writes into a checkpoint,
+//! what a completed checkpoint holds, how its list state is split on
+//! restore, and which checkpoints an operator can still restore from.
+
+use twopc_core::{CheckpointId, LineageId, Restore, RunId, TransactionHandle};
+
+/// One element of the sink's operator list state "state", as
+/// `TwoPhaseCommitSinkFunction.snapshotState` writes it.
+#[derive(Clone, Debug)]
+pub struct SubtaskState {
+    /// `pendingCommitTransactions` at snapshot time, in checkpoint order.
+    pub pending: Vec<(CheckpointId, TransactionHandle)>,
+    /// The transaction begun right after the snapshot's pre-commit.
+    pub current: TransactionHandle,
+}
+
+/// A checkpoint every subtask acknowledged, as the checkpoint store keeps it.
+#[derive(Clone, Debug)]
+pub struct CompletedCheckpoint {
+    pub id: CheckpointId,
+    pub run: RunId,
+    /// Source position: every record below it went into this or an earlier
+    /// checkpoint's transactions.
+    pub offset: usize,
+    /// One state per subtask of the parallelism that took it.
+    pub states: Vec<SubtaskState>,
+}
+
+/// How Flink splits restored list state when the parallelism changes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Redistribution {
+    /// State `j` goes to subtask `j % parallelism`.
+    RoundRobin,
+    /// Contiguous ranges, the first `len % parallelism` subtasks one longer:
+    /// what `RoundRobinOperatorStateRepartitioner` actually produces for a
+    /// single list state.
+    Contiguous,
+}
+
+impl CompletedCheckpoint {
+    pub fn lineage(&self) -> LineageId {
+        self.states[0].current.lineage
+    }
+
+    /// What `SubtaskSink::open` is given on restore: the checkpoint id and
+    /// every handle of every subtask's state (union), so that no subtask
+    /// mistakes a transaction another subtask restores for a lingering one.
+    pub fn restore(&self) -> Restore {
+        let mut known = Vec::new();
+        for s in &self.states {
+            known.extend(s.pending.iter().map(|(_, h)| h.clone()));
+            known.push(s.current.clone());
+        }
+        Restore {
+            checkpoint: self.id,
+            known,
+        }
+    }
+
+    /// The states each subtask of `parallelism` restores. With an unchanged
+    /// parallelism Flink hands every subtask its own state back; otherwise
+    /// a subtask may get several states, or none.
+    pub fn assign(&self, parallelism: usize, how: Redistribution) -> Vec<Vec<SubtaskState>> {
+        let mut out: Vec<Vec<SubtaskState>> = vec![Vec::new(); parallelism];
+        let n = self.states.len();
+        if n == parallelism {
+            for (i, s) in self.states.iter().enumerate() {
+                out[i].push(s.clone());
+            }
+            return out;
+        }
+        match how {
+            Redistribution::RoundRobin => {
+                for (j, s) in self.states.iter().enumerate() {
+                    out[j % parallelism].push(s.clone());
+                }
+            }
+            Redistribution::Contiguous => {
+                let (base, extra) = (n / parallelism, n % parallelism);
+                let mut next = self.states.iter();
+                for (i, slot) in out.iter_mut().enumerate() {
+                    let take = base + usize::from(i < extra);
+                    slot.extend(next.by_ref().take(take).cloned());
+                }
+            }
+        }
+        out
+    }
+}
+
+/// Retained checkpoints and savepoints of the live branch of the job's
+/// history, oldest first: what an operator can restore from. Ids increase
+/// along the branch because a restore from checkpoint `k` numbers new
+/// checkpoints from `k + 1` and cuts off the abandoned ones after `k`.
+#[derive(Default)]
+pub struct CheckpointStore {
+    chain: Vec<CompletedCheckpoint>,
+    /// Highest offset any completed checkpoint ever reached: nothing above
+    /// it may ever be visible.
+    high_water: usize,
+}
+
+impl CheckpointStore {
+    pub fn add(&mut self, cp: CompletedCheckpoint) {
+        self.high_water = self.high_water.max(cp.offset);
+        self.chain.push(cp);
+    }
+
+    pub fn latest(&self) -> Option<&CompletedCheckpoint> {
+        self.chain.last()
+    }
+
+    pub fn all(&self) -> &[CompletedCheckpoint] {
+        &self.chain
+    }
+
+    /// The newest checkpoint older than `id`, to rewind to before a loss.
+    pub fn latest_before(&self, id: CheckpointId) -> Option<&CompletedCheckpoint> {
+        self.chain.iter().rev().find(|c| c.id < id)
+    }
+
+    /// A restore from `id` abandons every later checkpoint of the branch.
+    pub fn cut_after(&mut self, id: CheckpointId) {
+        self.chain.retain(|c| c.id <= id);
+    }
+
+    /// A start without state begins a new lineage; the old checkpoints no
+    /// longer match what the destination will hold.
+    pub fn clear(&mut self) {
+        self.chain.clear();
+    }
+
+    pub fn high_water(&self) -> usize {
+        self.high_water
+    }
+}

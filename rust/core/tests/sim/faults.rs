@@ -1,0 +1,210 @@
+//! Injected destination failures. One plan decides, per destination call,
+//! whether the call fails before its effect (no effect, error) or after it
+//! (effect, then a lost response). The in-memory store consults it through
+//! its own fault hook; the filesystem destination through
+//! [`FaultyDestination`], which gives the same semantics to any destination.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+};
+use twopc_core::error::{DestinationError, DestinationErrorKind};
+use twopc_core::memory::{Fault, Operation};
+use twopc_core::records::RecordBatch;
+use twopc_core::{CheckpointId, LineageId, SinkId, TransactionHandle, TransactionId};
+
+use super::rng::Rng;
+
+pub struct FaultPlan {
+    rng: Rng,
+    /// Chance that any one call fails.
+    rate: f64,
+    /// Faults left; a schedule must end, so failures are finite.
+    budget: u32,
+    /// Commit calls left that fail in a row (before their effect), to drive
+    /// the committer's retries to exhaustion.
+    commit_burst: u32,
+    enabled: bool,
+    echo: bool,
+    /// "Commit fail-after" → how many were injected.
+    pub injected: BTreeMap<String, u64>,
+}
+
+/// The plan is consulted from inside the store's lock, hence a mutex.
+#[derive(Clone)]
+pub struct SharedFaults(Arc<Mutex<FaultPlan>>);
+
+impl SharedFaults {
+    pub fn new(rng: Rng, rate: f64, budget: u32, echo: bool) -> Self {
+        SharedFaults(Arc::new(Mutex::new(FaultPlan {
+            rng,
+            rate,
+            budget,
+            commit_burst: 0,
+            enabled: budget > 0,
+            echo,
+            injected: BTreeMap::new(),
+        })))
+    }
+
+    pub fn lock(&self) -> MutexGuard<'_, FaultPlan> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn decide(&self, op: Operation, txn: &TransactionId) -> Fault {
+        self.lock().decide(op, txn)
+    }
+}
+
+impl FaultPlan {
+    pub fn decide(&mut self, op: Operation, txn: &TransactionId) -> Fault {
+        if !self.enabled {
+            return Fault::None;
+        }
+        let fault = if op == Operation::Commit && self.commit_burst > 0 {
+            self.commit_burst -= 1;
+            Fault::FailBefore
+        } else if self.budget > 0 && self.rng.chance(self.rate) {
+            self.budget -= 1;
+            if self.rng.chance(0.5) {
+                Fault::FailBefore
+            } else {
+                Fault::FailAfter
+            }
+        } else {
+            Fault::None
+        };
+        if fault != Fault::None {
+            let kind = if fault == Fault::FailBefore {
+                "fails before its effect"
+            } else {
+                "takes effect, response lost"
+            };
+            *self.injected.entry(format!("{op:?} {kind}")).or_default() += 1;
+            if self.echo {
+                println!("      fault: {op:?} of {txn} {kind}");
+            }
+        }
+        fault
+    }
+
+    /// The next `n` commit calls fail.
+    pub fn arm_commit_burst(&mut self, n: u32) {
+        self.commit_burst = n;
+    }
+
+    /// The operator fixed the destination: no more faults.
+    pub fn disable(&mut self) {
+        self.enabled = false;
+        self.commit_burst = 0;
+    }
+}
+
+fn injected(op: Operation, txn: &TransactionId, after: bool) -> DestinationError {
+    DestinationError::new(
+        DestinationErrorKind::Unavailable,
+        format!(
+            "injected fault: {op:?} of {txn} {}",
+            if after {
+                "took effect but its response was lost"
+            } else {
+                "failed"
+            }
+        ),
+    )
+}
+
+/// Any destination, with the plan's faults around each call.
+pub struct FaultyDestination<D> {
+    inner: D,
+    faults: SharedFaults,
+    /// Stands in for "no transaction" when a scan is decided on.
+    scan_id: TransactionId,
+}
+
+impl<D: Destination> FaultyDestination<D> {
+    pub fn new(inner: D, faults: SharedFaults, sink: &SinkId) -> Self {
+        FaultyDestination {
+            inner,
+            faults,
+            scan_id: TransactionId::compose(sink, 0, 0, 0),
+        }
+    }
+
+    fn call<T>(
+        &mut self,
+        op: Operation,
+        txn: &TransactionId,
+        effect: impl FnOnce(&mut D) -> Result<T, DestinationError>,
+    ) -> Result<T, DestinationError> {
+        match self.faults.decide(op, txn) {
+            Fault::None => effect(&mut self.inner),
+            Fault::FailBefore => Err(injected(op, txn, false)),
+            Fault::FailAfter => {
+                effect(&mut self.inner)?;
+                Err(injected(op, txn, true))
+            }
+        }
+    }
+}
+
+impl<D: Destination> Destination for FaultyDestination<D> {
+    fn begin(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        self.call(Operation::Begin, &handle.transaction, |d| d.begin(handle))
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        self.call(Operation::Write, txn, |d| d.write(txn, batch))
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        self.call(Operation::Prepare, &handle.transaction, |d| d.prepare(handle))
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        self.call(Operation::Commit, &handle.transaction, |d| {
+            d.commit(handle, now_ms)
+        })
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        self.call(Operation::Abort, txn, |d| d.abort(txn))
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.staged())
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.committed_after(lineage, checkpoint))
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        self.call(Operation::Retract, &committed.transaction, |d| {
+            d.retract(committed)
+        })
+    }
+
+    /// Retention cleanup is the sink's own housekeeping, not a call whose
+    /// failure the schedule explores (the memory store does not fault it
+    /// either).
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        self.inner.expire(txn, now_ms)
+    }
+}
