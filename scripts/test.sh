@@ -20,5 +20,4 @@ cargo test --workspace --locked
 # they run against a library built with the test-only feature, kept in its
 # own target directory (the jar built by `gradle jar` never has it).
 say "gradle test (Java and Flink MiniCluster tests)"
-CARGO_TARGET_DIR="$PWD/target/failpoints" TWOPC_CARGO_FEATURES=failpoints \
-    gradle --no-daemon test
+gradle --no-daemon test -PcargoFeatures=failpoints -PcargoTargetDir="$PWD/target/failpoints"

@@ -1,0 +1,346 @@
+package io.twopc.flink.internal;
+
+import static io.twopc.flink.internal.NativeTestSupport.batch;
+import static io.twopc.flink.internal.NativeTestSupport.describe;
+import static io.twopc.flink.internal.NativeTestSupport.open;
+import static io.twopc.flink.internal.NativeTestSupport.read;
+import static io.twopc.flink.internal.NativeTestSupport.transactionOf;
+import static io.twopc.flink.internal.NativeTestSupport.visibleFiles;
+import static io.twopc.flink.internal.NativeTestSupport.write;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import io.twopc.flink.TwopcConfigException;
+import io.twopc.flink.TwopcException;
+import io.twopc.flink.TwopcLostTransactionException;
+import io.twopc.flink.TwopcStateException;
+
+import java.io.File;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.Arrays;
+import java.util.Comparator;
+import java.util.List;
+import java.util.stream.Stream;
+
+import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+
+/** The JNI surface against the real library, on the filesystem destination. */
+public class NativeBridgeTest {
+    @Rule
+    public TemporaryFolder tmp = new TemporaryFolder();
+
+    @Test
+    public void beginWritePrepareCommitPublishesTheRecords() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            assertThat(describe(open).get("state").asText()).isEqualTo("open");
+            assertThat(write(sink, open, "alpha", "beta", "")).isEqualTo(3);
+            assertThat(write(sink, open, "gamma \u00e9")).isEqualTo(4);
+            assertThat(NativeBridge.stats(sink)[5]).isEqualTo(4);
+            assertThat(visibleFiles(out)).as("nothing visible before commit").isEmpty();
+
+            byte[] prepared = NativeBridge.prepare(sink, open, 7);
+            JsonNode p = describe(prepared);
+            assertThat(p.get("state").asText()).isEqualTo("prepared");
+            assertThat(p.get("checkpoint").asLong()).isEqualTo(7);
+            assertThat(p.get("records").asLong()).isEqualTo(4);
+            assertThat(p.get("transaction").asText()).isEqualTo(transactionOf(open));
+            assertThat(visibleFiles(out)).as("nothing visible before commit").isEmpty();
+            assertThat(NativeBridge.preparedAgeMs(prepared, System.currentTimeMillis() + 1_000))
+                    .isGreaterThanOrEqualTo(1_000);
+            assertThat(NativeBridge.preparedAgeMs(open, System.currentTimeMillis())).isEqualTo(-1);
+
+            assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.COMMITTED);
+            List<Path> files = visibleFiles(out);
+            assertThat(files).hasSize(1);
+            assertThat(files.get(0).getFileName().toString())
+                    .isEqualTo("part-" + transactionOf(open) + ".txt");
+            assertThat(read(files.get(0))).isEqualTo("alpha\nbeta\n\ngamma \u00e9\n");
+
+            // A repeated commit (recovery after a lost notification) is success.
+            assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.ALREADY_COMMITTED);
+            assertThat(read(visibleFiles(out).get(0))).isEqualTo("alpha\nbeta\n\ngamma \u00e9\n");
+
+            long[] stats = NativeBridge.stats(sink);
+            assertThat(stats).hasSize(6);
+            assertThat(stats[0]).as("records written").isEqualTo(4);
+            assertThat(stats[2]).as("committed").isEqualTo(2);
+            assertThat(stats[4]).as("last committed checkpoint").isEqualTo(7);
+            assertThat(stats[5]).as("open records").isEqualTo(0);
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void emptyTransactionsAndAborts() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        try {
+            byte[] empty = NativeBridge.prepare(sink, NativeBridge.begin(sink), 1);
+            assertThat(NativeBridge.commit(sink, empty)).isEqualTo(NativeBridge.EMPTY);
+            assertThat(NativeBridge.stats(sink)[4]).isEqualTo(1);
+
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "dropped");
+            assertThat(NativeBridge.abort(sink, open)).isEqualTo(NativeBridge.ABORTED);
+            assertThat(NativeBridge.abort(sink, open)).isEqualTo(NativeBridge.NOTHING_STAGED);
+            assertThat(NativeBridge.stats(sink)[3]).as("aborted").isEqualTo(1);
+            assertThat(visibleFiles(out)).isEmpty();
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void closedForgedAndNeverOpenedIdsAreIllegalState() throws Exception {
+        long sink = open(tmp.newFolder("out"), "orders");
+        byte[] open = NativeBridge.begin(sink);
+        NativeBridge.close(sink);
+        for (long id : new long[] {sink, 12345L, Long.MIN_VALUE, Long.MAX_VALUE, 0L, -1L}) {
+            assertThatThrownBy(() -> NativeBridge.begin(id))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("twopc native sink #" + id + " is closed or was never opened");
+            assertThatThrownBy(() -> write(id, open, "x")).isExactlyInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> NativeBridge.stats(id)).isExactlyInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> NativeBridge.commit(id, open)).isExactlyInstanceOf(IllegalStateException.class);
+            assertThatThrownBy(() -> NativeBridge.close(id)).isExactlyInstanceOf(IllegalStateException.class);
+        }
+    }
+
+    @Test
+    public void protocolMisuseIsIllegalState() throws Exception {
+        long sink = open(tmp.newFolder("out"), "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            assertThatThrownBy(() -> NativeBridge.begin(sink))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("still open");
+            assertThatThrownBy(() -> NativeBridge.commit(sink, open))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("never prepared");
+            assertThatThrownBy(() -> NativeBridge.prepare(sink, open, -1))
+                    .isExactlyInstanceOf(IllegalArgumentException.class);
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void badBatchesAreIllegalArgument() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            ByteBuffer malformed = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN);
+            malformed.putInt(100).put(new byte[] {1, 2, 3});
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, malformed, 7))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("malformed");
+            // A prefix cut short.
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, batch("abc"), 5))
+                    .isExactlyInstanceOf(IllegalArgumentException.class);
+            ByteBuffer heap = ByteBuffer.allocate(16);
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, heap, 4))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("direct ByteBuffer");
+            ByteBuffer direct = batch("abc");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, direct, direct.capacity() + 1))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("exceeds the buffer's capacity");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, direct, -1))
+                    .isExactlyInstanceOf(IllegalArgumentException.class);
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, null, 0))
+                    .isExactlyInstanceOf(IllegalArgumentException.class);
+            assertThatThrownBy(() -> NativeBridge.write(sink, null, direct, 0))
+                    .isExactlyInstanceOf(IllegalArgumentException.class);
+            // Nothing of the refused batches was staged; empty batches are fine.
+            assertThat(NativeBridge.write(sink, open, ByteBuffer.allocateDirect(0), 0)).isEqualTo(0);
+            assertThat(write(sink, open, "ok")).isEqualTo(1);
+            assertThat(NativeBridge.commit(sink, NativeBridge.prepare(sink, open, 1)))
+                    .isEqualTo(NativeBridge.COMMITTED);
+            assertThat(read(visibleFiles(out).get(0))).isEqualTo("ok\n");
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void damagedHandlesAreStateErrorsNeverCrashes() throws Exception {
+        long sink = open(tmp.newFolder("out"), "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "a");
+            byte[] good = NativeBridge.prepare(sink, open, 3);
+            byte[][] bad = {
+                new byte[0],
+                Arrays.copyOf(good, good.length - 1),
+                Arrays.copyOf(good, 6),
+                Arrays.copyOf(good, good.length + 3),
+                flipped(good, good.length / 2),
+                flipped(good, 0),
+                flipped(good, good.length - 1),
+                "not a handle at all".getBytes(),
+                // Another program's data of the same size.
+                new byte[good.length],
+            };
+            for (byte[] b : bad) {
+                assertThatThrownBy(() -> NativeBridge.describeHandle(b))
+                        .isExactlyInstanceOf(TwopcStateException.class);
+                assertThatThrownBy(() -> NativeBridge.preparedAgeMs(b, 0))
+                        .isExactlyInstanceOf(TwopcStateException.class);
+                assertThatThrownBy(() -> NativeBridge.commit(sink, b))
+                        .isExactlyInstanceOf(TwopcStateException.class)
+                        .hasMessageContaining("twopc sink 'orders' subtask 0")
+                        .hasMessageContaining("checkpoint state could not be read");
+                assertThatThrownBy(() -> NativeBridge.abort(sink, b)).isExactlyInstanceOf(TwopcStateException.class);
+            }
+            // Every single-byte corruption and every truncation.
+            for (int i = 0; i < good.length; i++) {
+                byte[] b = flipped(good, i);
+                assertThat(catchThrowable(() -> NativeBridge.describeHandle(b))).isInstanceOf(TwopcStateException.class);
+                byte[] cut = Arrays.copyOf(good, i);
+                assertThat(catchThrowable(() -> NativeBridge.describeHandle(cut))).isInstanceOf(TwopcStateException.class);
+            }
+            assertThat(describe(good).get("checkpoint").asLong()).isEqualTo(3);
+            assertThat(NativeBridge.commit(sink, good)).isEqualTo(NativeBridge.COMMITTED);
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void aForeignSinksHandleIsRefused() throws Exception {
+        File out = tmp.newFolder("out");
+        long orders = open(out, "orders");
+        long events = open(out, "events");
+        try {
+            byte[] open = NativeBridge.begin(orders);
+            write(orders, open, "a");
+            byte[] prepared = NativeBridge.prepare(orders, open, 1);
+            // A changed sink id is a configuration mistake (fatal), not a retry.
+            assertThatThrownBy(() -> NativeBridge.commit(events, prepared))
+                    .isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining("belongs to sink 'orders'");
+            assertThatThrownBy(() -> NativeBridge.abort(events, prepared))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("orders");
+            assertThat(NativeBridge.commit(orders, prepared)).isEqualTo(NativeBridge.COMMITTED);
+        } finally {
+            NativeBridge.close(orders);
+            NativeBridge.close(events);
+        }
+    }
+
+    @Test
+    public void restoredHandlesThatDoNotDecodeStopTheOpen() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        byte[] open = NativeBridge.begin(sink);
+        write(sink, open, "a");
+        byte[] prepared = NativeBridge.prepare(sink, open, 4);
+        NativeBridge.close(sink);
+
+        byte[][] known = {prepared, flipped(prepared, 9)};
+        assertThatThrownBy(() -> open(out, "orders", 0, 1, 3_600_000L, 4, known))
+                .isExactlyInstanceOf(TwopcStateException.class)
+                .hasMessageContaining("knownHandles[1] of 2");
+        assertThatThrownBy(() -> open(out, "orders", 0, 1, 3_600_000L, 4, new byte[][] {prepared, null}))
+                .isExactlyInstanceOf(TwopcStateException.class)
+                .hasMessageContaining("knownHandles[1] of 2 is null");
+
+        // The good one alone restores; recovery commits it (recoverAndCommit).
+        long restored = open(out, "orders", 0, 1, 3_600_000L, 4, new byte[][] {prepared});
+        try {
+            assertThat(NativeBridge.commit(restored, prepared)).isEqualTo(NativeBridge.COMMITTED);
+            assertThat(read(visibleFiles(out).get(0))).isEqualTo("a\n");
+        } finally {
+            NativeBridge.close(restored);
+        }
+    }
+
+    @Test
+    public void aPreparedTransactionWhoseStagingVanishedIsLost() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "r1", "r2");
+            byte[] prepared = NativeBridge.prepare(sink, open, 12);
+            String txn = transactionOf(prepared);
+            Path staging = Paths.get(out.getAbsolutePath(), "_twopc", "orders", "staging", txn);
+            assertThat(staging).isDirectory();
+            deleteRecursively(staging);
+
+            Throwable lost = catchThrowable(() -> NativeBridge.commit(sink, prepared));
+            assertThat(lost)
+                    .isExactlyInstanceOf(TwopcLostTransactionException.class)
+                    .hasMessageContaining(txn)
+                    .hasMessageContaining("Recovery plan");
+            assertThat(((TwopcException) lost).isFatal()).isTrue();
+            assertThat(visibleFiles(out)).isEmpty();
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void configurationMistakesAreConfigErrors() throws Exception {
+        File out = tmp.newFolder("out");
+        assertThatThrownBy(() -> open(out, "orders", 0, 1, 1_000L, -1, new byte[0][]))
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("retention")
+                .hasMessageContaining("at least 80000 ms");
+        assertThatThrownBy(() -> open(out, "../etc", 0, 1, 3_600_000L, -1, new byte[0][]))
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("sink id");
+        assertThatThrownBy(() -> open(out, "orders", 2, 2, 3_600_000L, -1, new byte[0][]))
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("outside parallelism");
+        assertThatThrownBy(() -> NativeBridge.open(
+                        "orders", NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "txt", false,
+                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]))
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("suffix");
+        assertThatThrownBy(() -> NativeBridge.open(
+                        null, NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "", false,
+                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]))
+                .isExactlyInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> NativeBridge.open(
+                        "orders", NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "", false,
+                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, null))
+                .isExactlyInstanceOf(IllegalArgumentException.class);
+    }
+
+    @Test
+    public void failPointsNeedTheFeature() {
+        Throwable t = catchThrowable(() -> NativeBridge.configureFailPoints(""));
+        if (t != null) {
+            assertThat(t)
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("built without fail points");
+        }
+    }
+
+    static byte[] flipped(byte[] b, int index) {
+        byte[] c = b.clone();
+        c[index] ^= 0x40;
+        return c;
+    }
+
+    static void deleteRecursively(Path dir) throws Exception {
+        try (Stream<Path> walk = Files.walk(dir)) {
+            walk.sorted(Comparator.reverseOrder()).forEach(p -> p.toFile().delete());
+        }
+    }
+}

@@ -1,0 +1,252 @@
+package io.twopc.flink.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import java.io.File;
+import java.lang.ref.WeakReference;
+import java.lang.reflect.InvocationTargetException;
+import java.lang.reflect.Method;
+import java.net.URL;
+import java.net.URLClassLoader;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.List;
+
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+
+public class NativeLoaderTest {
+    @Rule
+    public TemporaryFolder tmp = new TemporaryFolder();
+
+    @Test
+    public void architecturesAreNormalised() {
+        assertThat(NativeLoader.normaliseArch("amd64")).isEqualTo("x86_64");
+        assertThat(NativeLoader.normaliseArch("x86_64")).isEqualTo("x86_64");
+        assertThat(NativeLoader.normaliseArch("AARCH64")).isEqualTo("aarch64");
+        assertThat(NativeLoader.normaliseArch("arm64")).isEqualTo("aarch64");
+        assertThat(NativeLoader.normaliseOs("Linux")).isEqualTo("linux");
+        assertThat(NativeLoader.normaliseOs("Mac OS X")).isEqualTo("macos");
+        assertThat(NativeLoader.platform("Linux", "amd64")).isEqualTo("linux-x86_64");
+    }
+
+    @Test
+    public void anUnsupportedPlatformIsNamed() {
+        assertThatThrownBy(() -> NativeLoader.platform("Mac OS X", "aarch64"))
+                .isInstanceOf(UnsatisfiedLinkError.class)
+                .hasMessageContaining("os.name=Mac OS X")
+                .hasMessageContaining("os.arch=aarch64")
+                .hasMessageContaining("linux-x86_64")
+                .hasMessageContaining(NativeLoader.LIBRARY_PROPERTY);
+        assertThatThrownBy(() -> NativeLoader.platform("Linux", "ppc64le"))
+                .isInstanceOf(UnsatisfiedLinkError.class)
+                .hasMessageContaining("os.arch=ppc64le");
+    }
+
+    @Test
+    public void loadingTwiceIsANoOpAndOtherLoadersAreRefused() {
+        NativeBridge.ensureLoaded();
+        NativeLoader.load(NativeBridge.class);
+        assertThatThrownBy(() -> NativeLoader.load(String.class)).isInstanceOf(IllegalArgumentException.class);
+    }
+
+    /**
+     * What Flink does on every job restart: the same classes in a new
+     * child-first class loader. Each loader gets its own copy of the library,
+     * with its own sinks and its own exception classes.
+     */
+    @Test
+    public void eachClassLoaderGetsItsOwnLibrary() throws Exception {
+        NativeBridge.ensureLoaded();
+        long parentSink = NativeTestSupport.open(tmp.newFolder("parent"), "parent");
+        try {
+            for (int attempt = 0; attempt < 3; attempt++) {
+                try (ChildFirst loader = new ChildFirst()) {
+                    Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+                    assertThat(bridge).isNotSameAs(NativeBridge.class);
+                    Method open = bridge.getMethod("open", String.class, String.class, int.class, int.class,
+                            String.class, String.class, String.class, boolean.class, long.class, long.class,
+                            long.class, boolean.class, boolean.class, int.class, long.class, long.class, long.class,
+                            byte[][].class);
+                    long childSink = (long) open.invoke(null, "child", NativeTestSupport.RUN_ID, 0, 1,
+                            tmp.newFolder("child" + attempt).getAbsolutePath(), "part", "", false, 3_600_000L,
+                            10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]);
+                    Method stats = bridge.getMethod("stats", long.class);
+                    assertThat((long[]) stats.invoke(null, childSink)).hasSize(6);
+
+                    // Registries are per library copy.
+                    assertThatThrownBy(() -> NativeBridge.stats(childSink)).isInstanceOf(IllegalStateException.class);
+                    Throwable t = causeOf(() -> stats.invoke(null, parentSink));
+                    assertThat(t).isInstanceOf(IllegalStateException.class);
+
+                    // Exceptions come from the child's own classes.
+                    Method describe = bridge.getMethod("describeHandle", byte[].class);
+                    Throwable state = causeOf(() -> describe.invoke(null, (Object) new byte[3]));
+                    assertThat(state.getClass().getName()).isEqualTo("io.twopc.flink.TwopcStateException");
+                    assertThat(state.getClass().getClassLoader()).isSameAs(loader);
+
+                    bridge.getMethod("close", long.class).invoke(null, childSink);
+                }
+            }
+            assertThat(NativeBridge.stats(parentSink)).hasSize(6);
+        } finally {
+            NativeBridge.close(parentSink);
+        }
+    }
+
+    /**
+     * A finished job attempt must not pin its class loader (Flink creates one
+     * per attempt; a pinned one leaks metaspace and a library copy each
+     * restart). The library refers to Java classes through weak references
+     * only, so the loader can be collected.
+     */
+    @Test
+    public void aClassLoaderThatUsedTheLibraryCanBeCollected() throws Exception {
+        // Logging must already be initialised, as it is in a TaskManager long
+        // before any job: if the child's NativeLog were the first SLF4J caller,
+        // log4j's initialisation (not the library) would keep the child.
+        NativeBridge.ensureLoaded();
+        org.slf4j.LoggerFactory.getLogger(NativeLoaderTest.class).info("logging initialised");
+        WeakReference<ClassLoader> loader = useInChildLoader(tmp.newFolder("collect"));
+        for (int i = 0; i < 100 && loader.get() != null; i++) {
+            System.gc();
+            byte[][] pressure = new byte[64][];
+            for (int j = 0; j < pressure.length; j++) {
+                pressure[j] = new byte[64 * 1024];
+            }
+            Thread.sleep(20);
+        }
+        assertThat(loader.get()).as("class loader collected").isNull();
+    }
+
+    private static WeakReference<ClassLoader> useInChildLoader(File out) throws Exception {
+        try (ChildFirst loader = new ChildFirst()) {
+            Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+            Method open = bridge.getMethod("open", String.class, String.class, int.class, int.class,
+                    String.class, String.class, String.class, boolean.class, long.class, long.class,
+                    long.class, boolean.class, boolean.class, int.class, long.class, long.class, long.class,
+                    byte[][].class);
+            long sink = (long) open.invoke(null, "child", NativeTestSupport.RUN_ID, 0, 1,
+                    out.getAbsolutePath(), "part", "", false, 3_600_000L, 10_000L, 60_000L, false, false, 3,
+                    10L, 100L, -1L, new byte[0][]);
+            // Throw and log through the child's classes too.
+            assertThat(causeOf(() -> bridge.getMethod("describeHandle", byte[].class).invoke(null, (Object) new byte[3])))
+                    .isNotNull();
+            bridge.getMethod("close", long.class).invoke(null, sink);
+            return new WeakReference<>(loader);
+        }
+    }
+
+    /** A library that cannot initialise fails System.load with a Java error, not a crash. */
+    @Test
+    public void aLibraryThatCannotInitialiseFailsCleanly() throws Exception {
+        try (ChildFirst loader = new ChildFirst("io.twopc.flink.internal.NativeLog")) {
+            Throwable t = causeOf(() -> Class.forName(NativeBridge.class.getName(), true, loader));
+            assertThat(t).isInstanceOf(LinkageError.class);
+            Throwable root = t;
+            while (root.getCause() != null) {
+                root = root.getCause();
+            }
+            assertThat(root.toString()).contains("NativeLog");
+        }
+    }
+
+    @Test
+    public void theLibraryPropertyOverridesTheJar() throws Exception {
+        URL packed = NativeBridge.class.getClassLoader().getResource("native/linux-x86_64/libtwopc_jni.so");
+        String real = Paths.get(packed.toURI()).toString();
+        String before = System.getProperty(NativeLoader.LIBRARY_PROPERTY);
+        try {
+            System.setProperty(NativeLoader.LIBRARY_PROPERTY, "/nonexistent/libtwopc_jni.so");
+            try (ChildFirst loader = new ChildFirst()) {
+                Throwable t = causeOf(() -> Class.forName(NativeBridge.class.getName(), true, loader));
+                Throwable root = t.getCause() != null ? t.getCause() : t;
+                assertThat(root)
+                        .isInstanceOf(UnsatisfiedLinkError.class)
+                        .hasMessageContaining(NativeLoader.LIBRARY_PROPERTY)
+                        .hasMessageContaining("/nonexistent/libtwopc_jni.so");
+            }
+            System.setProperty(NativeLoader.LIBRARY_PROPERTY, real);
+            try (ChildFirst loader = new ChildFirst()) {
+                Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+                Throwable t = causeOf(() -> bridge.getMethod("stats", long.class).invoke(null, 12345L));
+                assertThat(t).isInstanceOf(IllegalStateException.class);
+            }
+        } finally {
+            if (before == null) {
+                System.clearProperty(NativeLoader.LIBRARY_PROPERTY);
+            } else {
+                System.setProperty(NativeLoader.LIBRARY_PROPERTY, before);
+            }
+        }
+    }
+
+    private interface Call {
+        Object call() throws Exception;
+    }
+
+    private static Throwable causeOf(Call call) {
+        try {
+            call.call();
+        } catch (InvocationTargetException e) {
+            return e.getCause();
+        } catch (Throwable e) {
+            return e;
+        }
+        throw new AssertionError("expected an exception");
+    }
+
+    /** Loads io.twopc.* itself (classes and the packed library), everything else from the parent. */
+    private static final class ChildFirst extends URLClassLoader {
+        private final String hidden;
+
+        ChildFirst() throws Exception {
+            this("");
+        }
+
+        /** {@code hidden}: a class this loader pretends not to have. */
+        ChildFirst(String hidden) throws Exception {
+            super(roots(), NativeLoaderTest.class.getClassLoader());
+            this.hidden = hidden;
+        }
+
+        private static URL[] roots() throws Exception {
+            List<URL> urls = new ArrayList<>();
+            urls.add(NativeBridge.class.getProtectionDomain().getCodeSource().getLocation());
+            String resource = "native/linux-x86_64/libtwopc_jni.so";
+            URL lib = NativeBridge.class.getClassLoader().getResource(resource);
+            assertThat(lib).as(resource).isNotNull();
+            String path = Paths.get(lib.toURI()).toString();
+            urls.add(Paths.get(path.substring(0, path.length() - resource.length())).toUri().toURL());
+            return urls.toArray(new URL[0]);
+        }
+
+        @Override
+        protected Class<?> loadClass(String name, boolean resolve) throws ClassNotFoundException {
+            if (name.equals(hidden)) {
+                throw new ClassNotFoundException(name + " (hidden by the test)");
+            }
+            if (!name.startsWith("io.twopc.")) {
+                return super.loadClass(name, resolve);
+            }
+            synchronized (getClassLoadingLock(name)) {
+                Class<?> c = findLoadedClass(name);
+                if (c == null) {
+                    c = findClass(name);
+                }
+                if (resolve) {
+                    resolveClass(c);
+                }
+                return c;
+            }
+        }
+
+        @Override
+        public URL getResource(String name) {
+            URL own = findResource(name);
+            return own != null ? own : super.getResource(name);
+        }
+    }
+}

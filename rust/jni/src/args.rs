@@ -1,0 +1,124 @@
+//! Reading native-method arguments: nulls, ranges and direct buffers are
+//! checked here so that the protocol code only ever sees valid values.
+
+use jni::objects::{JByteArray, JByteBuffer, JString, Reference};
+use jni::sys::jint;
+use jni::Env;
+use twopc_core::{TransactionHandle, TwopcError};
+
+use crate::error::{BridgeError, BridgeResult};
+use crate::registry::Sink;
+
+pub(crate) fn string(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeResult<String> {
+    if value.is_null() {
+        return Err(BridgeError::illegal_argument(format!("{name} is null")));
+    }
+    Ok(value.try_to_string(env)?)
+}
+
+/// Copies a (small) `byte[]` such as a transaction handle.
+pub(crate) fn bytes(env: &Env<'_>, value: &JByteArray<'_>, name: &str) -> BridgeResult<Vec<u8>> {
+    if value.is_null() {
+        return Err(BridgeError::illegal_argument(format!("{name} is null")));
+    }
+    Ok(env.convert_byte_array(value)?)
+}
+
+/// A Java `long` that the core takes as an unsigned amount (milliseconds,
+/// counts): a negative value is a configuration mistake, not a huge number.
+pub(crate) fn non_negative(value: i64, name: &str) -> BridgeResult<u64> {
+    u64::try_from(value)
+        .map_err(|_| BridgeError::config(format!("{name} must not be negative (got {value})")))
+}
+
+/// Counters cross back as Java longs; none comes near `i64::MAX`, and if one
+/// did, saturating is better than turning negative.
+pub(crate) fn to_jlong(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+/// Decodes a handle passed to an operation of `sink`. Damaged bytes are a
+/// state error of that sink (fatal), named with its scope.
+pub(crate) fn handle_of(sink: &Sink, bytes: &[u8]) -> BridgeResult<TransactionHandle> {
+    TransactionHandle::decode(bytes).map_err(|source| {
+        BridgeError::Core(TwopcError::State {
+            scope: sink.scope(),
+            source,
+        })
+    })
+}
+
+/// The first `length` bytes of a direct buffer, without copying.
+///
+/// The Java caller owns the buffer and must not change or free it while the
+/// native call runs (`NativeBridge.write` documents this); Flink calls the
+/// sink from one task thread, which is also the thread that fills the
+/// buffer.
+pub(crate) fn direct_bytes<'b>(
+    env: &Env<'_>,
+    buffer: &'b JByteBuffer<'_>,
+    length: jint,
+) -> BridgeResult<&'b [u8]> {
+    if buffer.is_null() {
+        return Err(BridgeError::illegal_argument("batch buffer is null"));
+    }
+    let length = usize::try_from(length)
+        .map_err(|_| BridgeError::illegal_argument(format!("batch length {length} is negative")))?;
+    // GetDirectBufferCapacity answers -1 (an error here) for heap buffers;
+    // asking it first also tells a heap buffer from an empty direct one,
+    // whose address may legitimately be null.
+    let capacity = env.get_direct_buffer_capacity(buffer).map_err(|_| {
+        BridgeError::illegal_argument(
+            "batch must be a direct ByteBuffer (ByteBuffer.allocateDirect), not a heap buffer",
+        )
+    })?;
+    if length > capacity {
+        return Err(BridgeError::illegal_argument(format!(
+            "batch length {length} exceeds the buffer's capacity of {capacity} bytes"
+        )));
+    }
+    if length == 0 {
+        return Ok(&[]);
+    }
+    let address = env.get_direct_buffer_address(buffer).map_err(|_| {
+        BridgeError::illegal_argument("batch buffer has no accessible memory address")
+    })?;
+    if address.is_null() {
+        return Err(BridgeError::illegal_argument(
+            "batch buffer has no accessible memory address",
+        ));
+    }
+    // SAFETY: `address` is the non-null start of the direct buffer's memory,
+    // which the JVM guarantees spans `capacity` bytes, and `length <=
+    // capacity`, so the slice stays inside that one allocation (u8 needs no
+    // alignment and has no invalid values). The memory stays allocated for
+    // the slice's lifetime: the slice borrows `buffer`, a JNI local
+    // reference that keeps the ByteBuffer reachable until the native method
+    // returns, and a direct buffer's memory is freed only by its cleaner
+    // once the buffer is unreachable. Nothing writes to it meanwhile: the
+    // caller hands the buffer over for the duration of the call (see the
+    // function doc), and this crate only reads it.
+    Ok(unsafe { std::slice::from_raw_parts(address.cast_const(), length) })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn negative_amounts_are_config_errors() {
+        assert_eq!(non_negative(5, "x").unwrap(), 5);
+        let err = non_negative(-1, "retentionMs").unwrap_err();
+        assert!(matches!(
+            err,
+            BridgeError::Java(crate::error::JavaException::Config, _)
+        ));
+        assert!(err.to_string().contains("retentionMs must not be negative"));
+    }
+
+    #[test]
+    fn counters_saturate() {
+        assert_eq!(to_jlong(7), 7);
+        assert_eq!(to_jlong(u64::MAX), i64::MAX);
+    }
+}

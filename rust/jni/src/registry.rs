@@ -1,0 +1,114 @@
+//! Open sinks, reached from Java by opaque ids.
+//!
+//! Java never holds a pointer: a stale, closed or forged id can then only
+//! miss the map (an `IllegalStateException`), never dereference freed or
+//! foreign memory. Ids are a counter passed through a bijection keyed with
+//! a random per-library salt, so they are unique within one library copy,
+//! never 0 (Java's "no sink"), and an id of one class loader's copy of the
+//! library (a previous job attempt under Flink) is unlikely to name a sink
+//! of another.
+//!
+//! Each sink sits behind its own mutex: two Java threads calling into the
+//! same sink are serialised rather than racing on the writer state. The
+//! registry lock is held only to look an id up, never during I/O.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
+
+use twopc_core::fs::FsDestination;
+use twopc_core::{SubtaskSink, SystemClock};
+
+use crate::error::{BridgeError, BridgeResult};
+
+pub(crate) type Sink = SubtaskSink<FsDestination, SystemClock>;
+type Shared = Arc<Mutex<Sink>>;
+
+static SINKS: LazyLock<Mutex<HashMap<i64, Shared>>> = LazyLock::new(Default::default);
+static NEXT: AtomicU64 = AtomicU64::new(1);
+static SALT: LazyLock<u64> = LazyLock::new(twopc_core::ids::random_u64);
+
+/// Odd, so multiplying by it is a bijection on u64.
+const MIX: u64 = 0x9e37_79b9_7f4a_7c15;
+
+fn mint_id() -> i64 {
+    loop {
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        let id = ((n ^ *SALT).wrapping_mul(MIX)) as i64;
+        if id != 0 {
+            return id;
+        }
+    }
+}
+
+/// The registry only inserts and removes whole entries, so a panic while it
+/// was locked cannot have left the map half-updated: its poison flag carries
+/// no information and is ignored.
+fn sinks() -> MutexGuard<'static, HashMap<i64, Shared>> {
+    SINKS
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+fn unknown(id: i64) -> BridgeError {
+    BridgeError::illegal_state(format!(
+        "twopc native sink #{id} is closed or was never opened"
+    ))
+}
+
+pub(crate) fn insert(sink: Sink) -> i64 {
+    let id = mint_id();
+    sinks().insert(id, Arc::new(Mutex::new(sink)));
+    id
+}
+
+/// Runs `f` on the sink `id`, holding that sink's lock.
+pub(crate) fn with_sink<R>(
+    id: i64,
+    f: impl FnOnce(&mut Sink) -> BridgeResult<R>,
+) -> BridgeResult<R> {
+    let shared = sinks().get(&id).cloned().ok_or_else(|| unknown(id))?;
+    // Unlike the registry, a sink poisoned by a panic mid-operation may hold
+    // a half-updated writer: refuse further use instead of guessing. Close
+    // still works, and the job restarts into a fresh sink.
+    let mut sink = shared.lock().map_err(|_| {
+        BridgeError::illegal_state(format!(
+            "twopc native sink #{id} is unusable: an earlier call on it failed with an internal \
+             error (Rust panic) part way through; close it and restart from the last checkpoint"
+        ))
+    })?;
+    f(&mut sink)
+}
+
+/// Removes the sink `id`. A call still running on it (another thread) keeps
+/// its own reference and finishes; the sink is dropped after it.
+pub(crate) fn remove(id: i64) -> BridgeResult<()> {
+    let removed = sinks().remove(&id).ok_or_else(|| unknown(id))?;
+    drop(removed);
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashSet;
+
+    #[test]
+    fn ids_are_unique_and_never_zero() {
+        let ids: HashSet<i64> = (0..10_000).map(|_| mint_id()).collect();
+        assert_eq!(ids.len(), 10_000);
+        assert!(!ids.contains(&0));
+    }
+
+    #[test]
+    fn unknown_ids_are_refused() {
+        for id in [0, 12345, i64::MIN, i64::MAX, -1] {
+            let err = with_sink(id, |_| Ok(())).unwrap_err();
+            assert!(
+                err.to_string().contains("is closed or was never opened"),
+                "{err}"
+            );
+            assert!(remove(id).is_err());
+        }
+    }
+}
