@@ -9,6 +9,18 @@ ensure_rust
 ensure_java
 ensure_gradle
 
+# Throw-away PostgreSQL servers on loopback for the PostgreSQL destination's
+# tests: one with max_prepared_transactions set, one with it at 0 (the
+# start-up check must reject that). Both are stopped and removed on exit.
+stop_postgres() {
+    bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+    TWOPC_PG_PORT=54330 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+}
+trap stop_postgres EXIT
+say "starting PostgreSQL test servers"
+eval "$(bash scripts/postgres.sh start)"
+eval "$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh start)"
+
 say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy"

@@ -61,14 +61,20 @@ impl Committer {
         };
         if prepared.records == 0 {
             // Nothing was staged; release whatever a destination may hold
-            // for the id (best effort: leftovers are cleaned as lingering).
-            if let Err(e) = dest.abort(&handle.transaction) {
-                log::warn!(
-                    "{}: releasing empty transaction {} failed: {e}",
-                    self.scope,
-                    handle.transaction
-                );
-            }
+            // for the id. A failed release is reported, not swallowed: a
+            // job that finishes right after would otherwise leave the empty
+            // transaction staged for good (no later start scans for it as
+            // lingering). The error fails the attempt and recovery repeats
+            // this commit, which is idempotent (found by the simulation).
+            dest.abort(&handle.transaction)
+                .map_err(|source| TwopcError::Destination {
+                    scope: self.scope.clone(),
+                    action: "releasing empty",
+                    transaction: handle.transaction.clone(),
+                    consequence: "It holds no records, so nothing is lost; the job restarts and \
+                         recovery releases it again.",
+                    source,
+                })?;
             return Ok(CommitOutcome::Empty);
         }
         let mut attempt = 0u32;

@@ -96,8 +96,9 @@ impl fmt::Display for SinkScope {
 pub const RECOVERY_PLAN: &str = "Recovery plan: (1) keep the job stopped; \
 (2) pick an earlier checkpoint or savepoint whose input position precedes the affected output; \
 (3) reconcile the destination for that range first: remove this sink's output committed after \
-that checkpoint (`twopc inspect <output>` lists it), or restore with the rewind policy \
-REPLACE_RANGE, which removes it for you; (4) restart the job from that checkpoint or savepoint.";
+that checkpoint (for a directory `twopc inspect <output>` lists it; for PostgreSQL the \
+twopc_commit_records table does), or restore with the rewind policy REPLACE_RANGE, which \
+removes it for you; (4) restart the job from that checkpoint or savepoint.";
 
 /// A prepared transaction of a completed checkpoint that the destination no
 /// longer has and never committed: its output is lost.

@@ -157,8 +157,21 @@ fn check_rewind<D: Destination>(
                 .collect(),
         }))),
         RewindPolicy::ReplaceRange => {
-            let mine: Vec<CommittedTransaction> =
-                later.into_iter().filter(|c| ctx.owns(c.subtask)).collect();
+            // Besides what this subtask owns, retract every committed
+            // transaction the restored state knows (a restored open one,
+            // committed by a later checkpoint). Flink splits list state in
+            // contiguous ranges, not by `owns`, so any subtask may be handed
+            // that state; its `recoverAndAbort` runs right after this open
+            // and must not find the transaction still committed, whatever
+            // order the subtasks start in (found by the simulation: the
+            // abort was refused as misuse and the job restarted in a loop).
+            // Retraction is repeatable, so two subtasks doing it is fine.
+            let known: HashSet<&TransactionId> =
+                restore.known.iter().map(|h| &h.transaction).collect();
+            let mine: Vec<CommittedTransaction> = later
+                .into_iter()
+                .filter(|c| ctx.owns(c.subtask) || known.contains(&c.transaction))
+                .collect();
             for c in &mine {
                 log::warn!(
                     "{scope}: rewind to checkpoint {}: retracting output of transaction {} \

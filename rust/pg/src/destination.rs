@@ -1,0 +1,1129 @@
+//! [`PgDestination`]: the [`Destination`] trait over PostgreSQL.
+//!
+//! # Transactional mode
+//!
+//! One PostgreSQL transaction per subtask and checkpoint, on a dedicated
+//! *writer* session:
+//!
+//! | core call | SQL |
+//! |---|---|
+//! | `begin` | nothing (lazy: `BEGIN` comes with the first write) |
+//! | `write` | one `COPY <table> (<columns>) FROM STDIN` per batch, inside the open transaction |
+//! | `prepare` | side row (control session, autocommit); commit record + row lock (writer); `PREPARE TRANSACTION '<id>'` (writer) |
+//! | `commit` | `COMMIT PREPARED '<id>'` (control session) |
+//! | `abort` | `ROLLBACK` of the open one, `ROLLBACK PREPARED '<id>'` of a prepared one |
+//!
+//! `COMMIT PREPARED` cannot run inside a transaction block and must not
+//! share a session with the open transaction, so commits, aborts and scans
+//! use a second, autocommit *control* session.
+//!
+//! ## Telling "already committed" from "lost"
+//!
+//! `COMMIT PREPARED` of a gid PostgreSQL does not hold fails with SQLSTATE
+//! 42704 whether the transaction committed earlier or was rolled back: the
+//! error alone cannot tell a repeat from a loss. So each transaction
+//! inserts its own row into `twopc_commit_records` before it is prepared.
+//! That row becomes visible exactly when, and only if, the transaction
+//! commits. A commit that meets 42704 looks it up: present means
+//! `AlreadyCommitted`; absent means `Missing`, with evidence naming what was
+//! looked at (and a tombstone in `twopc_expired` when twopc's own retention
+//! cleanup rolled it back). The same table answers `committed_after`
+//! (rewind detection).
+//!
+//! ## The prepared handle: `twopc_prepared`
+//!
+//! Recovery rules need, for each prepared transaction, the run and
+//! checkpoint it was prepared for (`StagedTransaction::prepared`).
+//! `pg_prepared_xacts` only has the gid and a time, and rows written inside
+//! a prepared transaction are invisible until it commits, so the encoded
+//! handle is written *outside* it, by the control session in autocommit,
+//! just before `PREPARE TRANSACTION`, and deleted at commit or abort.
+//!
+//! Cleanup of side rows whose transaction is no longer prepared (committed,
+//! aborted, or a `PREPARE` that failed) runs with every scan. It must never
+//! delete the row of a transaction that is about to be prepared: between
+//! the side row's insert and `PREPARE TRANSACTION` the gid is not yet in
+//! `pg_prepared_xacts`. So the writer's transaction locks its side row
+//! (`FOR KEY SHARE`, in the same statement that inserts the commit record)
+//! and the cleanup skips locked rows (`FOR UPDATE SKIP LOCKED`). A prepared
+//! transaction keeps its row locks, across restarts too, until it is
+//! committed or rolled back. In the short window between the side row's
+//! insert and that lock, a concurrent cleanup can still delete the row;
+//! the locking insert then finds no row, and the prepare fails loudly
+//! (checkpoint fails, records are replayed) instead of preparing without a
+//! handle.
+//!
+//! A prepared transaction of this sink *without* a readable side row
+//! (deleted or damaged by hand) is reported with a stand-in handle of run
+//! [`UNKNOWN_RUN`] and checkpoint 0, never with `prepared: None`: the core
+//! treats `None` as "open, never in a checkpoint" and would abort it at a
+//! fresh start, which could silently drop output of a completed checkpoint.
+//! With the stand-in, a fresh start stops with the core's "prepared on fresh
+//! start" error (unless ABORT_PREPARED was chosen), and a restore commits it
+//! if its checkpoint names it and otherwise aborts it as lingering, exactly
+//! as for any prepared transaction. A warning explains the stand-in.
+//!
+//! ## A commit with an unknown outcome
+//!
+//! If the control session breaks during `COMMIT PREPARED` (backend
+//! terminated, server restart, network), the outcome is unknown: `commit`
+//! returns `Err` and drops the session. The core retries by id; the retry
+//! connects again and runs `COMMIT PREPARED` again, which resolves it: still
+//! prepared → committed now; 42704 and a commit record → `AlreadyCommitted`;
+//! 42704 and no record → `Missing`. A still-running earlier attempt answers
+//! "busy" (55000), which is again `Err` and retried.
+
+use std::io::Write;
+
+use postgres::Client;
+use twopc_core::config::SubtaskContext;
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+};
+use twopc_core::error::{ConfigError, DestinationError, DestinationErrorKind, TwopcError};
+use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
+use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
+use twopc_core::records::RecordBatch;
+
+use crate::error::{self, UNDEFINED_OBJECT};
+use crate::idempotent::{quoted_list, IdempotentSql};
+use crate::link::{CallError, Link};
+use crate::options::{CopyFormat, PgMode, PgOptions, Secrets};
+use crate::schema::{self, ControlTables, StartupError};
+use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
+
+/// Run id of the stand-in handle reported for a prepared transaction whose
+/// side row is missing or unreadable (see the module docs). Never a Flink
+/// job id (those are 32 hex digits), so it always counts as another run.
+pub const UNKNOWN_RUN: &str = "twopc-pg-unknown-run";
+
+/// The writer session never has its open transaction cut by the server
+/// for idling between checkpoints: a cut would fail the next checkpoint.
+const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0";
+
+struct OpenTxn {
+    id: TransactionId,
+    /// Writer session generation the transaction began in.
+    generation: u64,
+    rows: u64,
+    /// Set when a statement failed inside it: PostgreSQL has aborted it.
+    failed: Option<String>,
+}
+
+struct TxnSql {
+    copy_target: String,
+    insert_side: String,
+    record_in_txn: String,
+    after_commit: String,
+    delete_side: String,
+    find_record: String,
+    find_tombstone: String,
+    find_side: String,
+    staged: String,
+    clean_side: String,
+    committed_after: String,
+    insert_tombstone: String,
+    delete_record: String,
+    retract_rows: Option<String>,
+}
+
+enum ModeSql {
+    Transactional(Box<TxnSql>),
+    Idempotent(IdempotentSql),
+}
+
+/// The PostgreSQL destination of one subtask: two sessions (writer and
+/// control), opened by [`PgDestination::connect`] and reopened lazily.
+pub struct PgDestination {
+    options: PgOptions,
+    sink: SinkId,
+    table: TableName,
+    control_tables: ControlTables,
+    secrets: Secrets,
+    sql: ModeSql,
+    control: Link,
+    writer: Link,
+    open: Option<OpenTxn>,
+    /// Writer session generation in which the staging table exists.
+    stage_generation: Option<u64>,
+}
+
+impl std::fmt::Debug for PgDestination {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PgDestination")
+            .field("sink", &self.sink)
+            .field("options", &self.options)
+            .field("control_backend", &self.control.pid())
+            .field("writer_backend", &self.writer.pid())
+            .field("open", &self.open.as_ref().map(|o| o.id.as_str()))
+            .finish()
+    }
+}
+
+impl PgDestination {
+    /// Validates the options, connects, checks the server and the target
+    /// table (see [`crate::schema`]) and creates the control tables when
+    /// absent. Settings that cannot work are `TwopcError::Config` (fatal: a
+    /// restart would not help); an unreachable server is
+    /// `TwopcError::Scan` (retryable).
+    pub fn connect(options: PgOptions, ctx: &SubtaskContext) -> Result<Self, TwopcError> {
+        options.validate()?;
+        let secrets = Secrets::of(&options);
+        let config = options.connection_config()?;
+        let table = options.table_name()?;
+        let control_tables = ControlTables::new(&options.control_schema);
+        let app = |role: &str| format!("twopc {} {} {role}", ctx.sink, ctx.subtask);
+        let mut control = Link::new(
+            "control",
+            config.clone(),
+            &app("control"),
+            secrets.clone(),
+            "",
+        );
+        let writer = Link::new(
+            "writer",
+            config,
+            &app("writer"),
+            secrets.clone(),
+            WRITER_SETUP,
+        );
+
+        let scope = ctx.scope();
+        let startup = |e: StartupError| match e {
+            StartupError::Config(c) => TwopcError::Config(c),
+            StartupError::Pg(source) if source.kind == DestinationErrorKind::Rejected => {
+                TwopcError::Config(ConfigError::new(format!(
+                    "PostgreSQL refused the sink's start-up ({}); fix the connection settings \
+                     or the server",
+                    source.message
+                )))
+            }
+            StartupError::Pg(source) => TwopcError::Scan {
+                scope: scope.clone(),
+                action: "connecting to PostgreSQL and checking the target table",
+                source,
+            },
+        };
+        let client = control
+            .client()
+            .map_err(|f| startup(StartupError::Pg(f.error)))?;
+        let info =
+            schema::check(client, &options, ctx, &control_tables, &secrets).map_err(startup)?;
+
+        let copy_options = match options.copy_format {
+            CopyFormat::Text => "",
+            CopyFormat::Csv => " WITH (FORMAT csv)",
+        };
+        let sql = match &options.mode {
+            PgMode::Transactional => ModeSql::Transactional(Box::new(TxnSql::new(
+                &table,
+                &options,
+                &control_tables,
+                copy_options,
+            ))),
+            PgMode::Idempotent { key_columns } => ModeSql::Idempotent(IdempotentSql::new(
+                &table,
+                &options.columns,
+                &info.column_types,
+                key_columns,
+                copy_options,
+            )),
+        };
+        Ok(PgDestination {
+            sink: ctx.sink.clone(),
+            table,
+            control_tables,
+            secrets,
+            sql,
+            control,
+            writer,
+            open: None,
+            stage_generation: None,
+            options,
+        })
+    }
+
+    pub fn options(&self) -> &PgOptions {
+        &self.options
+    }
+
+    /// Backend process id of the control session, if connected (for
+    /// operators matching `pg_stat_activity`, and for tests that terminate
+    /// it on purpose).
+    pub fn control_backend_pid(&self) -> Option<i32> {
+        self.control.pid()
+    }
+
+    /// Backend process id of the writer session, if connected.
+    pub fn writer_backend_pid(&self) -> Option<i32> {
+        self.writer.pid()
+    }
+
+    /// Quoted names of the commit-record, prepared-handle and tombstone
+    /// tables.
+    pub fn control_table_names(&self) -> [&str; 3] {
+        [
+            &self.control_tables.commit_records,
+            &self.control_tables.prepared,
+            &self.control_tables.expired,
+        ]
+    }
+
+    fn err(&self, kind: DestinationErrorKind, msg: impl AsRef<str>) -> DestinationError {
+        error::other(&self.secrets, kind, msg)
+    }
+
+    fn txn_sql(&self) -> Option<&TxnSql> {
+        match &self.sql {
+            ModeSql::Transactional(s) => Some(s),
+            ModeSql::Idempotent(_) => None,
+        }
+    }
+
+    /// The record's trailing field for the transaction-id column, if
+    /// configured. Transaction ids are `[A-Za-z0-9_.-]`, which needs no
+    /// escaping or quoting in either COPY format.
+    fn row_suffix(&self, txn: &TransactionId) -> Option<Vec<u8>> {
+        self.options.transaction_id_column.as_ref().map(|_| {
+            let mut s = vec![self.options.copy_format.delimiter()];
+            s.extend_from_slice(txn.as_str().as_bytes());
+            s
+        })
+    }
+
+    fn rows_mismatch(&self, loaded: u64, records: u64) -> DestinationError {
+        self.err(
+            DestinationErrorKind::Rejected,
+            format!(
+                "COPY loaded {loaded} rows into {} from {records} records: a record must be \
+                 exactly one row in {} format (an unescaped line break splits one into two). \
+                 Fix the schema that formats the records",
+                self.table,
+                match self.options.copy_format {
+                    CopyFormat::Text => "PostgreSQL's COPY text",
+                    CopyFormat::Csv => "CSV",
+                }
+            ),
+        )
+    }
+
+    // ---- transactional mode -------------------------------------------
+
+    /// Rolls back the open transaction, if any; dropping the session when
+    /// the rollback itself fails (the server then rolls it back).
+    fn rollback_open(&mut self) {
+        let Some(open) = self.open.take() else {
+            return;
+        };
+        if open.generation == self.writer.generation() && self.writer.is_connected() {
+            if let Err(f) = self
+                .writer
+                .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?))
+            {
+                log::warn!(
+                    "rolling back transaction {} failed ({}); closing the writer session so the \
+                     server rolls it back",
+                    open.id,
+                    f.error
+                );
+                self.writer.disconnect();
+            }
+        }
+    }
+
+    fn write_transactional(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        if let Some(open) = &self.open {
+            if &open.id != txn {
+                // The core never writes to a second transaction before the
+                // first is prepared or aborted; if it did, rows of two
+                // transactions must not mix.
+                log::warn!(
+                    "transaction {} was left open when {txn} began writing; rolling it back",
+                    open.id
+                );
+                self.rollback_open();
+            }
+        }
+        if let Some(open) = &self.open {
+            if let Some(why) = &open.failed {
+                return Err(self.err(
+                    DestinationErrorKind::Io,
+                    format!("transaction {txn} cannot take more rows: {why}"),
+                ));
+            }
+            if open.generation != self.writer.generation() || !self.writer.is_connected() {
+                return Err(self.lost_open(txn));
+            }
+        } else {
+            self.writer
+                .run("beginning a transaction", |c| Ok(c.batch_execute("BEGIN")?))?;
+            self.open = Some(OpenTxn {
+                id: txn.clone(),
+                generation: self.writer.generation(),
+                rows: 0,
+                failed: None,
+            });
+        }
+        let suffix = self.row_suffix(txn);
+        // Statement texts are cloned out so the closure does not borrow
+        // `self` while the writer session is borrowed mutably.
+        let copy_sql = self.txn_sql().expect("transactional").copy_target.clone();
+        let result = self.writer.run("COPY into the open transaction", |c| {
+            copy_rows(c, &copy_sql, batch, suffix.as_deref())
+        });
+        let records = batch.len();
+        let mismatch = match &result {
+            Ok(loaded) if *loaded != records => Some(self.rows_mismatch(*loaded, records)),
+            _ => None,
+        };
+        let open = self.open.as_mut().expect("set above");
+        match result {
+            Ok(_) if mismatch.is_none() => {
+                open.rows += records;
+                Ok(())
+            }
+            Ok(_) => {
+                let e = mismatch.expect("checked");
+                open.failed = Some(e.message.clone());
+                Err(e)
+            }
+            Err(f) => {
+                open.failed = Some(if f.lost {
+                    "its session was lost, and PostgreSQL rolled it back".to_string()
+                } else {
+                    format!("a statement in it failed ({})", f.error)
+                });
+                Err(f.error)
+            }
+        }
+    }
+
+    fn lost_open(&self, txn: &TransactionId) -> DestinationError {
+        self.err(
+            DestinationErrorKind::Unavailable,
+            format!(
+                "the writer session holding open transaction {txn} was lost, and PostgreSQL \
+                 rolled the transaction back; its records are replayed from the last checkpoint"
+            ),
+        )
+    }
+
+    fn prepare_transactional(
+        &mut self,
+        handle: &TransactionHandle,
+    ) -> Result<(), DestinationError> {
+        let txn = &handle.transaction;
+        let info = handle.prepared().ok_or_else(|| {
+            self.err(
+                DestinationErrorKind::Corrupt,
+                format!("prepare of {txn} without prepared state"),
+            )
+        })?;
+        let unusable = match &self.open {
+            None if info.records == 0 => return Ok(()), // nothing staged: nothing to prepare
+            None => Some(self.err(
+                DestinationErrorKind::Unavailable,
+                format!(
+                    "transaction {txn} holds {} records but no PostgreSQL transaction is open \
+                     for it: its session was lost and the server rolled it back",
+                    info.records
+                ),
+            )),
+            Some(o) if &o.id != txn => Some(self.err(
+                DestinationErrorKind::Corrupt,
+                format!("prepare of {txn}, but the open transaction is {}", o.id),
+            )),
+            Some(o) if o.failed.is_some() => Some(self.err(
+                DestinationErrorKind::Io,
+                format!(
+                    "transaction {txn} cannot be prepared: {}",
+                    o.failed.as_deref().unwrap_or_default()
+                ),
+            )),
+            Some(o) if o.generation != self.writer.generation() || !self.writer.is_connected() => {
+                Some(self.lost_open(txn))
+            }
+            Some(_) => None,
+        };
+        if let Some(e) = unusable {
+            self.rollback_open();
+            return Err(e);
+        }
+        let rows = self.open.as_ref().map(|o| o.rows).unwrap_or(0);
+        if rows != info.records {
+            self.rollback_open();
+            return Err(self.err(
+                DestinationErrorKind::Corrupt,
+                format!(
+                    "transaction {txn} holds {rows} rows but the sink wrote {} records to it",
+                    info.records
+                ),
+            ));
+        }
+        let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
+        let checkpoint = to_i64(info.checkpoint, "checkpoint id")?;
+        let lineage = handle.lineage.0 as i64; // bit pattern kept; compared for equality only
+        let subtask = i32::try_from(handle.subtask)
+            .map_err(|_| self.err(DestinationErrorKind::Corrupt, "subtask index too large"))?;
+        let row_count = to_i64(rows, "row count")?;
+        let sink = self.sink.as_str().to_string();
+        let encoded = handle.encode();
+        let sql = self.txn_sql().expect("transactional");
+        let (insert_side, record_in_txn, delete_side) = (
+            sql.insert_side.clone(),
+            sql.record_in_txn.clone(),
+            sql.delete_side.clone(),
+        );
+
+        // 1. The handle, outside the transaction, so recovery can read it
+        //    while the transaction is prepared.
+        if let Err(f) = self.control.run("recording the prepared handle", |c| {
+            Ok(c.execute(&insert_side, &[&txn.as_str(), &sink, &encoded])?)
+        }) {
+            self.rollback_open();
+            return Err(f.error);
+        }
+
+        // 2. The commit record, in the transaction, locking the side row;
+        // 3. PREPARE TRANSACTION.
+        let run = handle.run.as_str().to_string();
+        let result = self.writer.run("preparing the transaction", |c| {
+            let n = c.execute(
+                &record_in_txn,
+                &[
+                    &txn.as_str(),
+                    &sink,
+                    &subtask,
+                    &lineage,
+                    &checkpoint,
+                    &run,
+                    &row_count,
+                ],
+            )?;
+            if n != 1 {
+                c.batch_execute("ROLLBACK")?;
+                return Ok(false);
+            }
+            c.batch_execute(&format!("PREPARE TRANSACTION {gid}"))?;
+            Ok(true)
+        });
+        self.open = None;
+        match result {
+            Ok(true) => Ok(()),
+            Ok(false) => {
+                self.delete_side_best_effort(&delete_side, txn);
+                Err(self.err(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "the handle row of {txn} in {} vanished before the transaction could \
+                         lock it (removed by a concurrent cleanup or by hand); the transaction \
+                         was rolled back and its records are replayed",
+                        self.control_tables.prepared
+                    ),
+                ))
+            }
+            Err(f) if f.lost => {
+                // PREPARE may have happened. Keep the handle row: if it did,
+                // recovery needs it; if not, cleanup removes the row.
+                Err(self.err(
+                    f.error.kind,
+                    format!(
+                        "{}; whether {txn} got prepared is unknown: if it did, it is committed \
+                         or aborted by id like any prepared transaction",
+                        f.error.message
+                    ),
+                ))
+            }
+            Err(f) => {
+                // PostgreSQL rejected it; the transaction is rolled back (a
+                // failed PREPARE TRANSACTION ends as a ROLLBACK, and an
+                // earlier error aborted the block, which this resets).
+                let _ = self
+                    .writer
+                    .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+                self.delete_side_best_effort(&delete_side, txn);
+                Err(f.error)
+            }
+        }
+    }
+
+    fn delete_side_best_effort(&mut self, delete_side: &str, txn: &TransactionId) {
+        if let Err(f) = self.control.run("removing a handle row", |c| {
+            Ok(c.execute(delete_side, &[&txn.as_str()])?)
+        }) {
+            log::warn!(
+                "could not remove the handle row of {txn} ({}); the next scan removes it",
+                f.error
+            );
+        }
+    }
+
+    fn commit_transactional(
+        &mut self,
+        handle: &TransactionHandle,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
+        let after_commit = self.txn_sql().expect("transactional").after_commit.clone();
+        match self.control.run("COMMIT PREPARED", |c| {
+            Ok(c.batch_execute(&format!("COMMIT PREPARED {gid}"))?)
+        }) {
+            Ok(()) => {
+                if let Err(f) = self.control.run("cleaning up after the commit", |c| {
+                    Ok(c.execute(&after_commit, &[&txn.as_str()])?)
+                }) {
+                    log::warn!(
+                        "committed {txn}, but removing its handle row failed ({}); the next \
+                         scan removes it",
+                        f.error
+                    );
+                }
+                Ok(CommitStatus::Committed)
+            }
+            Err(f) if f.is(UNDEFINED_OBJECT) => self.resolve_not_prepared(handle, &gid),
+            Err(f) => Err(self.err(
+                f.error.kind,
+                format!(
+                    "{}; the outcome of the commit is unknown until it is retried by id",
+                    f.error.message
+                ),
+            )),
+        }
+    }
+
+    /// `COMMIT PREPARED` said 42704: committed earlier, or lost.
+    fn resolve_not_prepared(
+        &mut self,
+        handle: &TransactionHandle,
+        gid: &str,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = handle.transaction.as_str();
+        let sql = self.txn_sql().expect("transactional");
+        let (find_record, find_tombstone, find_side, after_commit) = (
+            sql.find_record.clone(),
+            sql.find_tombstone.clone(),
+            sql.find_side.clone(),
+            sql.after_commit.clone(),
+        );
+        let (record, tombstone, side) = self.control.run("looking up the commit record", |c| {
+            let record = c.query_opt(&find_record, &[&txn])?;
+            let tombstone = c.query_opt(&find_tombstone, &[&txn])?;
+            let side = c.query_opt(&find_side, &[&txn])?;
+            Ok((
+                record.is_some(),
+                tombstone.map(|r| r.get::<_, String>(0)),
+                side.is_some(),
+            ))
+        })?;
+        if record {
+            // An earlier commit landed (its response was lost). Finish its
+            // cleanup.
+            let _ = self.control.run("cleaning up after the commit", |c| {
+                Ok(c.execute(&after_commit, &[&txn])?)
+            });
+            return Ok(CommitStatus::AlreadyCommitted);
+        }
+        let records = &self.control_tables.commit_records;
+        let evidence = match tombstone {
+            Some(at) => format!(
+                "it EXPIRED: twopc's retention cleanup rolled it back (ROLLBACK PREPARED) at {at} \
+                 because it was older than the retention limit (tombstone row in {}); COMMIT \
+                 PREPARED {gid} answered SQLSTATE 42704 and {records} has no commit record for it",
+                self.control_tables.expired
+            ),
+            None => format!(
+                "PostgreSQL holds no prepared transaction {gid} (COMMIT PREPARED answered \
+                 SQLSTATE 42704, checked against pg_prepared_xacts) and {records} has no commit \
+                 record for it, so it never committed: it was rolled back outside twopc \
+                 (ROLLBACK PREPARED by an administrator or another tool) or the server lost it \
+                 (data directory restored or replaced){}",
+                if side {
+                    format!(
+                        "; its handle row in {} shows it had been prepared",
+                        self.control_tables.prepared
+                    )
+                } else {
+                    String::new()
+                }
+            ),
+        };
+        Ok(CommitStatus::Missing { evidence })
+    }
+
+    fn abort_transactional(
+        &mut self,
+        txn: &TransactionId,
+    ) -> Result<AbortStatus, DestinationError> {
+        let was_open = self.open.as_ref().is_some_and(|o| &o.id == txn);
+        if was_open {
+            self.rollback_open();
+        }
+        // Also for the open one: if an earlier PREPARE's response was lost,
+        // it may be prepared.
+        let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
+        let sql = self.txn_sql().expect("transactional");
+        let (delete_side, find_record) = (sql.delete_side.clone(), sql.find_record.clone());
+        match self.control.run("ROLLBACK PREPARED", |c| {
+            Ok(c.batch_execute(&format!("ROLLBACK PREPARED {gid}"))?)
+        }) {
+            Ok(()) => {
+                self.delete_side_best_effort(&delete_side, txn);
+                Ok(AbortStatus::Aborted)
+            }
+            Err(f) if f.is(UNDEFINED_OBJECT) => {
+                let (committed, _) = self.control.run("looking up the commit record", |c| {
+                    let committed = c.query_opt(&find_record, &[&txn.as_str()])?.is_some();
+                    let removed = c.execute(&delete_side, &[&txn.as_str()])?;
+                    Ok((committed, removed))
+                })?;
+                Ok(if committed {
+                    AbortStatus::WasCommitted
+                } else if was_open {
+                    AbortStatus::Aborted
+                } else {
+                    AbortStatus::NotFound
+                })
+            }
+            Err(f) => Err(f.error),
+        }
+    }
+
+    fn staged_transactional(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let sql = self.txn_sql().expect("transactional");
+        let (staged, clean) = (sql.staged.clone(), sql.clean_side.clone());
+        let prefix = format!("{}.", self.sink);
+        let sink = self.sink.as_str().to_string();
+        let rows = self.control.run("listing prepared transactions", |c| {
+            Ok(c.query(&staged, &[&prefix])?)
+        })?;
+        match self.control.run("removing stale handle rows", |c| {
+            Ok(c.execute(&clean, &[&sink])?)
+        }) {
+            Ok(n) if n > 0 => {
+                log::debug!("removed {n} handle rows of transactions no longer prepared")
+            }
+            Ok(_) => {}
+            Err(f) => log::warn!(
+                "removing stale handle rows failed ({}); retried at the next scan",
+                f.error
+            ),
+        }
+        let mut out = Vec::new();
+        for row in rows {
+            let gid: String = row.get(0);
+            let prepared_ms: i64 = row.get(1);
+            let handle: Option<Vec<u8>> = row.get(2);
+            let Some(parsed) = TransactionId::parse(&gid).filter(|p| p.sink == self.sink) else {
+                log::warn!(
+                    "ignoring prepared transaction {gid:?}: its name starts like sink '{}' but \
+                     is not one of its transaction ids",
+                    self.sink
+                );
+                continue;
+            };
+            let last_activity_ms = prepared_ms.max(0) as u64;
+            let decoded = handle.as_deref().map(TransactionHandle::decode);
+            let prepared = match decoded {
+                Some(Ok(h)) if h.transaction == parsed.id && h.prepared().is_some() => h,
+                other => {
+                    let why = match other {
+                        None => "has no handle row".to_string(),
+                        Some(Err(e)) => format!("has an unreadable handle row ({e})"),
+                        Some(Ok(h)) => format!("has a handle row for {}", h.transaction),
+                    };
+                    log::warn!(
+                        "prepared transaction {gid} of sink '{}' {why} in {}, so its run and \
+                         checkpoint are unknown. It is reported as prepared by another run \
+                         ('{UNKNOWN_RUN}', checkpoint 0) so that no rule aborts it as if it were \
+                         never in a checkpoint. If its output is wanted, COMMIT PREPARED '{gid}'; \
+                         if not, ROLLBACK PREPARED '{gid}'",
+                        self.sink,
+                        self.control_tables.prepared
+                    );
+                    stand_in_handle(&self.sink, &parsed.id, parsed.subtask, last_activity_ms)
+                }
+            };
+            out.push(StagedTransaction {
+                transaction: parsed.id,
+                subtask: parsed.subtask,
+                attempt_nonce: parsed.attempt_nonce,
+                prepared: Some(prepared),
+                last_activity_ms,
+            });
+        }
+        Ok(out)
+    }
+
+    fn committed_after_transactional(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        let sql = self
+            .txn_sql()
+            .expect("transactional")
+            .committed_after
+            .clone();
+        let sink = self.sink.as_str().to_string();
+        let after = to_i64(checkpoint, "checkpoint id")?;
+        let rows = self.control.run("reading commit records", |c| {
+            Ok(c.query(&sql, &[&sink, &(lineage.0 as i64), &after])?)
+        })?;
+        let mut out = Vec::new();
+        for row in rows {
+            let id: String = row.get(0);
+            let Some(parsed) = TransactionId::parse(&id) else {
+                return Err(self.err(
+                    DestinationErrorKind::Corrupt,
+                    format!(
+                        "{} holds a row for {id:?}, which is not a twopc transaction id; it was \
+                         edited by hand",
+                        self.control_tables.commit_records
+                    ),
+                ));
+            };
+            out.push(CommittedTransaction {
+                transaction: parsed.id,
+                lineage,
+                checkpoint: row.get::<_, i64>(1) as u64,
+                subtask: row.get::<_, i32>(2) as u32,
+                records: row.get::<_, i64>(3) as u64,
+                committed_at_ms: row.get::<_, i64>(4).max(0) as u64,
+            });
+        }
+        Ok(out)
+    }
+
+    fn retract_transactional(
+        &mut self,
+        committed: &CommittedTransaction,
+    ) -> Result<(), DestinationError> {
+        let sql = self.txn_sql().expect("transactional");
+        let delete_record = sql.delete_record.clone();
+        let txn = committed.transaction.as_str();
+        let Some(retract_rows) = sql.retract_rows.clone() else {
+            return Err(self.err(
+                DestinationErrorKind::Rejected,
+                format!(
+                    "cannot retract transaction {txn} (checkpoint {}, {} rows in {}): the table \
+                     has no transaction-id column configured, so its rows cannot be told apart \
+                     from other rows. Reconcile by hand: delete the rows this transaction wrote \
+                     from {} (e.g. by a business key or time range), then remove its commit \
+                     record with DELETE FROM {} WHERE transaction_id = {}; and start again. Or \
+                     set transaction_id_column to a text column the sink fills, so that \
+                     REPLACE_RANGE can do this itself",
+                    committed.checkpoint,
+                    committed.records,
+                    self.table,
+                    self.table,
+                    self.control_tables.commit_records,
+                    quote_literal(txn)
+                ),
+            ));
+        };
+        let removed = self
+            .control
+            .run("retracting a committed transaction", |c| {
+                let mut t = c.transaction()?;
+                let rows = t.execute(&retract_rows, &[&txn])?;
+                t.execute(&delete_record, &[&txn])?;
+                t.commit()?;
+                Ok(rows)
+            })?;
+        log::info!(
+            "retracted transaction {txn}: removed {removed} rows from {} and its commit record",
+            self.table
+        );
+        Ok(())
+    }
+
+    fn expire_transactional(
+        &mut self,
+        txn: &TransactionId,
+        now_ms: u64,
+    ) -> Result<(), DestinationError> {
+        if self.open.as_ref().is_some_and(|o| &o.id == txn) {
+            self.rollback_open();
+        }
+        let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
+        let sql = self.txn_sql().expect("transactional");
+        let (tomb, delete_side) = (sql.insert_tombstone.clone(), sql.delete_side.clone());
+        let sink = self.sink.as_str().to_string();
+        let now = to_i64(now_ms, "time")?;
+        // Tombstone first: if the rollback then happens and anything after
+        // it fails, a later commit still says "expired", not "rolled back
+        // outside twopc".
+        self.control.run("recording the expiry", |c| {
+            Ok(c.execute(&tomb, &[&txn.as_str(), &sink, &now])?)
+        })?;
+        match self.control.run("ROLLBACK PREPARED (expiry)", |c| {
+            Ok(c.batch_execute(&format!("ROLLBACK PREPARED {gid}"))?)
+        }) {
+            Ok(()) => {}
+            Err(f) if f.is(UNDEFINED_OBJECT) => {}
+            Err(f) => return Err(f.error),
+        }
+        self.delete_side_best_effort(&delete_side, txn);
+        Ok(())
+    }
+
+    // ---- idempotent mode ----------------------------------------------
+
+    fn write_idempotent(&mut self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
+        let ModeSql::Idempotent(sql) = &self.sql else {
+            unreachable!("idempotent mode")
+        };
+        let stage_ready =
+            self.stage_generation == Some(self.writer.generation()) && self.writer.is_connected();
+        let (create, copy, upsert) = (
+            sql.create_stage.clone(),
+            sql.copy_stage.clone(),
+            sql.upsert.clone(),
+        );
+        let records = batch.len();
+        // One short transaction per batch: the batch becomes visible whole
+        // or not at all.
+        let result = self.writer.run("upserting a batch", |c| {
+            c.batch_execute("BEGIN")?;
+            if !stage_ready {
+                c.batch_execute(&create)?;
+            }
+            let loaded = copy_rows(c, &copy, batch, None)?;
+            if loaded != records {
+                c.batch_execute("ROLLBACK")?;
+                return Ok(Some(loaded));
+            }
+            c.execute(&upsert, &[])?;
+            c.batch_execute("COMMIT")?;
+            Ok(None)
+        });
+        match result {
+            Ok(None) => {
+                self.stage_generation = Some(self.writer.generation());
+                Ok(())
+            }
+            Ok(Some(loaded)) => Err(self.rows_mismatch(loaded, records)),
+            Err(f) => {
+                if !f.lost {
+                    let _ = self
+                        .writer
+                        .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+                }
+                Err(f.error)
+            }
+        }
+    }
+}
+
+/// Writes the records of a batch into one COPY, each followed by `suffix`
+/// (if any) and a line break; returns the rows the server loaded.
+fn copy_rows(
+    client: &mut Client,
+    sql: &str,
+    batch: RecordBatch<'_>,
+    suffix: Option<&[u8]>,
+) -> Result<u64, CallError> {
+    let mut w = client.copy_in(sql)?;
+    for record in batch.iter() {
+        w.write_all(record)?;
+        if let Some(s) = suffix {
+            w.write_all(s)?;
+        }
+        w.write_all(b"\n")?;
+    }
+    Ok(w.finish()?)
+}
+
+fn stand_in_handle(
+    sink: &SinkId,
+    txn: &TransactionId,
+    subtask: u32,
+    prepared_ms: u64,
+) -> TransactionHandle {
+    TransactionHandle {
+        sink: sink.clone(),
+        transaction: txn.clone(),
+        lineage: LineageId(0),
+        run: RunId::new(UNKNOWN_RUN).expect("a valid run id"),
+        subtask,
+        parallelism: subtask.saturating_add(1),
+        begun_at_ms: prepared_ms,
+        state: TransactionState::Prepared(PreparedInfo {
+            checkpoint: 0,
+            records: 0,
+            bytes: 0,
+            prepared_at_ms: prepared_ms,
+        }),
+    }
+}
+
+fn to_i64(v: u64, what: &str) -> Result<i64, DestinationError> {
+    i64::try_from(v).map_err(|_| {
+        DestinationError::new(
+            DestinationErrorKind::Corrupt,
+            format!("{what} {v} does not fit PostgreSQL's bigint"),
+        )
+    })
+}
+
+impl TxnSql {
+    fn new(
+        table: &TableName,
+        options: &PgOptions,
+        ctl: &ControlTables,
+        copy_options: &str,
+    ) -> Self {
+        let mut cols = options.columns.clone();
+        if let Some(c) = &options.transaction_id_column {
+            cols.push(c.clone());
+        }
+        let (cr, p, e) = (&ctl.commit_records, &ctl.prepared, &ctl.expired);
+        TxnSql {
+            copy_target: format!(
+                "COPY {table} ({}) FROM STDIN{copy_options}",
+                quoted_list(&cols)
+            ),
+            insert_side: format!(
+                "INSERT INTO {p} (transaction_id, sink_id, handle, prepared_at) \
+                 VALUES ($1, $2, $3, now()) \
+                 ON CONFLICT (transaction_id) DO UPDATE \
+                 SET handle = EXCLUDED.handle, prepared_at = EXCLUDED.prepared_at"
+            ),
+            // Inserts nothing when the side row is gone, which prepare
+            // reports; see the module docs for why the row is locked.
+            record_in_txn: format!(
+                "WITH side AS (SELECT transaction_id FROM {p} WHERE transaction_id = $1::text \
+                               FOR KEY SHARE) \
+                 INSERT INTO {cr} (transaction_id, sink_id, subtask, lineage, checkpoint, \
+                                   run_id, row_count, prepared_at) \
+                 SELECT transaction_id, $2::text, $3::int4, $4::int8, $5::int8, $6::text, \
+                        $7::int8, now() FROM side"
+            ),
+            after_commit: format!(
+                "WITH gone AS (DELETE FROM {p} WHERE transaction_id = $1::text) \
+                 UPDATE {cr} SET committed_at = now() \
+                 WHERE transaction_id = $1::text AND committed_at IS NULL"
+            ),
+            delete_side: format!("DELETE FROM {p} WHERE transaction_id = $1"),
+            find_record: format!("SELECT 1 FROM {cr} WHERE transaction_id = $1"),
+            find_tombstone: format!("SELECT expired_at::text FROM {e} WHERE transaction_id = $1"),
+            find_side: format!("SELECT 1 FROM {p} WHERE transaction_id = $1"),
+            staged: format!(
+                "SELECT x.gid, (extract(epoch FROM x.prepared) * 1000)::int8, s.handle \
+                 FROM pg_prepared_xacts x LEFT JOIN {p} s ON s.transaction_id = x.gid \
+                 WHERE left(x.gid, length($1::text)) = $1::text \
+                   AND x.database = current_database() AND x.owner = current_user \
+                 ORDER BY x.gid"
+            ),
+            clean_side: format!(
+                "DELETE FROM {p} WHERE transaction_id IN ( \
+                   SELECT s.transaction_id FROM {p} s \
+                   WHERE s.sink_id = $1 \
+                     AND NOT EXISTS (SELECT 1 FROM pg_prepared_xacts x \
+                                     WHERE x.gid = s.transaction_id) \
+                   FOR UPDATE SKIP LOCKED)"
+            ),
+            committed_after: format!(
+                "SELECT transaction_id, checkpoint, subtask, row_count, \
+                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8 \
+                 FROM {cr} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3 \
+                 ORDER BY checkpoint, transaction_id"
+            ),
+            insert_tombstone: format!(
+                "INSERT INTO {e} (transaction_id, sink_id, expired_at) \
+                 VALUES ($1, $2, to_timestamp($3::int8 / 1000.0)) \
+                 ON CONFLICT (transaction_id) DO NOTHING"
+            ),
+            delete_record: format!("DELETE FROM {cr} WHERE transaction_id = $1"),
+            retract_rows: options
+                .transaction_id_column
+                .as_ref()
+                .map(|c| format!("DELETE FROM {table} WHERE {} = $1", quote_ident(c))),
+        }
+    }
+}
+
+impl Destination for PgDestination {
+    fn begin(&mut self, _handle: &TransactionHandle) -> Result<(), DestinationError> {
+        // Lazy: a checkpoint interval without records costs no round trip.
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        if batch.is_empty() {
+            return Ok(());
+        }
+        match self.sql {
+            ModeSql::Transactional(_) => self.write_transactional(txn, batch),
+            ModeSql::Idempotent(_) => self.write_idempotent(batch),
+        }
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.prepare_transactional(handle),
+            // Every write already committed: nothing is buffered.
+            ModeSql::Idempotent(_) => Ok(()),
+        }
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        _now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.commit_transactional(handle),
+            ModeSql::Idempotent(_) => Ok(CommitStatus::Committed),
+        }
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.abort_transactional(txn),
+            // Nothing is staged; upserted rows stay and a replay rewrites
+            // them.
+            ModeSql::Idempotent(_) => Ok(AbortStatus::NotFound),
+        }
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.staged_transactional(),
+            ModeSql::Idempotent(_) => Ok(Vec::new()),
+        }
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.committed_after_transactional(lineage, checkpoint),
+            ModeSql::Idempotent(_) => Ok(Vec::new()),
+        }
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.retract_transactional(committed),
+            ModeSql::Idempotent(_) => Ok(()),
+        }
+    }
+
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.expire_transactional(txn, now_ms),
+            ModeSql::Idempotent(_) => Ok(()),
+        }
+    }
+}

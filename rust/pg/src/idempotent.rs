@@ -1,0 +1,128 @@
+//! Idempotent mode: upserts on a key, visible batch by batch.
+//!
+//! | | |
+//! |---|---|
+//! | How a repeat is made harmless | A replayed record is written again with `INSERT ... ON CONFLICT (key) DO UPDATE`: it overwrites the row it wrote the first time with the same values, changing nothing. |
+//! | Needs from the destination | A stable key in every record and a primary key or unique index on exactly those columns (checked at start-up); UPDATE rights on the other columns; TEMP rights for the staging table. |
+//! | Cost | No prepared transactions and no checkpoint latency: each batch commits on its own and is visible at once. But readers can see a state the job later rewinds (output of records that are replayed after a failure is visible before the replay rewrites it), and every write is an upsert. |
+//! | Fails when | Records carry no stable key, or the same key means different things across a replay (the replay then overwrites with different values and the last write wins); output that must not be visible before the checkpoint; deletes (a replay cannot undo a row it no longer produces). |
+//!
+//! How a batch is loaded, so that it stays bulk: `COPY` into a temporary
+//! staging table (created once per session, emptied at every commit), then
+//! one `INSERT ... SELECT ... ON CONFLICT` into the target, both in one
+//! short transaction. The staging table numbers rows in arrival order, and
+//! the `INSERT` takes only the last row of each key (`DISTINCT ON`): a
+//! batch that holds a key twice would otherwise fail ("ON CONFLICT DO
+//! UPDATE command cannot affect row a second time"), and the last value is
+//! the one a record-at-a-time writer would have left.
+//!
+//! In this mode `prepare` is a flush (there is nothing buffered: every
+//! write already committed), `commit` reports `Committed` with nothing to
+//! do, `abort` finds nothing staged (rows already upserted stay; the replay
+//! rewrites them), `staged` is empty, and there are no commit records, so
+//! rewind detection does not apply: a replay from an old checkpoint
+//! rewrites the same keys.
+
+use crate::sql::{quote_ident, TableName};
+
+/// Name of the per-session staging table and of its arrival-order column.
+/// The column name is chosen so it cannot clash with a configured column
+/// (configured names are quoted, and this one is checked against them).
+pub(crate) const STAGE_TABLE: &str = "twopc_stage";
+pub(crate) const STAGE_SEQ: &str = "twopc_stage_seq";
+
+pub(crate) struct IdempotentSql {
+    pub create_stage: String,
+    pub copy_stage: String,
+    pub upsert: String,
+}
+
+impl IdempotentSql {
+    pub fn new(
+        table: &TableName,
+        columns: &[String],
+        types: &[String],
+        keys: &[String],
+        copy_options: &str,
+    ) -> Self {
+        let cols = quoted_list(columns);
+        let stage_cols: Vec<String> = columns
+            .iter()
+            .zip(types)
+            .map(|(c, t)| format!("{} {t}", quote_ident(c)))
+            .collect();
+        // Built from the target's column types read at start-up, not with
+        // CREATE TABLE ... AS SELECT, so that no SELECT right is needed.
+        let create_stage = format!(
+            "CREATE TEMP TABLE IF NOT EXISTS {stage} ({}, {seq} bigint GENERATED ALWAYS AS \
+             IDENTITY) ON COMMIT DELETE ROWS",
+            stage_cols.join(", "),
+            stage = quote_ident(STAGE_TABLE),
+            seq = quote_ident(STAGE_SEQ),
+        );
+        let copy_stage = format!(
+            "COPY pg_temp.{} ({cols}) FROM STDIN{copy_options}",
+            quote_ident(STAGE_TABLE)
+        );
+        let key_list = quoted_list(keys);
+        let updates: Vec<String> = columns
+            .iter()
+            .filter(|c| !keys.contains(c))
+            .map(|c| format!("{q} = EXCLUDED.{q}", q = quote_ident(c)))
+            .collect();
+        let action = if updates.is_empty() {
+            // Every column is part of the key: a repeat is the same row.
+            "DO NOTHING".to_string()
+        } else {
+            format!("DO UPDATE SET {}", updates.join(", "))
+        };
+        let upsert = format!(
+            "INSERT INTO {table} ({cols}) \
+             SELECT DISTINCT ON ({key_list}) {cols} FROM pg_temp.{stage} \
+             ORDER BY {key_list}, {seq} DESC \
+             ON CONFLICT ({key_list}) {action}",
+            stage = quote_ident(STAGE_TABLE),
+            seq = quote_ident(STAGE_SEQ),
+        );
+        IdempotentSql {
+            create_stage,
+            copy_stage,
+            upsert,
+        }
+    }
+}
+
+pub(crate) fn quoted_list(names: &[String]) -> String {
+    names
+        .iter()
+        .map(|n| quote_ident(n))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn upsert_takes_the_last_row_of_each_key() {
+        let t = TableName::parse("table", "s.kv").unwrap();
+        let cols = vec!["k".to_string(), "v".to_string()];
+        let sql = IdempotentSql::new(
+            &t,
+            &cols,
+            &["bigint".into(), "text".into()],
+            &["k".into()],
+            "",
+        );
+        assert_eq!(
+            sql.upsert,
+            "INSERT INTO \"s\".\"kv\" (\"k\", \"v\") SELECT DISTINCT ON (\"k\") \"k\", \"v\" \
+             FROM pg_temp.\"twopc_stage\" ORDER BY \"k\", \"twopc_stage_seq\" DESC \
+             ON CONFLICT (\"k\") DO UPDATE SET \"v\" = EXCLUDED.\"v\""
+        );
+        assert!(sql.create_stage.contains("\"k\" bigint, \"v\" text"));
+        let all_key = IdempotentSql::new(&t, &cols, &["int".into(), "int".into()], &cols, "");
+        assert!(all_key.upsert.ends_with("DO NOTHING"));
+    }
+}

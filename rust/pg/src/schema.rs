@@ -1,0 +1,565 @@
+//! Start-up checks and the sink's own tables.
+//!
+//! Everything that would make the sink fail later, or fail in a way that is
+//! hard to read (COPY rejecting every row, PREPARE TRANSACTION refusing at
+//! the first checkpoint, a permission error at commit time), is checked once
+//! when the destination connects, with a message that says what to change.
+
+use postgres::Client;
+use twopc_core::config::SubtaskContext;
+use twopc_core::error::{ConfigError, DestinationError};
+
+use crate::error;
+use crate::options::{PgMode, PgOptions, Secrets};
+use crate::sql::{quote_ident, TableName};
+
+/// Names of the control tables (created in `control_schema` when absent).
+pub const COMMIT_RECORDS_TABLE: &str = "twopc_commit_records";
+pub const PREPARED_TABLE: &str = "twopc_prepared";
+pub const EXPIRED_TABLE: &str = "twopc_expired";
+
+/// Oldest server accepted: generated columns (checked below) and
+/// `to_regclass(text)` need 12.
+const MIN_SERVER_VERSION: i32 = 120000;
+
+/// Arbitrary constant key of the advisory lock that serialises creation of
+/// the control tables, so that subtasks starting together do not race on
+/// `CREATE TABLE` (which can fail with a duplicate-key error on the catalog
+/// when two sessions create the same table at once).
+const DDL_LOCK_KEY: i64 = 0x7477_6f70_6364_646c; // "twopcddl"
+
+pub(crate) enum StartupError {
+    Config(ConfigError),
+    Pg(DestinationError),
+}
+
+impl From<ConfigError> for StartupError {
+    fn from(e: ConfigError) -> Self {
+        StartupError::Config(e)
+    }
+}
+
+impl From<DestinationError> for StartupError {
+    fn from(e: DestinationError) -> Self {
+        StartupError::Pg(e)
+    }
+}
+
+/// The quoted, schema-qualified names of the control tables.
+#[derive(Clone, Debug)]
+pub(crate) struct ControlTables {
+    pub schema: String,
+    pub commit_records: String,
+    pub prepared: String,
+    pub expired: String,
+}
+
+impl ControlTables {
+    pub fn new(schema: &str) -> Self {
+        let q = |t: &str| format!("{}.{}", quote_ident(schema), quote_ident(t));
+        ControlTables {
+            schema: schema.to_string(),
+            commit_records: q(COMMIT_RECORDS_TABLE),
+            prepared: q(PREPARED_TABLE),
+            expired: q(EXPIRED_TABLE),
+        }
+    }
+
+    /// The DDL, also useful to an administrator who creates the tables for
+    /// a sink user without CREATE rights.
+    pub fn ddl(&self) -> String {
+        format!(
+            "CREATE TABLE IF NOT EXISTS {cr} (\n\
+             \x20   transaction_id text PRIMARY KEY,\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   subtask integer NOT NULL,\n\
+             \x20   lineage bigint NOT NULL,\n\
+             \x20   checkpoint bigint NOT NULL,\n\
+             \x20   run_id text NOT NULL,\n\
+             \x20   row_count bigint NOT NULL,\n\
+             \x20   prepared_at timestamptz NOT NULL,\n\
+             \x20   committed_at timestamptz\n\
+             );\n\
+             CREATE INDEX IF NOT EXISTS {cri} ON {cr} (sink_id, lineage, checkpoint);\n\
+             CREATE TABLE IF NOT EXISTS {p} (\n\
+             \x20   transaction_id text PRIMARY KEY,\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   handle bytea NOT NULL,\n\
+             \x20   prepared_at timestamptz NOT NULL\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {e} (\n\
+             \x20   transaction_id text PRIMARY KEY,\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   expired_at timestamptz NOT NULL\n\
+             );\n",
+            cr = self.commit_records,
+            cri = quote_ident("twopc_commit_records_by_lineage"),
+            p = self.prepared,
+            e = self.expired,
+        )
+    }
+}
+
+/// What the checks learnt about the target table.
+#[derive(Clone, Debug)]
+pub(crate) struct TargetInfo {
+    /// SQL types of the configured columns, in configured order (for the
+    /// idempotent mode's staging table).
+    pub column_types: Vec<String>,
+}
+
+struct Column {
+    name: String,
+    not_null: bool,
+    has_default: bool,
+    generated: bool,
+    type_sql: String,
+    string_like: bool,
+}
+
+pub(crate) fn check(
+    client: &mut Client,
+    options: &PgOptions,
+    ctx: &SubtaskContext,
+    control: &ControlTables,
+    secrets: &Secrets,
+) -> Result<TargetInfo, StartupError> {
+    let pg = |op: &str| {
+        let op = op.to_string();
+        move |e: postgres::Error| StartupError::Pg(error::pg(secrets, &op, &e))
+    };
+    let row = client
+        .query_one(
+            "SELECT current_user::text, current_database()::text, \
+             current_setting('max_prepared_transactions')::int4, \
+             current_setting('server_version_num')::int4",
+            &[],
+        )
+        .map_err(pg("reading server settings"))?;
+    let user: String = row.get(0);
+    let db: String = row.get(1);
+    let max_prepared: i32 = row.get(2);
+    let version: i32 = row.get(3);
+    let who = format!("database {db:?} as user {user:?}");
+
+    if version < MIN_SERVER_VERSION {
+        return Err(ConfigError::new(format!(
+            "the PostgreSQL server is version {version}; twopc needs 12 or newer"
+        ))
+        .into());
+    }
+
+    let transactional = options.mode == PgMode::Transactional;
+    if transactional {
+        let n = ctx.parallelism;
+        if max_prepared == 0 || (max_prepared as u32) < n {
+            return Err(ConfigError::new(format!(
+                "PostgreSQL's max_prepared_transactions is {max_prepared} ({who}), so {}. Each \
+                 of the sink's {n} subtasks keeps at least one transaction prepared between a \
+                 checkpoint and its commit: set max_prepared_transactions >= {n} (more if other \
+                 sinks or jobs prepare transactions on this server, or checkpoints overlap) in \
+                 postgresql.conf and restart the server. Or use the idempotent mode, which \
+                 needs no prepared transactions",
+                if max_prepared == 0 {
+                    "PREPARE TRANSACTION is disabled".to_string()
+                } else {
+                    format!("at most {max_prepared} transactions can be prepared at once")
+                }
+            ))
+            .into());
+        }
+    }
+
+    let table = options.table_name()?;
+    let oid = target_oid(client, &table, &who, secrets)?;
+    let columns = read_columns(client, oid, secrets)?;
+    let column_types = check_columns(options, &table, &columns)?;
+    check_rights(client, options, &table, oid, &user, secrets)?;
+
+    if let PgMode::Idempotent { key_columns } = &options.mode {
+        check_unique_key(client, &table, oid, key_columns, secrets)?;
+        let temp: bool = client
+            .query_one(
+                "SELECT has_database_privilege(current_database(), 'TEMP')",
+                &[],
+            )
+            .map_err(pg("checking TEMP privilege"))?
+            .get(0);
+        if !temp {
+            return Err(ConfigError::new(format!(
+                "user {user:?} may not create temporary tables in {db:?}; the idempotent mode \
+                 loads each batch through a temporary staging table. Run: GRANT TEMP ON \
+                 DATABASE {} TO {}",
+                quote_ident(&db),
+                quote_ident(&user)
+            ))
+            .into());
+        }
+    }
+
+    if transactional {
+        ensure_control_tables(client, control, &user, secrets)?;
+    }
+    Ok(TargetInfo { column_types })
+}
+
+fn target_oid(
+    client: &mut Client,
+    table: &TableName,
+    who: &str,
+    secrets: &Secrets,
+) -> Result<u32, StartupError> {
+    let row = client
+        .query_opt(
+            "SELECT c.oid, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1::text)",
+            &[&table.quoted()],
+        )
+        .map_err(|e| StartupError::Pg(error::pg(secrets, "looking up the target table", &e)))?;
+    let Some(row) = row else {
+        let where_ = if table.schema.is_none() {
+            " on the search_path"
+        } else {
+            ""
+        };
+        return Err(ConfigError::new(format!(
+            "target table {table} does not exist{where_} in {who}. Create it, or fix the table \
+             option (names are case-sensitive and used exactly as written: \"Orders\" and \
+             \"orders\" are different tables)"
+        ))
+        .into());
+    };
+    let oid: u32 = row.get(0);
+    let kind: String = row.get(1);
+    if kind != "r" && kind != "p" {
+        let what = match kind.as_str() {
+            "v" => "a view",
+            "m" => "a materialized view",
+            "f" => "a foreign table",
+            "S" => "a sequence",
+            "i" | "I" => "an index",
+            _ => "not a table",
+        };
+        return Err(ConfigError::new(format!(
+            "{table} is {what}; the sink writes with COPY into an ordinary or partitioned table"
+        ))
+        .into());
+    }
+    Ok(oid)
+}
+
+fn read_columns(
+    client: &mut Client,
+    oid: u32,
+    secrets: &Secrets,
+) -> Result<Vec<Column>, StartupError> {
+    let rows = client
+        .query(
+            "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
+                    a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
+                    t.typcategory = 'S' \
+             FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+             ORDER BY a.attnum",
+            &[&oid],
+        )
+        .map_err(|e| StartupError::Pg(error::pg(secrets, "reading the target's columns", &e)))?;
+    Ok(rows
+        .iter()
+        .map(|r| Column {
+            name: r.get(0),
+            not_null: r.get(1),
+            has_default: r.get(2),
+            generated: r.get(3),
+            type_sql: r.get(4),
+            string_like: r.get(5),
+        })
+        .collect())
+}
+
+fn check_columns(
+    options: &PgOptions,
+    table: &TableName,
+    columns: &[Column],
+) -> Result<Vec<String>, ConfigError> {
+    let actual = || {
+        columns
+            .iter()
+            .map(|c| quote_ident(&c.name))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    let find = |name: &str| columns.iter().find(|c| c.name == name);
+    let mut types = Vec::new();
+    let mut missing = Vec::new();
+    for name in &options.columns {
+        match find(name) {
+            Some(c) if c.generated => {
+                return Err(ConfigError::new(format!(
+                    "column {} of {table} is a generated column and cannot be written; remove it \
+                     from columns",
+                    quote_ident(name)
+                )))
+            }
+            Some(c) => types.push(c.type_sql.clone()),
+            None => missing.push(quote_ident(name)),
+        }
+    }
+    if !missing.is_empty() {
+        return Err(ConfigError::new(format!(
+            "the configured columns do not match table {table}: it has no column {} (its columns \
+             are {}). Fix the columns option (names are case-sensitive) or the table",
+            missing.join(", "),
+            actual()
+        )));
+    }
+    if let Some(col) = &options.transaction_id_column {
+        match find(col) {
+            None => {
+                return Err(ConfigError::new(format!(
+                    "transaction_id_column {} does not exist in {table} (its columns are {}); \
+                     add it (ALTER TABLE {table} ADD COLUMN {} text) or unset the option",
+                    quote_ident(col),
+                    actual(),
+                    quote_ident(col)
+                )))
+            }
+            Some(c) if !c.string_like || c.generated => {
+                return Err(ConfigError::new(format!(
+                    "transaction_id_column {} of {table} is of type {}; it must be a writable \
+                     text column (text or varchar of at least 120 characters)",
+                    quote_ident(col),
+                    c.type_sql
+                )))
+            }
+            Some(_) => {}
+        }
+    }
+    let unfilled: Vec<String> = columns
+        .iter()
+        .filter(|c| c.not_null && !c.has_default && !c.generated)
+        .filter(|c| !options.columns.contains(&c.name))
+        .filter(|c| options.transaction_id_column.as_ref() != Some(&c.name))
+        .map(|c| quote_ident(&c.name))
+        .collect();
+    if !unfilled.is_empty() {
+        return Err(ConfigError::new(format!(
+            "the configured columns do not match table {table}: {} NOT NULL without a default \
+             but not in columns, so every row would be rejected. Add {} to columns, or give \
+             {} a default",
+            if unfilled.len() == 1 {
+                format!("{} is", unfilled[0])
+            } else {
+                format!("{} are", unfilled.join(", "))
+            },
+            if unfilled.len() == 1 { "it" } else { "them" },
+            if unfilled.len() == 1 { "it" } else { "them" },
+        )));
+    }
+    Ok(types)
+}
+
+fn check_rights(
+    client: &mut Client,
+    options: &PgOptions,
+    table: &TableName,
+    oid: u32,
+    user: &str,
+    secrets: &Secrets,
+) -> Result<(), StartupError> {
+    let mut insert_cols: Vec<String> = options.columns.clone();
+    if let Some(c) = &options.transaction_id_column {
+        insert_cols.push(c.clone());
+    }
+    let lacking = |client: &mut Client, cols: &[String], right: &str| {
+        client
+            .query(
+                "SELECT c FROM unnest($2::text[]) AS c WHERE NOT has_column_privilege($1::oid, c, $3::text)",
+                &[&oid, &cols, &right],
+            )
+            .map(|rows| rows.iter().map(|r| r.get::<_, String>(0)).collect::<Vec<_>>())
+            .map_err(|e| StartupError::Pg(error::pg(secrets, "checking privileges", &e)))
+    };
+    let fail = |right: &str, cols: &[String], why: &str| {
+        let quoted: Vec<String> = cols.iter().map(|c| quote_ident(c)).collect();
+        StartupError::Config(ConfigError::new(format!(
+            "user {user:?} lacks the {right} privilege on {table} (columns {}), which {why}. \
+             Run: GRANT {right} ON {table} TO {} (or grant it on those columns)",
+            quoted.join(", "),
+            quote_ident(user)
+        )))
+    };
+    let no_insert = lacking(client, &insert_cols, "INSERT")?;
+    if !no_insert.is_empty() {
+        return Err(fail("INSERT", &no_insert, "the sink needs to write rows"));
+    }
+    if let PgMode::Idempotent { key_columns } = &options.mode {
+        let updated: Vec<String> = options
+            .columns
+            .iter()
+            .filter(|c| !key_columns.contains(c))
+            .cloned()
+            .collect();
+        let no_update = lacking(client, &updated, "UPDATE")?;
+        if !no_update.is_empty() {
+            return Err(fail(
+                "UPDATE",
+                &no_update,
+                "the idempotent mode needs to overwrite rows of a replay",
+            ));
+        }
+    }
+    if options.transaction_id_column.is_some() {
+        let can_delete: bool = client
+            .query_one("SELECT has_table_privilege($1::oid, 'DELETE')", &[&oid])
+            .map_err(|e| StartupError::Pg(error::pg(secrets, "checking privileges", &e)))?
+            .get(0);
+        if !can_delete {
+            return Err(ConfigError::new(format!(
+                "user {user:?} lacks the DELETE privilege on {table}, which retracting the rows \
+                 of a rewound transaction needs (transaction_id_column is set). Run: GRANT \
+                 DELETE ON {table} TO {}, or unset transaction_id_column",
+                quote_ident(user)
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}
+
+fn check_unique_key(
+    client: &mut Client,
+    table: &TableName,
+    oid: u32,
+    key_columns: &[String],
+    secrets: &Secrets,
+) -> Result<(), StartupError> {
+    let rows = client
+        .query(
+            "SELECT array(SELECT a.attname::text FROM unnest(i.indkey) AS k(attnum) \
+                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) \
+             FROM pg_index i \
+             WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid \
+               AND i.indpred IS NULL AND i.indexprs IS NULL",
+            &[&oid],
+        )
+        .map_err(|e| StartupError::Pg(error::pg(secrets, "reading unique indexes", &e)))?;
+    let mut wanted: Vec<&String> = key_columns.iter().collect();
+    wanted.sort();
+    let found = rows.iter().any(|r| {
+        let mut cols: Vec<String> = r.get(0);
+        cols.sort();
+        cols.iter().collect::<Vec<_>>() == wanted
+    });
+    if !found {
+        let keys: Vec<String> = key_columns.iter().map(|k| quote_ident(k)).collect();
+        return Err(ConfigError::new(format!(
+            "table {table} has no primary key or unique index on exactly ({}); INSERT ... ON \
+             CONFLICT needs one to recognise a replayed row. Create it (ALTER TABLE {table} ADD \
+             PRIMARY KEY ({})) or fix key_columns",
+            keys.join(", "),
+            keys.join(", ")
+        ))
+        .into());
+    }
+    Ok(())
+}
+
+fn ensure_control_tables(
+    client: &mut Client,
+    control: &ControlTables,
+    user: &str,
+    secrets: &Secrets,
+) -> Result<(), StartupError> {
+    let pg =
+        |op: &'static str| move |e: postgres::Error| StartupError::Pg(error::pg(secrets, op, &e));
+    let tables = [&control.commit_records, &control.prepared, &control.expired];
+    let missing = |client: &mut Client| -> Result<Vec<String>, StartupError> {
+        let mut out = Vec::new();
+        for t in tables {
+            let exists: bool = client
+                .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[t])
+                .map_err(pg("looking up control tables"))?
+                .get(0);
+            if !exists {
+                out.push(t.clone());
+            }
+        }
+        Ok(out)
+    };
+    if !missing(client)?.is_empty() {
+        // CREATE TABLE IF NOT EXISTS checks the schema's CREATE privilege
+        // even when the table exists, so check first and say what to do.
+        let row = client
+            .query_opt(
+                "SELECT has_schema_privilege(n.oid, 'CREATE') FROM pg_namespace n \
+                 WHERE n.nspname = $1",
+                &[&control.schema],
+            )
+            .map_err(pg("checking the control schema"))?;
+        match row.map(|r| r.get::<_, bool>(0)) {
+            None => {
+                return Err(ConfigError::new(format!(
+                    "control_schema {} does not exist; create it (CREATE SCHEMA {}) or set \
+                     control_schema to an existing schema",
+                    quote_ident(&control.schema),
+                    quote_ident(&control.schema)
+                ))
+                .into())
+            }
+            Some(false) => {
+                return Err(ConfigError::new(format!(
+                    "the sink's control tables are missing in schema {} and user {user:?} may \
+                     not create tables there. Either GRANT CREATE ON SCHEMA {} TO {}, or have \
+                     an administrator run:\n{}and grant {user:?} SELECT, INSERT, UPDATE, DELETE \
+                     on them",
+                    quote_ident(&control.schema),
+                    quote_ident(&control.schema),
+                    quote_ident(user),
+                    control.ddl()
+                ))
+                .into())
+            }
+            Some(true) => {}
+        }
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {} COMMIT;",
+                control.ddl()
+            ))
+            .map_err(|e| {
+                let _ = client.batch_execute("ROLLBACK");
+                StartupError::Pg(error::pg(secrets, "creating the control tables", &e))
+            })?;
+        log::info!(
+            "created twopc control tables in schema {}",
+            quote_ident(&control.schema)
+        );
+    }
+    for t in tables {
+        let row = client
+            .query_one(
+                "SELECT has_table_privilege($1::text, 'SELECT'), \
+                        has_table_privilege($1::text, 'INSERT'), \
+                        has_table_privilege($1::text, 'UPDATE'), \
+                        has_table_privilege($1::text, 'DELETE')",
+                &[t],
+            )
+            .map_err(pg("checking privileges on control tables"))?;
+        let lacking: Vec<&str> = ["SELECT", "INSERT", "UPDATE", "DELETE"]
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| !row.get::<_, bool>(*i))
+            .map(|(_, r)| r)
+            .collect();
+        if !lacking.is_empty() {
+            return Err(ConfigError::new(format!(
+                "user {user:?} lacks {} on the control table {t}; the sink records prepared \
+                 handles and commits there. Run: GRANT SELECT, INSERT, UPDATE, DELETE ON {t} TO {}",
+                lacking.join(", "),
+                quote_ident(user)
+            ))
+            .into());
+        }
+    }
+    Ok(())
+}

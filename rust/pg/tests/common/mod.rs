@@ -1,0 +1,264 @@
+//! Shared helpers of the tests against a real PostgreSQL server.
+//!
+//! The server comes from `scripts/postgres.sh start`, which prints the URL
+//! to export as TWOPC_PG_URL. Without it the tests fail and say so, unless
+//! TWOPC_PG_OPTIONAL=1 (developer convenience), when they print "skipped: no
+//! server" and pass. CI sets the URL.
+#![allow(dead_code)] // each test binary uses a different subset
+
+use std::str::FromStr;
+
+use postgres::{Client, NoTls};
+use twopc_core::config::{RetryPolicy, SinkOptions, SubtaskContext};
+use twopc_core::ids::{random_u64, RunId, SinkId};
+use twopc_core::records::push_record;
+use twopc_core::{Restore, SubtaskSink, SystemClock, TransactionHandle, TwopcError};
+use twopc_pg::{Endpoint, PgDestination, PgOptions};
+
+pub type Sink = SubtaskSink<PgDestination, SystemClock>;
+
+/// The URL in `var`, or None (after printing why) when the developer opted
+/// out of server tests.
+pub fn url_from(var: &str) -> Option<String> {
+    match std::env::var(var) {
+        Ok(u) if !u.trim().is_empty() => Some(u),
+        _ if std::env::var("TWOPC_PG_OPTIONAL").as_deref() == Ok("1") => {
+            println!("skipped: no server ({var} is not set)");
+            None
+        }
+        _ => panic!(
+            "{var} is not set: these tests need a PostgreSQL server. Run \
+             `eval \"$(scripts/postgres.sh start)\"` (and, for TWOPC_PG_URL_NO_2PC, \
+             `eval \"$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 scripts/postgres.sh start)\"`) \
+             and run the tests again; set TWOPC_PG_OPTIONAL=1 to skip them instead"
+        ),
+    }
+}
+
+/// Returns the server URL or ends the test (see [`url_from`]). Test files
+/// declare `#[macro_use] mod common;`.
+macro_rules! server {
+    () => {
+        server!("TWOPC_PG_URL")
+    };
+    ($var:literal) => {
+        match common::url_from($var) {
+            Some(u) => u,
+            None => return,
+        }
+    };
+}
+
+/// A name unique to this test run: tests run in parallel against one server
+/// and must not see each other's tables, sinks or transactions.
+pub fn unique(prefix: &str) -> String {
+    format!("{prefix}_{:08x}", random_u64() as u32)
+}
+
+pub fn admin(url: &str) -> Client {
+    Client::connect(url, NoTls).expect("admin connection to the test server")
+}
+
+pub fn port_of(url: &str) -> u16 {
+    postgres::Config::from_str(url)
+        .ok()
+        .and_then(|c| c.get_ports().first().copied())
+        .unwrap_or(5432)
+}
+
+/// Transactional options for `table` with columns (id bigint, body text).
+pub fn options(url: &str, table: &str) -> PgOptions {
+    PgOptions::new(Endpoint::Url(url.to_string()), table, &["id", "body"])
+}
+
+/// Creates `name (id bigint, body text)` plus `extra` column definitions.
+pub fn create_table(admin: &mut Client, name: &str, extra: &str) {
+    admin
+        .batch_execute(&format!(
+            "CREATE TABLE {name} (id bigint NOT NULL, body text{extra})"
+        ))
+        .unwrap();
+}
+
+pub fn ctx(sink: &str, run: &str, subtask: u32, parallelism: u32) -> SubtaskContext {
+    SubtaskContext::new(
+        SinkId::new(sink).unwrap(),
+        RunId::new(run).unwrap(),
+        subtask,
+        parallelism,
+    )
+    .unwrap()
+}
+
+pub fn sink_options() -> SinkOptions {
+    SinkOptions {
+        commit_retry: RetryPolicy {
+            max_attempts: 4,
+            initial_backoff_ms: 20,
+            max_backoff_ms: 200,
+        },
+        ..SinkOptions::default()
+    }
+}
+
+pub fn open(
+    opts: &PgOptions,
+    ctx: SubtaskContext,
+    sink_options: SinkOptions,
+    restore: Option<&Restore>,
+) -> Result<Sink, TwopcError> {
+    let dest = PgDestination::connect(opts.clone(), &ctx)?;
+    SubtaskSink::open(dest, SystemClock, ctx, sink_options, restore, None).map(|(s, _)| s)
+}
+
+/// COPY text rows `<id>\t<body>` for ids in `ids`, bodies tagged with `tag`.
+pub fn rows(ids: std::ops::Range<i64>, tag: &str) -> Vec<String> {
+    ids.map(|i| format!("{i}\t{tag}-{i}")).collect()
+}
+
+pub fn batch<S: AsRef<str>>(records: &[S]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for r in records {
+        push_record(&mut b, r.as_ref().as_bytes());
+    }
+    b
+}
+
+/// Begins, writes `records` in batches of at most 100, prepares.
+pub fn prepared<S: AsRef<str>>(
+    sink: &mut Sink,
+    records: &[S],
+    checkpoint: u64,
+) -> TransactionHandle {
+    let h = sink.begin().unwrap();
+    for chunk in records.chunks(100) {
+        sink.write(&h.transaction, &batch(chunk)).unwrap();
+    }
+    sink.prepare(&h.transaction, checkpoint).unwrap()
+}
+
+/// Visible rows of `table` as "id|body", sorted.
+pub fn visible(admin: &mut Client, table: &str) -> Vec<String> {
+    let mut v: Vec<String> = admin
+        .query(
+            &format!("SELECT id::text || '|' || coalesce(body, '<null>') FROM {table}"),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    v.sort();
+    v
+}
+
+pub fn count(admin: &mut Client, table: &str) -> i64 {
+    admin
+        .query_one(&format!("SELECT count(*) FROM {table}"), &[])
+        .unwrap()
+        .get(0)
+}
+
+/// Gids of this sink's prepared transactions.
+pub fn prepared_gids(admin: &mut Client, sink: &str) -> Vec<String> {
+    admin
+        .query(
+            "SELECT gid FROM pg_prepared_xacts WHERE left(gid, length($1::text)) = $1::text \
+             ORDER BY gid",
+            &[&format!("{sink}.")],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Transaction ids of this sink's handle rows.
+pub fn side_rows(admin: &mut Client, sink: &str) -> Vec<String> {
+    admin
+        .query(
+            "SELECT transaction_id FROM public.twopc_prepared WHERE sink_id = $1 \
+             ORDER BY transaction_id",
+            &[&sink],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect()
+}
+
+/// Commit records of this sink as (transaction id, checkpoint).
+pub fn commit_records(admin: &mut Client, sink: &str) -> Vec<(String, i64)> {
+    admin
+        .query(
+            "SELECT transaction_id, checkpoint FROM public.twopc_commit_records \
+             WHERE sink_id = $1 ORDER BY checkpoint, transaction_id",
+            &[&sink],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect()
+}
+
+/// Rolls back whatever this sink left prepared, so a failing test does not
+/// use up the server's prepared-transaction slots for the others.
+pub fn rollback_all(admin: &mut Client, sink: &str) {
+    for gid in prepared_gids(admin, sink) {
+        let _ = admin.batch_execute(&format!("ROLLBACK PREPARED '{gid}'"));
+    }
+}
+
+/// Rolls back this sink's leftovers when dropped, even if the test panics.
+pub struct Leftovers {
+    pub url: String,
+    pub sink: String,
+}
+
+impl Drop for Leftovers {
+    fn drop(&mut self) {
+        if let Ok(mut c) = Client::connect(&self.url, NoTls) {
+            rollback_all(&mut c, &self.sink);
+        }
+    }
+}
+
+/// Log lines of this test process, so a test can check that a path was
+/// really taken (e.g. that a commit was retried). Shared by the tests of one
+/// binary, which run in parallel: filter by something unique to the test.
+static LOG: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+struct Capture;
+
+impl log::Log for Capture {
+    fn enabled(&self, _: &log::Metadata<'_>) -> bool {
+        true
+    }
+    fn log(&self, record: &log::Record<'_>) {
+        let line = format!("{} {}", record.level(), record.args());
+        if std::env::var_os("TWOPC_PG_TEST_LOG").is_some() {
+            eprintln!("{line}");
+        }
+        LOG.lock().unwrap_or_else(|p| p.into_inner()).push(line);
+    }
+    fn flush(&self) {}
+}
+
+/// Installs the capturing logger (once per process).
+pub fn capture_logs() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let _ = log::set_logger(&Capture);
+        log::set_max_level(log::LevelFilter::Debug);
+    });
+}
+
+/// Captured lines that contain `needle`.
+pub fn logged(needle: &str) -> Vec<String> {
+    LOG.lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .filter(|l| l.contains(needle))
+        .cloned()
+        .collect()
+}

@@ -1,0 +1,212 @@
+//! Start-up checks against real servers: each setting that cannot work is
+//! rejected by `PgDestination::connect` with a message that says what to
+//! change, and the password never shows.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use twopc_core::TwopcError;
+use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions};
+
+fn config_error(opts: &PgOptions, parallelism: u32) -> String {
+    let sink = unique("startup");
+    match PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, parallelism)) {
+        Ok(d) => panic!("connect must fail, got {d:?}"),
+        Err(TwopcError::Config(e)) => e.to_string(),
+        Err(e) => panic!("expected a configuration error, got: {e}"),
+    }
+}
+
+#[test]
+fn max_prepared_transactions_zero_is_rejected() {
+    let url = server!("TWOPC_PG_URL_NO_2PC");
+    let mut admin = admin(&url);
+    let table = unique("t_no2pc");
+    create_table(&mut admin, &table, "");
+    let msg = config_error(&options(&url, &table), 2);
+    for needle in [
+        "max_prepared_transactions is 0",
+        "PREPARE TRANSACTION is disabled",
+        "set max_prepared_transactions >= 2",
+        "postgresql.conf and restart the server",
+    ] {
+        assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
+    }
+    // The idempotent mode needs no prepared transactions.
+    admin
+        .batch_execute(&format!("ALTER TABLE {table} ADD PRIMARY KEY (id)"))
+        .unwrap();
+    let mut opts = options(&url, &table);
+    opts.mode = PgMode::Idempotent {
+        key_columns: vec!["id".into()],
+    };
+    PgDestination::connect(opts, &ctx(&unique("idem"), "run1", 0, 2)).unwrap();
+}
+
+#[test]
+fn max_prepared_transactions_below_the_parallelism_is_rejected() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_par");
+    create_table(&mut admin, &table, "");
+    let msg = config_error(&options(&url, &table), 1000);
+    assert!(
+        msg.contains("at most 64 transactions") && msg.contains(">= 1000"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn missing_table_is_rejected() {
+    let url = server!();
+    let msg = config_error(&options(&url, "public.no_such_table_xyz"), 1);
+    assert!(
+        msg.contains("\"public\".\"no_such_table_xyz\" does not exist"),
+        "{msg}"
+    );
+    assert!(msg.contains("case-sensitive"), "{msg}");
+}
+
+#[test]
+fn wrong_columns_are_rejected() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_cols");
+    create_table(&mut admin, &table, ", extra int NOT NULL");
+
+    let mut opts = options(&url, &table);
+    opts.columns = vec!["id".into(), "Body".into()];
+    let msg = config_error(&opts, 1);
+    assert!(msg.contains("has no column \"Body\""), "{msg}");
+    assert!(msg.contains("\"id\", \"body\", \"extra\""), "{msg}");
+
+    // NOT NULL without a default and not written: every row would fail.
+    let msg = config_error(&options(&url, &table), 1);
+    assert!(
+        msg.contains("\"extra\" is NOT NULL without a default"),
+        "{msg}"
+    );
+
+    // Idempotent mode without a unique index on the key.
+    let mut opts = options(&url, &table);
+    opts.columns.push("extra".into());
+    opts.mode = PgMode::Idempotent {
+        key_columns: vec!["id".into()],
+    };
+    let msg = config_error(&opts, 1);
+    assert!(
+        msg.contains("no primary key or unique index on exactly (\"id\")"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn a_user_without_insert_rights_is_rejected() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_rights");
+    create_table(&mut admin, &table, "");
+    let role = unique("reader");
+    let pw = "reader-pw-5d1e";
+    admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; GRANT SELECT ON {table} TO {role}"
+        ))
+        .unwrap();
+    let mut cfg: postgres::Config = url.parse().unwrap();
+    cfg.user(&role);
+    let host = match &cfg.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".to_string(),
+    };
+    let mut opts = PgOptions::new(
+        Endpoint::Params {
+            host,
+            port: port_of(&url),
+            dbname: cfg.get_dbname().unwrap().to_string(),
+            user: role.clone(),
+        },
+        format!("public.{table}"),
+        &["id", "body"],
+    );
+    opts.password = Some(Password::new(pw));
+    let msg = config_error(&opts, 1);
+    let _ = admin.batch_execute(&format!(
+        "REVOKE ALL ON {table} FROM {role}; DROP ROLE {role}"
+    ));
+    assert!(msg.contains("lacks the INSERT privilege"), "{msg}");
+    assert!(
+        msg.contains(&format!("GRANT INSERT ON \"public\".\"{table}\"")),
+        "{msg}"
+    );
+    assert!(!msg.contains(pw), "{msg}");
+}
+
+#[test]
+fn the_password_appears_in_no_error_and_no_debug_output() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_pw");
+    create_table(&mut admin, &table, "");
+
+    // A wrong password: rejected as configuration, password masked.
+    let wrong = "wrong-pw-9c7f2";
+    let mut opts = options(&url, &table);
+    opts.password = Some(Password::new(wrong));
+    let msg = config_error(&opts, 1);
+    assert!(msg.contains("password authentication failed"), "{msg}");
+    assert!(!msg.contains(wrong), "{msg}");
+    assert!(!format!("{opts:?}").contains(wrong));
+
+    // The right password in the URL: never in Debug of the options or of
+    // the connected destination.
+    let right = postgres::Config::from_str_url(&url);
+    let opts = options(&url, &table);
+    let dest = PgDestination::connect(opts.clone(), &ctx(&unique("pw"), "run1", 0, 1)).unwrap();
+    for text in [format!("{opts:?}"), format!("{dest:?}")] {
+        assert!(!text.contains(&right), "password shown in {text}");
+        assert!(text.contains("***"), "{text}");
+    }
+
+    // A URL whose host does not answer: the error (retryable) names no
+    // password either.
+    let mut opts = options(&url.replace(&format!(":{}/", port_of(&url)), ":1/"), &table);
+    opts.connect_timeout = std::time::Duration::from_secs(2);
+    let err = PgDestination::connect(opts, &ctx(&unique("pw"), "run1", 0, 1)).unwrap_err();
+    assert!(matches!(err, TwopcError::Scan { .. }), "{err}");
+    assert!(!err.to_string().contains(&right), "{err}");
+}
+
+#[test]
+fn missing_control_schema_is_rejected() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_ctl");
+    create_table(&mut admin, &table, "");
+    let mut opts = options(&url, &table);
+    opts.control_schema = "no_such_schema_xyz".into();
+    let msg = config_error(&opts, 1);
+    assert!(
+        msg.contains("control_schema \"no_such_schema_xyz\" does not exist"),
+        "{msg}"
+    );
+}
+
+/// The password of a URL, for the checks above.
+trait UrlPassword {
+    fn from_str_url(url: &str) -> String;
+}
+
+impl UrlPassword for postgres::Config {
+    fn from_str_url(url: &str) -> String {
+        let c: postgres::Config = url.parse().unwrap();
+        String::from_utf8(
+            c.get_password()
+                .expect("the test URL has a password")
+                .to_vec(),
+        )
+        .unwrap()
+    }
+}

@@ -1,0 +1,741 @@
+//! The transactional mode against a real server, driven through the core's
+//! `SubtaskSink`: every commit outcome, recovery rules, rewind, expiry.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use twopc_core::committer::{AbortOutcome, CommitOutcome};
+use twopc_core::config::{FreshStartPolicy, RewindPolicy};
+use twopc_core::destination::{AbortStatus, Destination};
+use twopc_core::{Clock, Restore, SystemClock, TwopcError};
+use twopc_pg::{CopyFormat, UNKNOWN_RUN};
+
+/// Sets up a table and a sink name, and a guard that rolls back leftovers.
+fn setup(url: &str, prefix: &str) -> (postgres::Client, String, String, Leftovers) {
+    let mut admin = admin(url);
+    let table = unique(&format!("t_{prefix}"));
+    let sink = unique(prefix);
+    create_table(&mut admin, &table, "");
+    let guard = Leftovers {
+        url: url.to_string(),
+        sink: sink.clone(),
+    };
+    (admin, table, sink, guard)
+}
+
+#[test]
+fn prepared_rows_are_invisible_until_commit_and_a_repeat_is_already_committed() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "commit");
+    let opts = options(&url, &table);
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+
+    let records = rows(0..250, "a");
+    let h = prepared(&mut s, &records, 1);
+    assert_eq!(h.prepared().unwrap().records, 250);
+    assert_eq!(
+        count(&mut admin, &table),
+        0,
+        "prepared rows must be invisible"
+    );
+    assert_eq!(
+        prepared_gids(&mut admin, &sink),
+        vec![h.transaction.to_string()]
+    );
+    assert_eq!(
+        side_rows(&mut admin, &sink),
+        vec![h.transaction.to_string()]
+    );
+    assert!(
+        commit_records(&mut admin, &sink).is_empty(),
+        "record invisible too"
+    );
+
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 250);
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert!(
+        side_rows(&mut admin, &sink).is_empty(),
+        "handle row removed at commit"
+    );
+    assert_eq!(
+        commit_records(&mut admin, &sink),
+        vec![(h.transaction.to_string(), 1)]
+    );
+
+    // A repeat (lost response, or recovery) is success, and changes nothing.
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(count(&mut admin, &table), 250);
+
+    // The next checkpoint's transaction on the same sessions.
+    let h2 = prepared(&mut s, &rows(250..300, "b"), 2);
+    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 300);
+}
+
+#[test]
+fn recovery_commits_restored_prepared_and_aborts_restored_open() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "recover");
+    let opts = options(&url, &table);
+
+    // Run 1 prepares checkpoint 1 and dies before committing it, with
+    // checkpoint 2's transaction open and written to.
+    let mut s1 = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let h1 = prepared(&mut s1, &rows(0..10, "a"), 1);
+    let open_h = s1.begin().unwrap();
+    s1.write(&open_h.transaction, &batch(&rows(10..20, "b")))
+        .unwrap();
+    drop(s1); // sessions close: the open transaction is rolled back, the prepared one stays
+
+    assert_eq!(
+        prepared_gids(&mut admin, &sink),
+        vec![h1.transaction.to_string()]
+    );
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![h1.clone(), open_h.clone()],
+    };
+    let mut s2 = open(
+        &opts,
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        Some(&restore),
+    )
+    .unwrap();
+    assert_eq!(s2.commit(&h1).unwrap(), CommitOutcome::Committed);
+    assert_eq!(s2.abort(&open_h).unwrap(), AbortOutcome::NothingStaged);
+    assert_eq!(visible(&mut admin, &table).len(), 10);
+
+    // A second restore of the same checkpoint re-commits: already committed.
+    let mut s3 = open(
+        &opts,
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        Some(&restore),
+    )
+    .unwrap();
+    assert_eq!(s3.commit(&h1).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(count(&mut admin, &table), 10);
+}
+
+#[test]
+fn closing_aborts_the_open_transaction_and_empty_checkpoints_cost_nothing() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "close");
+    let opts = options(&url, &table);
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&rows(0..5, "x"))).unwrap();
+    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
+    assert_eq!(count(&mut admin, &table), 0);
+
+    let empty = s.begin().unwrap();
+    let empty = s.prepare(&empty.transaction, 3).unwrap();
+    assert!(
+        prepared_gids(&mut admin, &sink).is_empty(),
+        "nothing prepared"
+    );
+    assert_eq!(s.commit(&empty).unwrap(), CommitOutcome::Empty);
+
+    // The writer session is reusable after the rollback.
+    let h = prepared(&mut s, &rows(0..3, "y"), 4);
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 3);
+}
+
+#[test]
+fn rolled_back_by_an_administrator_is_lost_with_evidence() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "lost");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = prepared(&mut s, &rows(0..7, "a"), 5);
+    admin
+        .batch_execute(&format!("ROLLBACK PREPARED '{}'", h.transaction))
+        .unwrap();
+
+    let err = s.commit(&h).unwrap_err();
+    assert!(matches!(err, TwopcError::Lost(_)), "{err}");
+    assert!(err.is_fatal());
+    let msg = err.to_string();
+    for needle in [
+        "is LOST",
+        h.transaction.as_str(),
+        "completed checkpoint 5",
+        "7 records",
+        "42704",
+        "twopc_commit_records",
+        "ROLLBACK PREPARED by an administrator",
+        "handle row",
+        "Recovery plan",
+    ] {
+        assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
+    }
+    assert_eq!(count(&mut admin, &table), 0);
+}
+
+#[test]
+fn expired_transaction_is_lost_and_says_it_expired() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "expired");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = prepared(&mut s, &rows(0..3, "a"), 2);
+    // The retention cleanup's call (the core calls it for staged
+    // transactions older than the retention that no subtask protects).
+    let now = SystemClock.now_ms();
+    s.destination().expire(&h.transaction, now).unwrap();
+    s.destination().expire(&h.transaction, now).unwrap(); // repeatable
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert!(side_rows(&mut admin, &sink).is_empty());
+
+    let msg = s.commit(&h).unwrap_err().to_string();
+    assert!(msg.contains("is LOST") && msg.contains("EXPIRED"), "{msg}");
+    assert!(msg.contains("twopc_expired"), "{msg}");
+}
+
+/// Waits until the backend `pid` is gone, so the test does not depend on
+/// how fast the server acts on the signal.
+fn terminate(admin: &mut postgres::Client, pid: i32) {
+    let ok: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(ok, "could not terminate backend {pid}");
+    for _ in 0..200 {
+        let alive: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .unwrap()
+            .get(0);
+        if alive == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("backend {pid} did not exit");
+}
+
+#[test]
+fn backend_terminated_before_commit_prepared_is_retried_and_committed() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "terminated");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = prepared(&mut s, &rows(0..20, "a"), 1);
+    let pid = s.destination().control_backend_pid().unwrap();
+    terminate(&mut admin, pid);
+
+    // The first COMMIT PREPARED meets the dead session (unknown outcome);
+    // the core retries by id, the retry reconnects and commits.
+    capture_logs();
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    let retried = logged(&format!("commit of transaction {}", h.transaction));
+    assert!(
+        retried
+            .iter()
+            .any(|l| l.contains("attempt 1/") && l.contains("unknown outcome")),
+        "the first attempt must have failed: {retried:?}"
+    );
+    let new_pid = s.destination().control_backend_pid().unwrap();
+    assert_ne!(pid, new_pid, "the control session was reopened");
+    assert_eq!(count(&mut admin, &table), 20);
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+}
+
+#[test]
+fn commit_that_landed_before_the_session_died_resolves_as_already_committed() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "landed");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = prepared(&mut s, &rows(0..4, "a"), 1);
+    // The commit lands (here: by another session), then the sink's session
+    // dies before it hears about it: the retry must find the commit record.
+    admin
+        .batch_execute(&format!("COMMIT PREPARED '{}'", h.transaction))
+        .unwrap();
+    let pid = s.destination().control_backend_pid().unwrap();
+    terminate(&mut admin, pid);
+
+    capture_logs();
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
+    let retried = logged(&format!("commit of transaction {}", h.transaction));
+    assert!(
+        retried.iter().any(|l| l.contains("attempt 1/")),
+        "the first attempt must have failed: {retried:?}"
+    );
+    assert_eq!(count(&mut admin, &table), 4);
+    assert!(
+        side_rows(&mut admin, &sink).is_empty(),
+        "the resolving call finishes the cleanup"
+    );
+}
+
+#[test]
+fn writer_session_lost_mid_transaction_fails_the_checkpoint_and_recovers() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "writerlost");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&rows(0..5, "a"))).unwrap();
+    let pid = s.destination().writer_backend_pid().unwrap();
+    terminate(&mut admin, pid);
+    // Either the next write or the prepare reports the loss; never a
+    // prepare of a transaction that lost rows.
+    let failed = s.write(&h.transaction, &batch(&rows(5..10, "a"))).is_err()
+        || s.prepare(&h.transaction, 1).is_err();
+    assert!(failed);
+    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+
+    let h2 = prepared(&mut s, &rows(0..10, "b"), 2);
+    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 10);
+}
+
+#[test]
+fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "linger");
+    let opts = options(&url, &table);
+
+    // Run 1 at parallelism 2: checkpoint 1 commits, checkpoint 2 is
+    // prepared on both subtasks but never completes.
+    let mut a = open(&opts, ctx(&sink, "run1", 0, 2), sink_options(), None).unwrap();
+    let mut b = open(&opts, ctx(&sink, "run1", 1, 2), sink_options(), None).unwrap();
+    let a1 = prepared(&mut a, &rows(0..10, "a1"), 1);
+    let b1 = prepared(&mut b, &rows(100..110, "b1"), 1);
+    a.commit(&a1).unwrap();
+    b.commit(&b1).unwrap();
+    let a2 = prepared(&mut a, &rows(10..20, "a2"), 2);
+    let b2 = prepared(&mut b, &rows(110..120, "b2"), 2);
+    drop((a, b));
+    assert_eq!(prepared_gids(&mut admin, &sink).len(), 2);
+
+    // Restore checkpoint 1 at parallelism 1: subtask 0 now owns leftovers
+    // of old subtasks 0 and 1, and aborts both lingering transactions.
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![a1.clone(), b1.clone()],
+    };
+    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, 1)).unwrap();
+    let (mut s, report) = twopc_core::SubtaskSink::open(
+        dest,
+        SystemClock,
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        Some(&restore),
+        None,
+    )
+    .unwrap();
+    let mut aborted = report.aborted.clone();
+    aborted.sort();
+    let mut expected = vec![a2.transaction.clone(), b2.transaction.clone()];
+    expected.sort();
+    assert_eq!(aborted, expected);
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert!(side_rows(&mut admin, &sink).is_empty());
+    assert_eq!(s.commit(&a1).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(s.commit(&b1).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(count(&mut admin, &table), 20, "only checkpoint 1's rows");
+
+    // And back up to parallelism 3: a leftover of old subtask 0 belongs to
+    // new subtask 0 only; subtasks 1 and 2 leave it alone.
+    let mut z = open(
+        &opts,
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        Some(&restore),
+    )
+    .unwrap();
+    let z2 = prepared(&mut z, &rows(20..25, "z"), 2);
+    drop(z);
+    let r2 = Restore {
+        checkpoint: 1,
+        known: vec![a1.clone()],
+    };
+    for i in [1, 2] {
+        open(&opts, ctx(&sink, "run1", i, 3), sink_options(), Some(&r2)).unwrap();
+        assert_eq!(
+            prepared_gids(&mut admin, &sink),
+            vec![z2.transaction.to_string()]
+        );
+    }
+    open(&opts, ctx(&sink, "run1", 0, 3), sink_options(), Some(&r2)).unwrap();
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+}
+
+#[test]
+fn fresh_start_stops_on_prepared_of_another_run_unless_told_to_abort() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "fresh");
+    let opts = options(&url, &table);
+    let mut old = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    let h = prepared(&mut old, &rows(0..3, "a"), 7);
+    drop(old);
+
+    // Another run without state: the transaction may hold a completed
+    // checkpoint's output, so the job stops and names it (the checkpoint
+    // comes from the handle row).
+    let err = open(&opts, ctx(&sink, "runB", 0, 1), sink_options(), None)
+        .err()
+        .expect("fresh start must stop");
+    assert!(matches!(err, TwopcError::PreparedOnFreshStart(_)), "{err}");
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!("{} (checkpoint 7)", h.transaction)),
+        "{msg}"
+    );
+    assert_eq!(prepared_gids(&mut admin, &sink).len(), 1, "nothing aborted");
+
+    // The operator decides the output is not wanted.
+    let mut abort_opts = sink_options();
+    abort_opts.fresh_start = FreshStartPolicy::AbortPrepared;
+    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "runB", 0, 1)).unwrap();
+    let (_, report) = twopc_core::SubtaskSink::open(
+        dest,
+        SystemClock,
+        ctx(&sink, "runB", 0, 1),
+        abort_opts,
+        None,
+        None,
+    )
+    .unwrap();
+    assert_eq!(report.aborted, vec![h.transaction.clone()]);
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert_eq!(count(&mut admin, &table), 0);
+}
+
+#[test]
+fn fresh_start_of_the_same_run_aborts_its_own_prepared_transactions() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "samerun");
+    let opts = options(&url, &table);
+    let mut first = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    prepared(&mut first, &rows(0..3, "a"), 1);
+    drop(first);
+    // A failed attempt before its first checkpoint completed: Flink restarts
+    // the same run without state; its prepared transaction is aborted.
+    open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert_eq!(count(&mut admin, &table), 0);
+}
+
+#[test]
+fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "nohandle");
+    let opts = options(&url, &table);
+    let mut first = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    let h = prepared(&mut first, &rows(0..3, "a"), 4);
+    drop(first);
+    // A plain DELETE of the handle row waits: the prepared transaction
+    // holds a KEY SHARE lock on it (that is what protects it from the
+    // cleanup), so an administrator's delete times out here.
+    let res = admin.batch_execute(&format!(
+        "SET lock_timeout = '200ms'; \
+         DELETE FROM public.twopc_prepared WHERE transaction_id = '{}'",
+        h.transaction
+    ));
+    assert!(
+        res.is_err(),
+        "the prepared transaction's lock protects its handle row"
+    );
+    admin.batch_execute("RESET lock_timeout").unwrap();
+    // Damage it instead (updating a non-key column is allowed under a KEY
+    // SHARE lock): the handle becomes unreadable.
+    admin
+        .execute(
+            "UPDATE public.twopc_prepared SET handle = '\\x00'::bytea WHERE transaction_id = $1",
+            &[&h.transaction.as_str()],
+        )
+        .unwrap();
+
+    // Even the same run's fresh start, which would abort its own prepared
+    // transactions, stops: the run is unknown.
+    let err = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None)
+        .err()
+        .expect("must stop");
+    assert!(matches!(err, TwopcError::PreparedOnFreshStart(_)), "{err}");
+    assert!(err.to_string().contains(h.transaction.as_str()));
+    assert_eq!(prepared_gids(&mut admin, &sink).len(), 1);
+
+    let staged = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "runA", 0, 1))
+        .unwrap()
+        .staged()
+        .unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(
+        staged[0].prepared.as_ref().unwrap().run.as_str(),
+        UNKNOWN_RUN
+    );
+
+    // A restore that names it still commits it: commit needs only the id.
+    let restore = Restore {
+        checkpoint: 4,
+        known: vec![h.clone()],
+    };
+    let mut s = open(
+        &opts,
+        ctx(&sink, "runA", 0, 1),
+        sink_options(),
+        Some(&restore),
+    )
+    .unwrap();
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 3);
+}
+
+#[test]
+fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "stale");
+    let opts = options(&url, &table);
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let h = prepared(&mut s, &rows(0..3, "a"), 1);
+    // A row of a transaction that never got prepared (PREPARE failed and
+    // its cleanup failed too).
+    let ghost = format!("{sink}.0.00000000000000ff.9");
+    admin
+        .execute(
+            "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
+            &[&ghost, &sink],
+        )
+        .unwrap();
+    let staged = s.destination().staged().unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(
+        staged[0].prepared.as_ref(),
+        Some(&h),
+        "handle read back whole"
+    );
+    assert_eq!(
+        side_rows(&mut admin, &sink),
+        vec![h.transaction.to_string()]
+    );
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+}
+
+#[test]
+fn abort_is_repeatable_and_refuses_committed_output() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "abort");
+    let opts = options(&url, &table);
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let h = prepared(&mut s, &rows(0..3, "a"), 1);
+    let d = s.destination();
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
+    let h2 = prepared(&mut s, &rows(0..3, "b"), 2);
+    s.commit(&h2).unwrap();
+    assert_eq!(
+        s.destination().abort(&h2.transaction).unwrap(),
+        AbortStatus::WasCommitted
+    );
+    assert_eq!(visible(&mut admin, &table).len(), 3);
+}
+
+#[test]
+fn rewind_is_detected_from_commit_records() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "rewind");
+    let opts = options(&url, &table);
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut handles = Vec::new();
+    for cp in 1..=3u64 {
+        let h = prepared(&mut s, &rows(cp as i64 * 10..cp as i64 * 10 + 5, "r"), cp);
+        s.commit(&h).unwrap();
+        handles.push(h);
+    }
+    drop(s);
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![handles[0].clone()],
+    };
+    let err = open(
+        &opts,
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        Some(&restore),
+    )
+    .err()
+    .expect("rewind must stop");
+    assert!(matches!(err, TwopcError::Rewind(_)), "{err}");
+    let msg = err.to_string();
+    for h in &handles[1..] {
+        assert!(msg.contains(h.transaction.as_str()), "{msg}");
+    }
+    assert!(!msg.contains(handles[0].transaction.as_str()), "{msg}");
+
+    // REPLACE_RANGE without a transaction-id column cannot tell the rows
+    // apart: it stops and says how to reconcile by hand.
+    let mut replace = sink_options();
+    replace.rewind = RewindPolicy::ReplaceRange;
+    let err = open(
+        &opts,
+        ctx(&sink, "run1", 0, 1),
+        replace.clone(),
+        Some(&restore),
+    )
+    .err()
+    .expect("cannot retract");
+    let msg = err.to_string();
+    assert!(
+        msg.contains("cannot retract") && msg.contains("DELETE FROM"),
+        "{msg}"
+    );
+    assert_eq!(count(&mut admin, &table), 15, "nothing removed");
+}
+
+#[test]
+fn replace_range_retracts_rows_through_the_transaction_id_column() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let table = unique("t_retract");
+    let sink = unique("retract");
+    let _g = Leftovers {
+        url: url.clone(),
+        sink: sink.clone(),
+    };
+    create_table(&mut admin, &table, ", txn text NOT NULL");
+    let mut opts = options(&url, &table);
+    opts.transaction_id_column = Some("txn".into());
+
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut handles = Vec::new();
+    for cp in 1..=3u64 {
+        let h = prepared(&mut s, &rows(cp as i64 * 10..cp as i64 * 10 + 5, "r"), cp);
+        s.commit(&h).unwrap();
+        handles.push(h);
+    }
+    drop(s);
+    let tagged: i64 = admin
+        .query_one(
+            &format!("SELECT count(*) FROM {table} WHERE txn = $1"),
+            &[&handles[1].transaction.as_str()],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(tagged, 5, "each row carries its transaction id");
+
+    let mut replace = sink_options();
+    replace.rewind = RewindPolicy::ReplaceRange;
+    let restore = Restore {
+        checkpoint: 1,
+        known: vec![handles[0].clone()],
+    };
+    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, 1)).unwrap();
+    let (mut s, report) = twopc_core::SubtaskSink::open(
+        dest,
+        SystemClock,
+        ctx(&sink, "run1", 0, 1),
+        replace,
+        Some(&restore),
+        None,
+    )
+    .unwrap();
+    assert_eq!(report.retracted.len(), 2);
+    assert_eq!(
+        count(&mut admin, &table),
+        5,
+        "only checkpoint 1's rows remain"
+    );
+    assert_eq!(
+        commit_records(&mut admin, &sink),
+        vec![(handles[0].transaction.to_string(), 1)]
+    );
+    // The re-run writes the range again.
+    assert_eq!(
+        s.commit(&handles[0]).unwrap(),
+        CommitOutcome::AlreadyCommitted
+    );
+    let h = prepared(&mut s, &rows(20..25, "again"), 2);
+    s.commit(&h).unwrap();
+    assert_eq!(count(&mut admin, &table), 10);
+}
+
+#[test]
+fn csv_rows_with_quotes_commas_newlines_and_nulls() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "csv");
+    let mut opts = options(&url, &table);
+    opts.copy_format = CopyFormat::Csv;
+    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let records = [
+        "1,plain",
+        "2,\"with, comma\"",
+        "3,\"two\nlines\"",
+        "4,\"a \"\"quote\"\"\"",
+        "5,",
+    ];
+    let h = prepared(&mut s, &records, 1);
+    s.commit(&h).unwrap();
+    assert_eq!(
+        visible(&mut admin, &table),
+        vec![
+            "1|plain",
+            "2|with, comma",
+            "3|two\nlines",
+            "4|a \"quote\"",
+            "5|<null>"
+        ]
+    );
+}
+
+#[test]
+fn a_record_that_is_not_one_text_row_fails_the_write() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "badrow");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    let h = s.begin().unwrap();
+    // Two rows smuggled into one record by an unescaped line break.
+    let err = s
+        .write(&h.transaction, &batch(&["1\ta\n2\tb", "3\tc"]))
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("3 rows") && err.contains("2 records"), "{err}");
+    assert!(s.prepare(&h.transaction, 1).is_err(), "never prepared");
+    s.abort(&h).unwrap();
+    // Text escapes are the schema's business and pass through untouched.
+    let h = prepared(&mut s, &["7\ttab\\there", "8\t\\N"], 2);
+    s.commit(&h).unwrap();
+    assert_eq!(visible(&mut admin, &table), vec!["7|tab\there", "8|<null>"]);
+}
