@@ -630,7 +630,14 @@ impl Destination for FsDestination {
         }
         // Leftovers of an interrupted commit go too.
         remove_dir_if_exists(&self.layout.staging_dir(&committed.transaction))?;
-        fs::remove_file(&path).map_err(|e| DestinationError::io("removing", &path, e))?;
+        // Two subtasks may retract the same commit at once (each retracts
+        // what the restored state knows); whoever removes the record second
+        // finds it gone, which is the state both wanted.
+        match fs::remove_file(&path) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+            Err(e) => return Err(DestinationError::io("removing", &path, e)),
+        }
         sync_dir(&self.layout.committed)
     }
 

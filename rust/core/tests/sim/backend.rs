@@ -96,10 +96,7 @@ pub struct FsBackend {
 
 impl FsBackend {
     pub fn new(sink: SinkId, faults: SharedFaults, seed: u64) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "twopc-sim-{}-{seed}",
-            std::process::id()
-        ));
+        let dir = std::env::temp_dir().join(format!("twopc-sim-{}-{seed}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating the simulation's temporary directory");
         FsBackend { dir, sink, faults }
@@ -172,7 +169,10 @@ impl Backend for FsBackend {
     }
 
     fn prepared(&self) -> Vec<(TransactionId, CheckpointId)> {
-        let (staged, _) = self.layout().read_staged().expect("reading the staging area");
+        let (staged, _) = self
+            .layout()
+            .read_staged()
+            .expect("reading the staging area");
         staged
             .into_iter()
             .filter_map(|s| {
@@ -199,7 +199,8 @@ impl Backend for FsBackend {
         }
         let mut fs = FsDestination::open(self.options(), &self.sink)
             .expect("opening the filesystem destination");
-        fs.expire(txn, now_ms).expect("expiring a staged transaction");
+        fs.expire(txn, now_ms)
+            .expect("expiring a staged transaction");
         true
     }
 }

@@ -43,7 +43,7 @@ impl SharedFaults {
             rate,
             budget,
             commit_burst: 0,
-            enabled: budget > 0,
+            enabled: true,
             echo,
             injected: BTreeMap::new(),
         })))
@@ -164,7 +164,9 @@ impl<D: Destination> Destination for FaultyDestination<D> {
     }
 
     fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
-        self.call(Operation::Prepare, &handle.transaction, |d| d.prepare(handle))
+        self.call(Operation::Prepare, &handle.transaction, |d| {
+            d.prepare(handle)
+        })
     }
 
     fn commit(
@@ -192,7 +194,9 @@ impl<D: Destination> Destination for FaultyDestination<D> {
         checkpoint: CheckpointId,
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
         let id = self.scan_id.clone();
-        self.call(Operation::Scan, &id, |d| d.committed_after(lineage, checkpoint))
+        self.call(Operation::Scan, &id, |d| {
+            d.committed_after(lineage, checkpoint)
+        })
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {

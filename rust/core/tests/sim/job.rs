@@ -1,0 +1,1144 @@
+//! The simulated Flink job. It drives the real [`SubtaskSink`] the way
+//! Flink 1.20's `TwoPhaseCommitSinkFunction` drives its hooks, through
+//! failovers, operator restores and restarts without state, and checks the
+//! invariants at every stop.
+//!
+//! Vocabulary: a *run* is one submission (one Flink job id); an *attempt*
+//! is one execution of it, ended by a finish, a failure or a crash. A
+//! failover restarts the same run from its latest completed checkpoint; a
+//! restore from a savepoint and a start without state are new runs.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+
+use twopc_core::error::LostTransaction;
+use twopc_core::sink::SubtaskSink;
+use twopc_core::{
+    AbortOutcome, CheckpointId, Clock, Destination, FreshStartPolicy, Restore, RewindPolicy, RunId,
+    SinkId, SinkOptions, SubtaskContext, TransactionHandle, TransactionId, TwopcError,
+};
+
+use super::backend::Backend;
+use super::checkpoints::{CheckpointStore, CompletedCheckpoint, SubtaskState};
+use super::clock::ManualClock;
+use super::coverage::{Coverage, Section};
+use super::faults::SharedFaults;
+use super::invariants;
+use super::rng::Rng;
+use super::schedule::{Chaos, CrashPoint, OperatorAction, Schedule};
+use super::source::Source;
+use super::trace::Trace;
+
+/// A run that keeps failing without finishing is a liveness bug: faults and
+/// crashes are budgeted, so every run must get through eventually.
+const MAX_ATTEMPTS_PER_RUN: u32 = 60;
+const MAX_SUBMISSIONS: u32 = 12;
+
+/// One subtask of the sink operator, holding what
+/// `TwoPhaseCommitSinkFunction` holds.
+struct SubtaskRuntime<D: Destination> {
+    index: usize,
+    sink: SubtaskSink<D, ManualClock>,
+    /// `currentTransactionHolder`.
+    current: TransactionHandle,
+    /// `pendingCommitTransactions`: checkpoint id → pre-committed handle.
+    /// Ids only grow within an attempt, so key order is insertion order.
+    pending: BTreeMap<CheckpointId, TransactionHandle>,
+}
+
+impl<D: Destination> SubtaskRuntime<D> {
+    /// `snapshotState`: pre-commit the current transaction, file it under
+    /// the checkpoint, begin the next one, and write one `State`.
+    fn snapshot(&mut self, checkpoint: CheckpointId) -> Result<SubtaskState, TwopcError> {
+        let prepared = self.sink.prepare(&self.current.transaction, checkpoint)?;
+        self.pending.insert(checkpoint, prepared.clone());
+        // Until the next transaction is begun, Flink's current transaction
+        // is still the one just pre-committed: if `begin` fails, `close()`
+        // aborts it, which is safe because this checkpoint can no longer
+        // complete.
+        self.current = prepared;
+        self.current = self.sink.begin()?;
+        Ok(SubtaskState {
+            pending: self.pending.iter().map(|(c, h)| (*c, h.clone())).collect(),
+            current: self.current.clone(),
+        })
+    }
+
+    /// `close()`: abort the current transaction.
+    fn close(&mut self) -> Result<AbortOutcome, TwopcError> {
+        self.sink.abort(&self.current)
+    }
+}
+
+/// What the scheduler knows about the outcome a submission must have.
+enum Expectation {
+    /// Nothing special: the run proceeds (or stops for other reasons).
+    Proceed,
+    /// A restore under the FAIL rewind policy while output committed after
+    /// the restored checkpoint exists: must stop with REWIND naming it all.
+    Rewind {
+        committed_after: BTreeSet<(TransactionId, CheckpointId)>,
+        visible_before: Vec<Vec<u8>>,
+    },
+    /// A start without state while prepared transactions exist: must stop
+    /// with PREPARED_ON_FRESH_START naming them all, removing none.
+    Refusal {
+        prepared: BTreeSet<(TransactionId, CheckpointId)>,
+    },
+}
+
+/// One submission of the job (one Flink job id).
+struct Run {
+    id: RunId,
+    parallelism: usize,
+    options: SinkOptions,
+    /// The run's checkpoint store: the restored savepoint, then its own
+    /// completed checkpoints. A failover restores the latest.
+    latest: Option<CompletedCheckpoint>,
+    /// Where the source starts when there is nothing to restore.
+    start_offset: usize,
+    next_checkpoint: CheckpointId,
+    attempts: u32,
+    restored_from: Option<CompletedCheckpoint>,
+    expect: Expectation,
+}
+
+enum AttemptEnd {
+    Finished,
+    Failed(TwopcError),
+    Crashed(CrashPoint),
+    Operator(OperatorAction),
+}
+
+enum JobEnd {
+    Finished,
+    Fatal(TwopcError),
+    Operator(OperatorAction),
+}
+
+/// Whether an attempt goes on after a checkpoint.
+enum Step {
+    Continue,
+    End(AttemptEnd),
+}
+
+pub struct SimulatedJob<B: Backend> {
+    schedule: Schedule,
+    backend: B,
+    source: Source,
+    clock: ManualClock,
+    chaos: Chaos,
+    faults: SharedFaults,
+    /// Retained checkpoints of the live branch, across runs.
+    store: CheckpointStore,
+    /// Records each transaction was given, to judge a LOST report.
+    ledger: HashMap<TransactionId, Vec<usize>>,
+    /// Transactions the destination timed out on its own.
+    expired: BTreeSet<TransactionId>,
+    trace: Trace,
+    coverage: Coverage,
+    sink: SinkId,
+    submissions: u32,
+    fatal_stops: u32,
+}
+
+impl<B: Backend> SimulatedJob<B> {
+    pub fn new(
+        schedule: Schedule,
+        backend: B,
+        clock: ManualClock,
+        faults: SharedFaults,
+        rng: Rng,
+        trace: Trace,
+    ) -> Self {
+        SimulatedJob {
+            source: Source::new(schedule.records),
+            chaos: Chaos::new(&schedule, rng, faults.clone()),
+            schedule,
+            backend,
+            clock,
+            faults,
+            store: CheckpointStore::default(),
+            ledger: HashMap::new(),
+            expired: BTreeSet::new(),
+            trace,
+            coverage: Coverage::default(),
+            sink: SinkId::new("sim").expect("valid sink id"),
+            submissions: 0,
+            fatal_stops: 0,
+        }
+    }
+
+    /// Runs the schedule to its end; `Err` describes a violated invariant.
+    pub fn run(mut self) -> (Result<(), String>, Coverage) {
+        trace!(
+            self.trace,
+            "schedule {} on {}: {}",
+            self.schedule.seed,
+            self.backend.name(),
+            self.schedule.describe()
+        );
+        let result = self.drive();
+        let injected = self.faults.lock().injected.clone();
+        for (what, n) in injected {
+            self.coverage.add(Section::FaultInjected, what, n);
+        }
+        (result, self.coverage)
+    }
+
+    fn drive(&mut self) -> Result<(), String> {
+        let mut run = self.submit_fresh(0, self.schedule.parallelism, FreshStartPolicy::Fail);
+        loop {
+            if self.submissions > MAX_SUBMISSIONS {
+                return Err(format!(
+                    "no progress: {} submissions without finishing",
+                    self.submissions
+                ));
+            }
+            match self.run_job(&mut run)? {
+                JobEnd::Finished => {
+                    self.expectation_met(&run, None)?;
+                    return self.check_finished();
+                }
+                JobEnd::Fatal(err) => {
+                    self.expectation_met(&run, Some(&err))?;
+                    self.fatal_stops += 1;
+                    self.coverage.bump(Section::FatalStop, stop_label(&err));
+                    match self.recover_from(err, &run)? {
+                        Some(next) => run = next,
+                        None => return Ok(()),
+                    }
+                }
+                JobEnd::Operator(action) => {
+                    self.expectation_met(&run, None)?;
+                    run = self.operator(action)?;
+                }
+            }
+        }
+    }
+
+    // ----- submissions -------------------------------------------------
+
+    fn new_run_id(&mut self) -> RunId {
+        self.submissions += 1;
+        RunId::new(format!("job{:02}", self.submissions)).expect("valid run id")
+    }
+
+    /// A submission without state, the source starting at `start_offset`.
+    fn submit_fresh(
+        &mut self,
+        start_offset: usize,
+        parallelism: usize,
+        fresh_start: FreshStartPolicy,
+    ) -> Run {
+        let prepared = self.prepared_set();
+        let expect = if fresh_start == FreshStartPolicy::Fail && !prepared.is_empty() {
+            Expectation::Refusal { prepared }
+        } else {
+            // A new lineage begins; the old checkpoints no longer match it.
+            self.store.clear();
+            Expectation::Proceed
+        };
+        let run = Run {
+            id: self.new_run_id(),
+            parallelism,
+            options: self.schedule.options(RewindPolicy::Fail, fresh_start),
+            latest: None,
+            start_offset,
+            next_checkpoint: 1,
+            attempts: 0,
+            restored_from: None,
+            expect,
+        };
+        trace!(
+            self.trace,
+            "submit {} without state (source from offset {start_offset}, parallelism \
+             {parallelism}, fresh start {fresh_start:?}){}",
+            run.id,
+            if matches!(run.expect, Expectation::Refusal { .. }) {
+                ": prepared transactions exist, expecting a refusal"
+            } else {
+                ""
+            }
+        );
+        run
+    }
+
+    /// A submission restoring `from` (a retained checkpoint or savepoint).
+    fn submit_restore(
+        &mut self,
+        from: CompletedCheckpoint,
+        rewind: RewindPolicy,
+        parallelism: usize,
+    ) -> Run {
+        let lineage = from.lineage();
+        let later: BTreeSet<(TransactionId, CheckpointId)> = self
+            .backend
+            .committed()
+            .into_iter()
+            .filter(|c| c.lineage == lineage && c.checkpoint > from.id)
+            .map(|c| (c.transaction, c.checkpoint))
+            .collect();
+        let expect = if rewind == RewindPolicy::Fail && !later.is_empty() {
+            Expectation::Rewind {
+                committed_after: later,
+                visible_before: self.backend.visible(),
+            }
+        } else {
+            // Checkpoints after `from` belong to an abandoned branch now.
+            self.store.cut_after(from.id);
+            Expectation::Proceed
+        };
+        if parallelism != from.states.len() {
+            self.coverage
+                .bump(Section::OperatorAction, "rescaled on restore");
+        }
+        let run = Run {
+            id: self.new_run_id(),
+            parallelism,
+            options: self.schedule.options(rewind, FreshStartPolicy::Fail),
+            latest: Some(from.clone()),
+            start_offset: from.offset,
+            // Flink numbers checkpoints after a restore from the restored
+            // id on, so ids repeat across runs.
+            next_checkpoint: from.id + 1,
+            attempts: 0,
+            restored_from: Some(from),
+            expect,
+        };
+        trace!(
+            self.trace,
+            "submit {} restoring checkpoint {} (offset {}, parallelism {} -> {parallelism}, \
+             rewind {rewind:?}){}",
+            run.id,
+            run.restored_checkpoint(),
+            run.start_offset,
+            run.restored_from.as_ref().map_or(0, |c| c.states.len()),
+            if matches!(run.expect, Expectation::Rewind { .. }) {
+                ": output was committed after it, expecting REWIND"
+            } else {
+                ""
+            }
+        );
+        run
+    }
+
+    /// An operator's action on a running job, after it was stopped.
+    fn operator(&mut self, action: OperatorAction) -> Result<Run, String> {
+        let parallelism = self.chaos.parallelism();
+        match action {
+            OperatorAction::RestoreSavepoint => {
+                let from = self.chaos.rng.pick(self.store.all()).clone();
+                let latest = self.store.latest().map(|c| c.id) == Some(from.id);
+                let rewind = if self.chaos.rng.chance(0.5) {
+                    RewindPolicy::ReplaceRange
+                } else {
+                    RewindPolicy::Fail
+                };
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    format!(
+                        "restore {} checkpoint, rewind {rewind:?}",
+                        if latest { "the latest" } else { "an older" }
+                    ),
+                );
+                Ok(self.submit_restore(from, rewind, parallelism))
+            }
+            OperatorAction::StatelessRestart => {
+                let offset = self
+                    .visible_prefix()
+                    .ok_or("a stateless restart was chosen without a clean prefix")?;
+                self.coverage
+                    .bump(Section::OperatorAction, "restart without state");
+                Ok(self.submit_fresh(offset, parallelism, FreshStartPolicy::Fail))
+            }
+        }
+    }
+
+    /// What the operator does after a fatal stop, following the error's
+    /// own instructions. The environment is fixed from here on.
+    fn recover_from(&mut self, err: TwopcError, run: &Run) -> Result<Option<Run>, String> {
+        self.chaos.calm();
+        trace!(self.trace, "JOB STOPPED: {err}");
+        let parallelism = self.chaos.parallelism();
+        match err {
+            TwopcError::Lost(lost) => {
+                let given = self
+                    .ledger
+                    .get(&lost.transaction)
+                    .cloned()
+                    .unwrap_or_default();
+                invariants::lost_is_genuine(&lost, &self.expired, &given, &self.backend.visible())?;
+                match self.store.latest_before(lost.checkpoint).cloned() {
+                    Some(cp) => {
+                        self.coverage.bump(
+                            Section::OperatorAction,
+                            "after LOST: restore an earlier checkpoint, REPLACE_RANGE",
+                        );
+                        Ok(Some(self.submit_restore(
+                            cp,
+                            RewindPolicy::ReplaceRange,
+                            parallelism,
+                        )))
+                    }
+                    None => self.reconcile_by_hand(&lost, parallelism),
+                }
+            }
+            TwopcError::Rewind(_) => {
+                let savepoint = run
+                    .restored_from
+                    .clone()
+                    .ok_or("REWIND from a run that restored nothing")?;
+                if self.chaos.rng.chance(0.5) {
+                    self.coverage.bump(
+                        Section::OperatorAction,
+                        "after REWIND: same savepoint with REPLACE_RANGE",
+                    );
+                    Ok(Some(self.submit_restore(
+                        savepoint,
+                        RewindPolicy::ReplaceRange,
+                        parallelism,
+                    )))
+                } else {
+                    let latest = self.store.latest().cloned().ok_or("no latest checkpoint")?;
+                    self.coverage.bump(
+                        Section::OperatorAction,
+                        "after REWIND: restore the latest checkpoint instead",
+                    );
+                    Ok(Some(self.submit_restore(
+                        latest,
+                        RewindPolicy::Fail,
+                        parallelism,
+                    )))
+                }
+            }
+            TwopcError::PreparedOnFreshStart(_) => match self.store.latest().cloned() {
+                Some(latest) => {
+                    self.coverage.bump(
+                        Section::OperatorAction,
+                        "after PREPARED_ON_FRESH_START: restore the earlier run's checkpoint",
+                    );
+                    Ok(Some(self.submit_restore(
+                        latest,
+                        RewindPolicy::Fail,
+                        parallelism,
+                    )))
+                }
+                None => {
+                    // No checkpoint ever completed, so the prepared output
+                    // belongs to none: the operator decides it is not wanted.
+                    let offset = self
+                        .visible_prefix()
+                        .ok_or("output is not a clean prefix before an ABORT_PREPARED start")?;
+                    self.coverage.bump(
+                        Section::OperatorAction,
+                        "after PREPARED_ON_FRESH_START: start with ABORT_PREPARED",
+                    );
+                    Ok(Some(self.submit_fresh(
+                        offset,
+                        parallelism,
+                        FreshStartPolicy::AbortPrepared,
+                    )))
+                }
+            },
+            TwopcError::CommitUnresolved(_) => {
+                let latest = self
+                    .store
+                    .latest()
+                    .cloned()
+                    .ok_or("COMMIT_UNRESOLVED without a completed checkpoint")?;
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    "after COMMIT_UNRESOLVED: restart from the latest checkpoint",
+                );
+                Ok(Some(self.submit_restore(
+                    latest,
+                    RewindPolicy::Fail,
+                    parallelism,
+                )))
+            }
+            other => Err(format!(
+                "the job stopped with an error no schedule should cause: {other}"
+            )),
+        }
+    }
+
+    /// After a loss with no earlier checkpoint to rewind to, the operator
+    /// follows the recovery plan by hand: remove the lineage's committed
+    /// output (what `twopc inspect` lists), then start without state from
+    /// where the remaining output ends, aborting the prepared leftovers.
+    fn reconcile_by_hand(
+        &mut self,
+        lost: &LostTransaction,
+        parallelism: usize,
+    ) -> Result<Option<Run>, String> {
+        let mut dest = self.backend.destination();
+        for c in self.backend.committed() {
+            if c.lineage == lost.lineage {
+                dest.retract(&c)
+                    .map_err(|e| format!("removing output by hand failed: {e}"))?;
+            }
+        }
+        drop(dest);
+        match self.visible_prefix() {
+            Some(offset) => {
+                trace!(self.trace, "operator removed the lineage's output by hand");
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    "after LOST: remove the output by hand, start with ABORT_PREPARED",
+                );
+                Ok(Some(self.submit_fresh(
+                    offset,
+                    parallelism,
+                    FreshStartPolicy::AbortPrepared,
+                )))
+            }
+            None => {
+                self.coverage
+                    .bump(Section::Outcome, "LOST reported, output not reconcilable");
+                Ok(None)
+            }
+        }
+    }
+
+    /// Checks that a run ended the way its submission predicted.
+    fn expectation_met(&self, run: &Run, fatal: Option<&TwopcError>) -> Result<(), String> {
+        let ended = match fatal {
+            None => "did not stop".to_string(),
+            Some(e) => format!("stopped with {}", e.kind()),
+        };
+        match (&run.expect, fatal) {
+            (
+                Expectation::Rewind {
+                    committed_after,
+                    visible_before,
+                },
+                Some(TwopcError::Rewind(r)),
+            ) => invariants::rewind_is_complete(
+                r,
+                committed_after,
+                visible_before,
+                &self.backend.visible(),
+            ),
+            (
+                Expectation::Rewind {
+                    committed_after, ..
+                },
+                _,
+            ) => Err(format!(
+                "restoring checkpoint {} under the FAIL rewind policy must stop with REWIND \
+                 ({} transactions were committed after it), but the job {ended}",
+                run.restored_checkpoint(),
+                committed_after.len()
+            )),
+            (Expectation::Refusal { prepared }, Some(TwopcError::PreparedOnFreshStart(p))) => {
+                invariants::refusal_is_complete(p, prepared, &self.prepared_set())
+            }
+            (Expectation::Refusal { prepared }, _) => Err(format!(
+                "a start without state while {} prepared transactions exist must stop with \
+                 PREPARED_ON_FRESH_START, but the job {ended}",
+                prepared.len()
+            )),
+            (Expectation::Proceed, Some(e @ TwopcError::Rewind(_)))
+            | (Expectation::Proceed, Some(e @ TwopcError::PreparedOnFreshStart(_))) => {
+                Err(format!("unexpected stop: {e}"))
+            }
+            (Expectation::Proceed, _) => Ok(()),
+        }
+    }
+
+    fn check_finished(&mut self) -> Result<(), String> {
+        invariants::exactly_once(&self.backend.visible(), self.source.len())?;
+        invariants::nothing_staged(&self.backend.staged())?;
+        trace!(self.trace, "finished: output exactly once, nothing staged");
+        self.coverage.bump(
+            Section::Outcome,
+            if self.fatal_stops == 0 {
+                "finished, exactly once"
+            } else {
+                "finished exactly once after operator recovery"
+            },
+        );
+        Ok(())
+    }
+
+    // ----- runs and attempts -------------------------------------------
+
+    fn run_job(&mut self, run: &mut Run) -> Result<JobEnd, String> {
+        loop {
+            run.attempts += 1;
+            if run.attempts > MAX_ATTEMPTS_PER_RUN {
+                return Err(format!(
+                    "no progress: run {} failed {MAX_ATTEMPTS_PER_RUN} attempts in a row",
+                    run.id
+                ));
+            }
+            let end = self.attempt(run)?;
+            invariants::at_most_once(&self.backend.visible(), self.store.high_water())?;
+            match end {
+                AttemptEnd::Finished => return Ok(JobEnd::Finished),
+                AttemptEnd::Operator(action) => return Ok(JobEnd::Operator(action)),
+                AttemptEnd::Failed(e) if e.is_fatal() => return Ok(JobEnd::Fatal(e)),
+                AttemptEnd::Failed(e) => {
+                    // The simulation calls the sink exactly as Flink would;
+                    // a misuse error means the core rejects a legitimate
+                    // sequence, which in production is a restart loop.
+                    if let TwopcError::Protocol { .. } = e {
+                        return Err(format!("the core rejected a call Flink makes: {e}"));
+                    }
+                    trace!(self.trace, "attempt failed, failover: {e}");
+                    self.coverage.bump(Section::Failover, failover_label(&e));
+                }
+                AttemptEnd::Crashed(point) => {
+                    trace!(self.trace, "CRASH {}", point.label());
+                    self.coverage.bump(Section::CrashPoint, point.label());
+                }
+            }
+            if let Some(l) = &run.latest {
+                self.check_completed_output(l.offset)?;
+            }
+            // The restart takes a while; the destination keeps its clock.
+            self.clock.advance(self.chaos.downtime_ms());
+            if self.chaos.expire() {
+                self.expire_one(run.latest.as_ref());
+            }
+            // Instead of waiting for the failover, an operator may step in
+            // while the job is down (a restart without state after a crash
+            // is the classic way to meet prepared transactions).
+            if let Some(action) = self.chaos.operator_action() {
+                if self.action_possible(action) {
+                    trace!(
+                        self.trace,
+                        "operator takes over the stopped job: {action:?}"
+                    );
+                    return Ok(JobEnd::Operator(action));
+                }
+            }
+            if let Some(p) = self.chaos.rescale_on_failover() {
+                if p != run.parallelism {
+                    trace!(
+                        self.trace,
+                        "adaptive scheduler: parallelism {} -> {p}",
+                        run.parallelism
+                    );
+                    self.coverage
+                        .bump(Section::OperatorAction, "rescaled on failover");
+                    run.parallelism = p;
+                }
+            }
+        }
+    }
+
+    fn attempt(&mut self, run: &mut Run) -> Result<AttemptEnd, String> {
+        let p = run.parallelism;
+        let restored = run.latest.clone();
+        trace!(
+            self.trace,
+            "{} attempt {} at parallelism {p}: {}",
+            run.id,
+            run.attempts,
+            match &restored {
+                Some(c) => format!(
+                    "restore checkpoint {} of {} (offset {})",
+                    c.id, c.run, c.offset
+                ),
+                None => format!("no state, source from offset {}", run.start_offset),
+            }
+        );
+        let restore = restored.as_ref().map(CompletedCheckpoint::restore);
+        let assignment = match &restored {
+            Some(cp) => cp.assign(p, self.schedule.redistribution),
+            None => vec![Vec::new(); p],
+        };
+        // Subtasks initialize concurrently in Flink; any order may happen.
+        let mut slots: Vec<Option<SubtaskRuntime<B::Dest>>> = (0..p).map(|_| None).collect();
+        for i in self.chaos.rng.order(p) {
+            match self.initialize(run, i, restore.as_ref(), &assignment[i]) {
+                Ok(Some(rt)) => slots[i] = Some(rt),
+                Ok(None) => return Ok(AttemptEnd::Crashed(CrashPoint::DuringRecovery)),
+                Err(e) => {
+                    let mut live: Vec<_> = slots.into_iter().flatten().collect();
+                    self.close_after_failure(&mut live);
+                    return Ok(AttemptEnd::Failed(e));
+                }
+            }
+        }
+        let mut subtasks: Vec<SubtaskRuntime<B::Dest>> = slots
+            .into_iter()
+            .map(|s| s.expect("every subtask was initialized"))
+            .collect();
+        let offset = restored.as_ref().map_or(run.start_offset, |c| c.offset);
+        let end = self.process(run, &mut subtasks, offset)?;
+        if let AttemptEnd::Failed(_) = end {
+            self.close_after_failure(&mut subtasks);
+        }
+        Ok(end)
+    }
+
+    /// `initializeState`: open the sink (recovery decisions: rewind check,
+    /// lingering aborts, retention), then `recoverAndCommit` every restored
+    /// pending transaction and `recoverAndAbort` the restored open one, for
+    /// each state this subtask got, then begin. `Ok(None)`: crashed.
+    fn initialize(
+        &mut self,
+        run: &Run,
+        index: usize,
+        restore: Option<&Restore>,
+        states: &[SubtaskState],
+    ) -> Result<Option<SubtaskRuntime<B::Dest>>, TwopcError> {
+        let ctx = SubtaskContext::new(
+            self.sink.clone(),
+            run.id.clone(),
+            index as u32,
+            run.parallelism as u32,
+        )?;
+        let nonce = self.chaos.rng.next_u64();
+        let (mut sink, report) = SubtaskSink::open(
+            self.backend.destination(),
+            self.clock.clone(),
+            ctx,
+            run.options.clone(),
+            restore,
+            Some(nonce),
+        )?;
+        trace!(
+            self.trace,
+            "s{index} opened ({}), {} states; aborted {:?}; retracted {:?}",
+            if report.fresh { "fresh" } else { "restored" },
+            states.len(),
+            report.aborted,
+            report
+                .retracted
+                .iter()
+                .map(|c| c.transaction.as_str())
+                .collect::<Vec<_>>()
+        );
+        self.coverage.add(
+            Section::Protocol,
+            "open: leftover transactions aborted",
+            report.aborted.len() as u64,
+        );
+        self.coverage.add(
+            Section::Protocol,
+            "open: committed output retracted (REPLACE_RANGE)",
+            report.retracted.len() as u64,
+        );
+        for state in states {
+            for (checkpoint, handle) in &state.pending {
+                if self.chaos.crash(CrashPoint::DuringRecovery) {
+                    return Ok(None);
+                }
+                let outcome = sink.commit(handle)?;
+                trace!(
+                    self.trace,
+                    "s{index} recoverAndCommit {} (checkpoint {checkpoint}): {outcome:?}",
+                    handle.transaction
+                );
+                self.coverage
+                    .bump(Section::Protocol, format!("recoverAndCommit: {outcome:?}"));
+            }
+            if self.chaos.crash(CrashPoint::DuringRecovery) {
+                return Ok(None);
+            }
+            let outcome = sink.abort(&state.current)?;
+            trace!(
+                self.trace,
+                "s{index} recoverAndAbort {}: {outcome:?}",
+                state.current.transaction
+            );
+            self.coverage
+                .bump(Section::Protocol, format!("recoverAndAbort: {outcome:?}"));
+        }
+        let current = sink.begin()?;
+        Ok(Some(SubtaskRuntime {
+            index,
+            sink,
+            current,
+            pending: BTreeMap::new(),
+        }))
+    }
+
+    /// Reads the source from `offset`, staging records, checkpointing every
+    /// interval, until the input ends or something stops the attempt.
+    fn process(
+        &mut self,
+        run: &mut Run,
+        subtasks: &mut [SubtaskRuntime<B::Dest>],
+        mut offset: usize,
+    ) -> Result<AttemptEnd, String> {
+        if offset == 0 && self.schedule.early_checkpoint {
+            // A checkpoint before the first record: a position any later
+            // loss can be rewound to.
+            if let Step::End(end) = self.checkpoint(run, subtasks, offset, false) {
+                return Ok(end);
+            }
+        }
+        let mut since_checkpoint = 0;
+        loop {
+            if offset >= self.source.len() {
+                return self.finish(run, subtasks, offset);
+            }
+            if let Some(action) = self.chaos.operator_action() {
+                if self.action_possible(action) {
+                    trace!(self.trace, "operator stops the job: {action:?}");
+                    self.stop(subtasks);
+                    return Ok(AttemptEnd::Operator(action));
+                }
+            }
+            if self.chaos.expire() {
+                self.expire_one(run.latest.as_ref());
+            }
+            let chunk = self.chaos.rng.between(1, self.schedule.max_chunk);
+            let to = (offset + chunk).min(self.source.len());
+            let batches = self.source.read(offset, to, subtasks.len());
+            for b in self.chaos.rng.order(batches.len()) {
+                let batch = &batches[b];
+                if self.chaos.crash(CrashPoint::DuringWrites) {
+                    return Ok(AttemptEnd::Crashed(CrashPoint::DuringWrites));
+                }
+                let rt = &mut subtasks[batch.subtask];
+                if let Err(e) = rt.sink.write(&rt.current.transaction, &batch.bytes) {
+                    return Ok(AttemptEnd::Failed(e));
+                }
+                self.ledger
+                    .entry(rt.current.transaction.clone())
+                    .or_default()
+                    .extend(&batch.records);
+            }
+            trace!(self.trace, "records {offset}..{to} staged");
+            since_checkpoint += to - offset;
+            offset = to;
+            self.clock.advance(self.chaos.chunk_ms());
+            if self.schedule.short_retention {
+                for rt in subtasks.iter_mut() {
+                    match rt.sink.expire_if_due() {
+                        Ok(expired) => {
+                            for t in &expired {
+                                trace!(self.trace, "s{} retention expired {t}", rt.index);
+                            }
+                            self.coverage.add(
+                                Section::Expiry,
+                                "retention cleanup removed a stale transaction",
+                                expired.len() as u64,
+                            );
+                        }
+                        Err(e) => return Ok(AttemptEnd::Failed(e)),
+                    }
+                }
+            }
+            if since_checkpoint >= self.schedule.checkpoint_interval {
+                since_checkpoint = 0;
+                if let Step::End(end) = self.checkpoint(run, subtasks, offset, false) {
+                    return Ok(end);
+                }
+            }
+        }
+    }
+
+    /// One checkpoint: barriers reach every subtask (`snapshotState`), the
+    /// coordinator completes it once all acknowledged, then notifies
+    /// (`notifyCheckpointComplete`), with crashes possible in between.
+    fn checkpoint(
+        &mut self,
+        run: &mut Run,
+        subtasks: &mut [SubtaskRuntime<B::Dest>],
+        offset: usize,
+        is_final: bool,
+    ) -> Step {
+        let id = run.next_checkpoint;
+        run.next_checkpoint += 1;
+        let p = subtasks.len();
+        let declined = !is_final && self.chaos.decline_checkpoint();
+        let mut participants = self.chaos.rng.order(p);
+        if declined {
+            let acknowledged = self.chaos.rng.between(0, p - 1);
+            participants.truncate(acknowledged);
+        }
+        let mut states: Vec<Option<SubtaskState>> = vec![None; p];
+        for (n, &i) in participants.iter().enumerate() {
+            if n > 0 && self.chaos.crash(CrashPoint::DuringSnapshot) {
+                return Step::End(AttemptEnd::Crashed(CrashPoint::DuringSnapshot));
+            }
+            match subtasks[i].snapshot(id) {
+                Ok(state) => {
+                    trace!(
+                        self.trace,
+                        "s{i} snapshot {id}: prepared {}, began {}",
+                        state
+                            .pending
+                            .last()
+                            .map_or("?", |(_, h)| h.transaction.as_str()),
+                        state.current.transaction
+                    );
+                    states[i] = Some(state);
+                }
+                Err(e) => return Step::End(AttemptEnd::Failed(e)),
+            }
+        }
+        if declined {
+            trace!(
+                self.trace,
+                "checkpoint {id} declined; the job keeps running"
+            );
+            self.coverage
+                .bump(Section::Protocol, "checkpoint declined, job kept running");
+            return Step::Continue;
+        }
+        if self.chaos.crash(CrashPoint::AfterPrepare) {
+            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterPrepare));
+        }
+        let completed = CompletedCheckpoint {
+            id,
+            run: run.id.clone(),
+            offset,
+            states: states
+                .into_iter()
+                .map(|s| s.expect("every subtask snapshotted"))
+                .collect(),
+        };
+        trace!(self.trace, "checkpoint {id} completed at offset {offset}");
+        run.latest = Some(completed.clone());
+        self.store.add(completed.clone());
+        if self.chaos.expire() {
+            self.expire_one(Some(&completed));
+        }
+        if self.chaos.crash(CrashPoint::AfterCompleteBeforeNotify) {
+            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterCompleteBeforeNotify));
+        }
+        if let Some(n) = self.chaos.commit_burst() {
+            trace!(self.trace, "the next {n} commit calls will fail");
+        }
+        let mut notified = 0;
+        for i in self.chaos.rng.order(p) {
+            // The final checkpoint's notification is awaited (FLIP-147).
+            if !is_final && self.chaos.lose_notification() {
+                trace!(self.trace, "notification of checkpoint {id} to s{i} lost");
+                self.coverage
+                    .bump(Section::Protocol, "notifyCheckpointComplete not delivered");
+                continue;
+            }
+            if notified > 0 && self.chaos.crash(CrashPoint::DuringNotify) {
+                return Step::End(AttemptEnd::Crashed(CrashPoint::DuringNotify));
+            }
+            notified += 1;
+            if let Some(end) = self.notify(&mut subtasks[i], id) {
+                return Step::End(end);
+            }
+        }
+        Step::Continue
+    }
+
+    /// `notifyCheckpointComplete`: commit every pending transaction up to
+    /// `checkpoint`, oldest first. A failed commit is dropped from the map
+    /// anyway and the first error is rethrown after the loop, so recovery
+    /// has to redo it from the checkpoint.
+    fn notify(
+        &mut self,
+        rt: &mut SubtaskRuntime<B::Dest>,
+        checkpoint: CheckpointId,
+    ) -> Option<AttemptEnd> {
+        let due: Vec<CheckpointId> = rt.pending.range(..=checkpoint).map(|(c, _)| *c).collect();
+        let mut first_error = None;
+        for c in due {
+            let handle = rt.pending[&c].clone();
+            match rt.sink.commit(&handle) {
+                Ok(outcome) => {
+                    trace!(
+                        self.trace,
+                        "s{} commit {} (checkpoint {c}): {outcome:?}",
+                        rt.index,
+                        handle.transaction
+                    );
+                    self.coverage.bump(
+                        Section::Protocol,
+                        format!("commit on notification: {outcome:?}"),
+                    );
+                    if self.chaos.crash(CrashPoint::AfterCommitBeforeAck) {
+                        return Some(AttemptEnd::Crashed(CrashPoint::AfterCommitBeforeAck));
+                    }
+                }
+                Err(e) => {
+                    trace!(
+                        self.trace,
+                        "s{} commit {} failed: {e}",
+                        rt.index,
+                        handle.transaction
+                    );
+                    if first_error.is_none() {
+                        first_error = Some(e);
+                    }
+                }
+            }
+            rt.pending.remove(&c);
+        }
+        first_error.map(AttemptEnd::Failed)
+    }
+
+    /// End of input (FLIP-147): a final checkpoint whose notification the
+    /// tasks wait for, then `close()` aborts each open transaction.
+    fn finish(
+        &mut self,
+        run: &mut Run,
+        subtasks: &mut [SubtaskRuntime<B::Dest>],
+        offset: usize,
+    ) -> Result<AttemptEnd, String> {
+        trace!(self.trace, "end of input: final checkpoint");
+        if let Step::End(end) = self.checkpoint(run, subtasks, offset, true) {
+            return Ok(end);
+        }
+        if self.chaos.crash(CrashPoint::DuringFinish) {
+            return Ok(AttemptEnd::Crashed(CrashPoint::DuringFinish));
+        }
+        for i in self.chaos.rng.order(subtasks.len()) {
+            if let Err(e) = subtasks[i].close() {
+                return Ok(AttemptEnd::Failed(e));
+            }
+        }
+        trace!(self.trace, "all subtasks closed");
+        Ok(AttemptEnd::Finished)
+    }
+
+    /// A failed task's `close()` runs if its process is still there; its
+    /// errors are only logged.
+    fn close_after_failure(&mut self, subtasks: &mut [SubtaskRuntime<B::Dest>]) {
+        for rt in subtasks.iter_mut() {
+            if self.chaos.rng.chance(0.7) {
+                let r = rt.close();
+                trace!(self.trace, "s{} closed after failure: {r:?}", rt.index);
+            }
+        }
+    }
+
+    /// An operator stops the job: a cancellation closes the tasks, a kill
+    /// does not.
+    fn stop(&mut self, subtasks: &mut [SubtaskRuntime<B::Dest>]) {
+        if self.chaos.closes_on_stop() {
+            for rt in subtasks.iter_mut() {
+                let _ = rt.close();
+            }
+            trace!(self.trace, "tasks cancelled and closed");
+        }
+    }
+
+    /// The destination times out one staged transaction on its own:
+    /// preferably one a completed checkpoint still needs (pending, not yet
+    /// committed: this must end in LOST, never in a silent gap), otherwise
+    /// any staged one.
+    fn expire_one(&mut self, cp: Option<&CompletedCheckpoint>) {
+        let prepared: BTreeSet<TransactionId> = self
+            .backend
+            .prepared()
+            .into_iter()
+            .map(|(t, _)| t)
+            .collect();
+        let needed: Vec<TransactionId> = cp
+            .map(|cp| {
+                cp.states
+                    .iter()
+                    .flat_map(|s| s.pending.iter())
+                    .filter(|(_, h)| {
+                        h.prepared().is_some_and(|p| p.records > 0)
+                            && prepared.contains(&h.transaction)
+                    })
+                    .map(|(_, h)| h.transaction.clone())
+                    .collect()
+            })
+            .unwrap_or_default();
+        let (txn, what) = if !needed.is_empty() && self.chaos.rng.chance(0.8) {
+            (
+                self.chaos.rng.pick(&needed).clone(),
+                "pending transaction of a completed checkpoint",
+            )
+        } else {
+            let staged: Vec<TransactionId> = self
+                .backend
+                .staged()
+                .iter()
+                .filter_map(|n| TransactionId::parse(n).map(|p| p.id))
+                .collect();
+            if staged.is_empty() {
+                return;
+            }
+            (
+                self.chaos.rng.pick(&staged).clone(),
+                "any staged transaction",
+            )
+        };
+        if self.backend.expire_externally(&txn, self.clock.now_ms()) {
+            trace!(self.trace, "destination timed out {txn} ({what})");
+            self.coverage
+                .bump(Section::Expiry, format!("destination timeout: {what}"));
+            self.expired.insert(txn);
+        }
+    }
+
+    fn action_possible(&self, action: OperatorAction) -> bool {
+        match action {
+            OperatorAction::RestoreSavepoint => !self.store.all().is_empty(),
+            // Restarting without state only makes sense from a position
+            // the output matches.
+            OperatorAction::StatelessRestart => self.visible_prefix().is_some(),
+        }
+    }
+
+    /// Output of completed checkpoints is never thrown away: every record
+    /// below the latest completed checkpoint's offset is visible, or still
+    /// staged in a prepared transaction, or in one the destination timed
+    /// out (which has to surface as LOST when its commit is attempted).
+    fn check_completed_output(&self, offset: usize) -> Result<(), String> {
+        let mut pending: Vec<usize> = Vec::new();
+        let prepared = self.backend.prepared();
+        let holders = prepared.iter().map(|(t, _)| t).chain(self.expired.iter());
+        for t in holders {
+            if let Some(records) = self.ledger.get(t) {
+                pending.extend(records);
+            }
+        }
+        invariants::completed_output_accounted_for(&self.backend.visible(), &pending, offset)
+    }
+
+    fn prepared_set(&self) -> BTreeSet<(TransactionId, CheckpointId)> {
+        self.backend.prepared().into_iter().collect()
+    }
+
+    /// `Some(n)` when the visible output is exactly records `0..n`: the
+    /// position an operator would restart a stateless job from.
+    fn visible_prefix(&self) -> Option<usize> {
+        let mut indices: Vec<usize> = self
+            .backend
+            .visible()
+            .iter()
+            .map(|v| Source::parse(v))
+            .collect::<Option<_>>()?;
+        indices.sort_unstable();
+        indices
+            .iter()
+            .enumerate()
+            .all(|(i, v)| i == *v)
+            .then_some(indices.len())
+    }
+}
+
+impl Run {
+    /// The checkpoint id this run restored, for messages.
+    fn restored_checkpoint(&self) -> CheckpointId {
+        self.restored_from.as_ref().map_or(0, |c| c.id)
+    }
+}
+
+fn stop_label(e: &TwopcError) -> &'static str {
+    match e {
+        TwopcError::Lost(_) => "LOST (staged output of a completed checkpoint expired)",
+        TwopcError::Rewind(_) => "REWIND (restore older than committed output)",
+        TwopcError::PreparedOnFreshStart(_) => "PREPARED_ON_FRESH_START (stateless restart)",
+        TwopcError::CommitUnresolved(_) => "COMMIT_UNRESOLVED (retries exhausted)",
+        other => other.kind(),
+    }
+}
+
+fn failover_label(e: &TwopcError) -> String {
+    match e {
+        TwopcError::Destination { action, .. } => format!("destination error while {action}"),
+        TwopcError::Scan { .. } => "destination error while scanning".to_string(),
+        other => other.kind().to_string(),
+    }
+}

@@ -1,0 +1,368 @@
+//! What can go wrong in one schedule, and when. [`Schedule`] is the shape
+//! drawn from the seed (sizes, which kinds of trouble, how much);
+//! [`Chaos`] answers "does it happen here?" as the job runs, within budgets
+//! so that every schedule ends.
+
+use twopc_core::{FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions};
+
+use super::checkpoints::Redistribution;
+use super::faults::SharedFaults;
+use super::rng::Rng;
+
+/// Where in the protocol a process dies (no `close()`, nothing flushed to
+/// Flink, the destination keeps whatever calls completed).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub enum CrashPoint {
+    /// In `initializeState`, between recovery commits and aborts.
+    DuringRecovery,
+    /// While records are being staged.
+    DuringWrites,
+    /// Some subtasks pre-committed for a checkpoint, others not yet.
+    DuringSnapshot,
+    /// Every subtask pre-committed; the checkpoint never completed.
+    AfterPrepare,
+    /// The checkpoint completed; no notification was delivered.
+    AfterCompleteBeforeNotify,
+    /// Some subtasks committed their transactions, others not yet.
+    DuringNotify,
+    /// A commit landed at the destination; the subtask died before it
+    /// recorded the acknowledgement.
+    AfterCommitBeforeAck,
+    /// The final checkpoint committed; `close()` never ran.
+    DuringFinish,
+}
+
+impl CrashPoint {
+    pub const ALL: [CrashPoint; 8] = [
+        CrashPoint::DuringRecovery,
+        CrashPoint::DuringWrites,
+        CrashPoint::DuringSnapshot,
+        CrashPoint::AfterPrepare,
+        CrashPoint::AfterCompleteBeforeNotify,
+        CrashPoint::DuringNotify,
+        CrashPoint::AfterCommitBeforeAck,
+        CrashPoint::DuringFinish,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            CrashPoint::DuringRecovery => "during recovery (initializeState)",
+            CrashPoint::DuringWrites => "during writes",
+            CrashPoint::DuringSnapshot => "during snapshot (some prepared)",
+            CrashPoint::AfterPrepare => "after prepare, checkpoint incomplete",
+            CrashPoint::AfterCompleteBeforeNotify => "after checkpoint complete, before commit",
+            CrashPoint::DuringNotify => "during commits (some committed)",
+            CrashPoint::AfterCommitBeforeAck => "after commit, before its acknowledgement",
+            CrashPoint::DuringFinish => "after final commit, before close",
+        }
+    }
+
+    /// Relative weight: writes happen many times per attempt, so a crash
+    /// there is made rarer to leave room for the later points.
+    fn weight(self) -> f64 {
+        match self {
+            CrashPoint::DuringWrites => 0.2,
+            CrashPoint::DuringRecovery => 0.5,
+            _ => 1.0,
+        }
+    }
+}
+
+/// What an operator does to a running job.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OperatorAction {
+    /// Stop, then restore from a retained checkpoint or savepoint (possibly
+    /// an older one) as a new submission, maybe at another parallelism.
+    RestoreSavepoint,
+    /// Stop, then start again without any state.
+    StatelessRestart,
+}
+
+/// The shape of one schedule, drawn from its seed.
+#[derive(Clone, Debug)]
+pub struct Schedule {
+    pub seed: u64,
+    pub records: usize,
+    pub parallelism: usize,
+    pub max_parallelism: usize,
+    /// Records between regular checkpoints.
+    pub checkpoint_interval: usize,
+    pub max_chunk: usize,
+    pub redistribution: Redistribution,
+    crash_rate: f64,
+    crash_budget: u32,
+    pub fault_rate: f64,
+    pub fault_budget: u32,
+    expiry_rate: f64,
+    expiry_budget: u32,
+    lost_notification_rate: f64,
+    decline_rate: f64,
+    savepoint_rate: f64,
+    savepoint_budget: u32,
+    stateless_rate: f64,
+    stateless_budget: u32,
+    burst_rate: f64,
+    rescale_on_failover_rate: f64,
+    /// Commit attempts before the committer gives up (CommitUnresolved).
+    commit_attempts: u32,
+    /// Take a checkpoint before the first record (a position any later
+    /// loss can be rewound to).
+    pub early_checkpoint: bool,
+    /// Retention shorter than a restart's downtime (memory only): cleanup
+    /// must still never remove what a checkpoint needs.
+    pub short_retention: bool,
+}
+
+impl Schedule {
+    /// `fs` keeps schedules smaller: every prepare and commit there syncs
+    /// real files.
+    pub fn generate(seed: u64, fs: bool) -> Schedule {
+        let mut r = Rng::new(seed);
+        let records = if fs {
+            r.between(20, 60)
+        } else {
+            r.between(20, 200)
+        };
+        let max_parallelism = if fs { 3 } else { 4 };
+        let checkpoints = r.between(1, if fs { 4 } else { 8 });
+        let checkpoint_interval = records.div_ceil(checkpoints).max(1);
+        let mut s = Schedule {
+            seed,
+            records,
+            parallelism: r.between(1, max_parallelism),
+            max_parallelism,
+            checkpoint_interval,
+            max_chunk: (checkpoint_interval / 2).clamp(1, 25),
+            redistribution: if r.chance(0.5) {
+                Redistribution::RoundRobin
+            } else {
+                Redistribution::Contiguous
+            },
+            crash_rate: 0.0,
+            crash_budget: 0,
+            fault_rate: 0.0,
+            fault_budget: 0,
+            expiry_rate: 0.0,
+            expiry_budget: 0,
+            lost_notification_rate: 0.0,
+            decline_rate: 0.0,
+            savepoint_rate: 0.0,
+            savepoint_budget: 0,
+            stateless_rate: 0.0,
+            stateless_budget: 0,
+            burst_rate: 0.0,
+            rescale_on_failover_rate: 0.0,
+            commit_attempts: r.range(1, 5) as u32,
+            short_retention: false,
+            early_checkpoint: false,
+        };
+        // Each kind of trouble is present in some schedules only, so that
+        // both quiet runs and pile-ups of several kinds occur.
+        if r.chance(0.75) {
+            s.crash_rate = r.rate(0.05, 0.3);
+            s.crash_budget = r.range(1, 4) as u32;
+        }
+        if r.chance(0.5) {
+            s.fault_rate = r.rate(0.005, 0.06);
+            s.fault_budget = r.range(1, 6) as u32;
+        }
+        if r.chance(0.2) {
+            s.expiry_rate = r.rate(0.1, 0.5);
+            s.expiry_budget = r.range(1, 2) as u32;
+        }
+        if r.chance(0.3) {
+            s.lost_notification_rate = r.rate(0.1, 0.5);
+        }
+        if r.chance(0.25) {
+            s.decline_rate = r.rate(0.1, 0.4);
+        }
+        if r.chance(0.25) {
+            s.savepoint_rate = r.rate(0.02, 0.1);
+            s.savepoint_budget = r.range(1, 2) as u32;
+        }
+        if r.chance(0.15) {
+            s.stateless_rate = r.rate(0.02, 0.1);
+            s.stateless_budget = 1;
+        }
+        if r.chance(0.1) {
+            s.burst_rate = r.rate(0.1, 0.5);
+        }
+        if r.chance(0.15) {
+            s.rescale_on_failover_rate = 0.5;
+        }
+        s.short_retention = !fs && r.chance(0.2);
+        s.early_checkpoint = r.chance(0.5);
+        s
+    }
+
+    pub fn options(&self, rewind: RewindPolicy, fresh_start: FreshStartPolicy) -> SinkOptions {
+        let mut o = SinkOptions {
+            rewind,
+            fresh_start,
+            commit_retry: RetryPolicy {
+                max_attempts: self.commit_attempts,
+                initial_backoff_ms: 10,
+                max_backoff_ms: 200,
+            },
+            ..SinkOptions::default()
+        };
+        if self.short_retention {
+            o.retention_ms = 2_000;
+            o.expiry_scan_interval_ms = 200;
+        }
+        o
+    }
+
+    pub fn describe(&self) -> String {
+        format!(
+            "{} records, parallelism {} (max {}), checkpoint every {} records, chunks <= {}, \
+             {:?} redistribution, crashes {}x@{:.2}, faults {}x@{:.3}, expiries {}x@{:.2}, \
+             lost notifications @{:.2}, declines @{:.2}, savepoint restores {}x@{:.2}, \
+             stateless restarts {}x@{:.2}, commit bursts @{:.2}, commit attempts {}, \
+             rescale on failover @{:.2}, short retention {}, early checkpoint {}",
+            self.records,
+            self.parallelism,
+            self.max_parallelism,
+            self.checkpoint_interval,
+            self.max_chunk,
+            self.redistribution,
+            self.crash_budget,
+            self.crash_rate,
+            self.fault_budget,
+            self.fault_rate,
+            self.expiry_budget,
+            self.expiry_rate,
+            self.lost_notification_rate,
+            self.decline_rate,
+            self.savepoint_budget,
+            self.savepoint_rate,
+            self.stateless_budget,
+            self.stateless_rate,
+            self.burst_rate,
+            self.commit_attempts,
+            self.rescale_on_failover_rate,
+            self.short_retention,
+            self.early_checkpoint
+        )
+    }
+}
+
+/// The live decisions of a schedule. Every "does it happen here?" goes
+/// through this, so budgets hold and the sequence is fixed by the seed.
+pub struct Chaos {
+    pub rng: Rng,
+    schedule: Schedule,
+    faults: SharedFaults,
+    crashes_left: u32,
+    expiries_left: u32,
+    savepoints_left: u32,
+    stateless_left: u32,
+    /// Set once an operator takes over after a fatal stop: the environment
+    /// is fixed, so the job must now run to the end.
+    calm: bool,
+}
+
+impl Chaos {
+    pub fn new(schedule: &Schedule, rng: Rng, faults: SharedFaults) -> Self {
+        Chaos {
+            rng,
+            faults,
+            crashes_left: schedule.crash_budget,
+            expiries_left: schedule.expiry_budget,
+            savepoints_left: schedule.savepoint_budget,
+            stateless_left: schedule.stateless_budget,
+            calm: false,
+            schedule: schedule.clone(),
+        }
+    }
+
+    pub fn calm(&mut self) {
+        self.calm = true;
+        self.faults.lock().disable();
+    }
+
+    pub fn crash(&mut self, point: CrashPoint) -> bool {
+        if self.calm || self.crashes_left == 0 {
+            return false;
+        }
+        let hit = self.rng.chance(self.schedule.crash_rate * point.weight());
+        if hit {
+            self.crashes_left -= 1;
+        }
+        hit
+    }
+
+    /// A staged transaction times out at the destination now.
+    pub fn expire(&mut self) -> bool {
+        if self.calm || self.expiries_left == 0 || !self.rng.chance(self.schedule.expiry_rate) {
+            return false;
+        }
+        self.expiries_left -= 1;
+        true
+    }
+
+    /// Flink does not promise to deliver `notifyCheckpointComplete`.
+    pub fn lose_notification(&mut self) -> bool {
+        self.rng.chance(self.schedule.lost_notification_rate)
+    }
+
+    /// Some subtasks never acknowledge: the checkpoint is aborted, the job
+    /// keeps running (a tolerable checkpoint failure).
+    pub fn decline_checkpoint(&mut self) -> bool {
+        self.rng.chance(self.schedule.decline_rate)
+    }
+
+    /// The next commits fail in a row, `n` of them.
+    pub fn commit_burst(&mut self) -> Option<u32> {
+        if self.calm || !self.rng.chance(self.schedule.burst_rate) {
+            return None;
+        }
+        let n = self.rng.range(1, 6) as u32;
+        self.faults.lock().arm_commit_burst(n);
+        Some(n)
+    }
+
+    pub fn operator_action(&mut self) -> Option<OperatorAction> {
+        if self.calm {
+            return None;
+        }
+        if self.savepoints_left > 0 && self.rng.chance(self.schedule.savepoint_rate) {
+            self.savepoints_left -= 1;
+            return Some(OperatorAction::RestoreSavepoint);
+        }
+        if self.stateless_left > 0 && self.rng.chance(self.schedule.stateless_rate) {
+            self.stateless_left -= 1;
+            return Some(OperatorAction::StatelessRestart);
+        }
+        None
+    }
+
+    /// The adaptive scheduler may restart a job at another parallelism
+    /// (same job id).
+    pub fn rescale_on_failover(&mut self) -> Option<usize> {
+        if self.calm || !self.rng.chance(self.schedule.rescale_on_failover_rate) {
+            return None;
+        }
+        Some(self.parallelism())
+    }
+
+    pub fn parallelism(&mut self) -> usize {
+        self.rng.between(1, self.schedule.max_parallelism)
+    }
+
+    /// How long a restart takes, during which destinations keep timing.
+    pub fn downtime_ms(&mut self) -> u64 {
+        self.rng.range(100, 5_000)
+    }
+
+    /// Processing time of one chunk.
+    pub fn chunk_ms(&mut self) -> u64 {
+        self.rng.range(10, 300)
+    }
+
+    /// A stopped job sometimes gets its `close()` calls (cancellation),
+    /// sometimes not (the process is gone).
+    pub fn closes_on_stop(&mut self) -> bool {
+        self.rng.chance(0.6)
+    }
+}
