@@ -107,3 +107,48 @@ pub trait Destination {
     /// it is missing. Repeatable.
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError>;
 }
+
+/// A boxed destination is a destination, so a caller can choose the kind at
+/// run time (the JNI bridge opens a directory or a database by
+/// configuration).
+impl<D: Destination + ?Sized> Destination for Box<D> {
+    fn begin(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        (**self).begin(handle)
+    }
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        (**self).write(txn, batch)
+    }
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        (**self).prepare(handle)
+    }
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        (**self).commit(handle, now_ms)
+    }
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        (**self).abort(txn)
+    }
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        (**self).staged()
+    }
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        (**self).committed_after(lineage, checkpoint)
+    }
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        (**self).retract(committed)
+    }
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        (**self).expire(txn, now_ms)
+    }
+}
