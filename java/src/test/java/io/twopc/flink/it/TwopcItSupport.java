@@ -1,0 +1,426 @@
+package io.twopc.flink.it;
+
+import io.twopc.flink.TwopcOutput;
+import io.twopc.flink.internal.NativeBridge;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RichMapFunction;
+import org.apache.flink.api.common.serialization.SerializationSchema;
+import org.apache.flink.api.common.state.CheckpointListener;
+import org.apache.flink.client.program.ClusterClient;
+import org.apache.flink.configuration.Configuration;
+import org.apache.flink.configuration.RestartStrategyOptions;
+import org.apache.flink.connector.file.src.FileSource;
+import org.apache.flink.connector.file.src.reader.TextLineInputFormat;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.Gauge;
+import org.apache.flink.metrics.Metric;
+import org.apache.flink.metrics.MetricGroup;
+import org.apache.flink.runtime.jobgraph.JobGraph;
+import org.apache.flink.runtime.jobgraph.SavepointRestoreSettings;
+import org.apache.flink.runtime.jobmaster.JobResult;
+import org.apache.flink.runtime.testutils.InMemoryReporter;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.util.CloseableIterator;
+import org.apache.flink.util.SerializedThrowable;
+
+import java.io.IOException;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Collections;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+import java.util.TreeMap;
+import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.TimeUnit;
+import java.util.concurrent.atomic.AtomicBoolean;
+import java.util.concurrent.atomic.AtomicInteger;
+import java.util.function.BooleanSupplier;
+import java.util.stream.Stream;
+
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * Shared pieces of the MiniCluster integration tests: the numbered-record job's functions,
+ * fail-point control, job submission through the cluster client, and the exactly-once checks
+ * (through {@link TwopcOutput} and through Flink's own {@link FileSource}).
+ *
+ * <p>Functions report what happened through static maps keyed by a per-test name: MiniCluster
+ * tasks run in this JVM and load these test classes through the test's own classloader (they are
+ * not in the user jar, which carries only the sink).
+ */
+final class TwopcItSupport {
+    static final Duration JOB_TIMEOUT = Duration.ofMinutes(3);
+    static final int MAX_PARALLELISM = 128;
+
+    private TwopcItSupport() {}
+
+    // ------------------------------------------------------------------ environment and jobs
+
+    /** A streaming environment on the test cluster with checkpointing and a bounded restart strategy. */
+    static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,
+            int restartAttempts, Duration restartDelay) {
+        Configuration conf = new Configuration();
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, restartAttempts);
+        conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, restartDelay);
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
+        env.setParallelism(parallelism);
+        env.setMaxParallelism(MAX_PARALLELISM);
+        env.enableCheckpointing(checkpointIntervalMs);
+        return env;
+    }
+
+    static JobID submit(ClusterClient<?> client, StreamExecutionEnvironment env, String restoreFrom)
+            throws Exception {
+        JobGraph jobGraph = env.getStreamGraph().getJobGraph();
+        if (restoreFrom != null) {
+            jobGraph.setSavepointRestoreSettings(SavepointRestoreSettings.forPath(restoreFrom, false));
+        }
+        return client.submitJob(jobGraph).get(1, TimeUnit.MINUTES);
+    }
+
+    static JobResult awaitResult(ClusterClient<?> client, JobID jobId) throws Exception {
+        return client.requestJobResult(jobId).get(JOB_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+    }
+
+    /** Waits for a job and fails the test, with the job's error, unless it finished. */
+    static void awaitSuccess(ClusterClient<?> client, JobID jobId) throws Exception {
+        JobResult result = awaitResult(client, jobId);
+        if (!result.isSuccess()) {
+            Throwable cause = result.getSerializedThrowable()
+                    .map(t -> t.deserializeError(TwopcItSupport.class.getClassLoader()))
+                    .orElse(null);
+            throw new AssertionError("job " + jobId + " ended " + result.getApplicationStatus(), cause);
+        }
+    }
+
+    static void waitUntil(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
+        long deadline = System.nanoTime() + timeout.toNanos();
+        while (!condition.getAsBoolean()) {
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("timed out after " + timeout + " waiting until " + what);
+            }
+            Thread.sleep(20);
+        }
+    }
+
+    // ------------------------------------------------------------------ fail points
+
+    /** Configures the core's fail points (the library must be built with the failpoints feature). */
+    static void configureFailPoints(String spec) {
+        NativeBridge.configureFailPoints(spec);
+    }
+
+    static void clearFailPoints() {
+        try {
+            NativeBridge.configureFailPoints("");
+        } catch (IllegalStateException e) {
+            // built without fail points: nothing to clear
+        }
+    }
+
+    // ------------------------------------------------------------------ the job's functions
+
+    /** Numbers as decimal text, one per line. */
+    static final class DecimalLine implements SerializationSchema<Long> {
+        private static final long serialVersionUID = 1L;
+
+        @Override
+        public byte[] serialize(Long value) {
+            return Long.toString(value).getBytes(StandardCharsets.UTF_8);
+        }
+    }
+
+    /**
+     * Slows the stream to about {@code recordsPerMs} per millisecond per subtask, so that a job
+     * spans many checkpoints and failures land in the middle of it.
+     */
+    static final class Throttle extends RichMapFunction<Long, Long> {
+        private static final long serialVersionUID = 1L;
+        private final int recordsPerMs;
+        private transient long seen;
+
+        Throttle(int recordsPerMs) {
+            this.recordsPerMs = recordsPerMs;
+        }
+
+        @Override
+        public Long map(Long value) throws Exception {
+            if (++seen % recordsPerMs == 0) {
+                Thread.sleep(1);
+            }
+            return value;
+        }
+    }
+
+    /** Highest attempt number seen per test: attempt n means n restarts happened before it. */
+    static final Map<String, AtomicInteger> MAX_ATTEMPT = new ConcurrentHashMap<>();
+    /** Distinct user-code classloaders seen per test. */
+    static final Map<String, Set<Integer>> CLASSLOADERS = new ConcurrentHashMap<>();
+
+    /** Records the attempt number (and user classloader) of every subtask that opens. */
+    static final class AttemptTracker extends RichMapFunction<Long, Long> {
+        private static final long serialVersionUID = 1L;
+        private final String testName;
+
+        AttemptTracker(String testName) {
+            this.testName = testName;
+        }
+
+        @Override
+        public void open(OpenContext openContext) {
+            int attempt = getRuntimeContext().getTaskInfo().getAttemptNumber();
+            MAX_ATTEMPT.computeIfAbsent(testName, k -> new AtomicInteger()).accumulateAndGet(attempt, Math::max);
+            CLASSLOADERS.computeIfAbsent(testName, k -> ConcurrentHashMap.newKeySet())
+                    .add(System.identityHashCode(getRuntimeContext().getUserCodeClassLoader()));
+        }
+
+        @Override
+        public Long map(Long value) {
+            return value;
+        }
+    }
+
+    static int maxAttempt(String testName) {
+        AtomicInteger a = MAX_ATTEMPT.get(testName);
+        return a == null ? 0 : a.get();
+    }
+
+    /** Which failures a {@link FailOnce} actually threw, per test. */
+    static final Map<String, List<String>> INJECTED = new ConcurrentHashMap<>();
+
+    static List<String> injected(String testName) {
+        return INJECTED.getOrDefault(testName, Collections.emptyList());
+    }
+
+    /**
+     * Throws once per listed attempt, on subtask 0, after {@code afterRecords} records, and only
+     * if a checkpoint has (or, with {@code requireCheckpoint == false}, has not yet) completed in
+     * this attempt: the two sides of the protocol's commit point.
+     */
+    static final class FailOnce extends RichMapFunction<Long, Long> implements CheckpointListener {
+        private static final long serialVersionUID = 1L;
+        private static final Map<String, AtomicBoolean> FIRED = new ConcurrentHashMap<>();
+        private final String testName;
+        private final long afterRecords;
+        private final boolean requireCheckpoint;
+        private final int failingAttempts;
+        private transient long seen;
+        private transient volatile boolean checkpointCompleted;
+
+        FailOnce(String testName, long afterRecords, boolean requireCheckpoint, int failingAttempts) {
+            this.testName = testName;
+            this.afterRecords = afterRecords;
+            this.requireCheckpoint = requireCheckpoint;
+            this.failingAttempts = failingAttempts;
+        }
+
+        @Override
+        public Long map(Long value) {
+            seen++;
+            int attempt = getRuntimeContext().getTaskInfo().getAttemptNumber();
+            if (attempt < failingAttempts
+                    && getRuntimeContext().getTaskInfo().getIndexOfThisSubtask() == 0
+                    && seen >= afterRecords
+                    && checkpointCompleted == requireCheckpoint
+                    && FIRED.computeIfAbsent(testName + "#" + attempt, k -> new AtomicBoolean())
+                            .compareAndSet(false, true)) {
+                String what = "attempt " + attempt + " after " + seen + " records, "
+                        + (checkpointCompleted ? "after a completed checkpoint" : "before any checkpoint completed");
+                INJECTED.computeIfAbsent(testName, k -> Collections.synchronizedList(new ArrayList<>())).add(what);
+                throw new RuntimeException("injected test failure: " + what);
+            }
+            return value;
+        }
+
+        @Override
+        public void notifyCheckpointComplete(long checkpointId) {
+            checkpointCompleted = true;
+        }
+    }
+
+    // ------------------------------------------------------------------ output checks
+
+    static Path stagingDir(Path output, String sinkId) {
+        return output.resolve("_twopc").resolve(sinkId).resolve("staging");
+    }
+
+    static List<String> listNames(Path dir) throws IOException {
+        if (!Files.isDirectory(dir)) {
+            return Collections.emptyList();
+        }
+        List<String> names = new ArrayList<>();
+        try (Stream<Path> entries = Files.list(dir)) {
+            entries.forEach(p -> names.add(p.getFileName().toString()));
+        }
+        Collections.sort(names);
+        return names;
+    }
+
+    static int committedFileCount(Path output) {
+        try {
+            return TwopcOutput.committedFiles(output, "part").size();
+        } catch (IOException e) {
+            return 0; // a file renamed away mid-listing; the caller polls again
+        }
+    }
+
+    static long committedRecordCount(Path output) {
+        try {
+            return TwopcOutput.readCommittedRecords(output).size();
+        } catch (IOException e) {
+            return -1; // a file renamed away mid-listing; the caller polls again
+        }
+    }
+
+    /** Reads the committed output with Flink's own FileSource on the test cluster. */
+    static List<String> readWithFileSource(Path output) throws Exception {
+        StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
+        env.setParallelism(1);
+        FileSource<String> source = FileSource
+                .forRecordStreamFormat(new TextLineInputFormat(), new org.apache.flink.core.fs.Path(output.toUri()))
+                .build();
+        List<String> lines = new ArrayList<>();
+        try (CloseableIterator<String> it =
+                env.fromSource(source, WatermarkStrategy.noWatermarks(), "read-committed-output").executeAndCollect()) {
+            it.forEachRemaining(lines::add);
+        }
+        return lines;
+    }
+
+    /**
+     * The heart of every test: the committed output, read through our reader and through Flink's
+     * FileSource, holds each of {@code 1..count} exactly once, and nothing is left staged.
+     */
+    static void assertExactlyOnce(Path output, String sinkId, long count) throws Exception {
+        assertAllOnce("TwopcOutput.readCommittedRecords", TwopcOutput.readCommittedRecords(output), count);
+        assertAllOnce("Flink FileSource + TextLineInputFormat", readWithFileSource(output), count);
+        assertThat(listNames(stagingDir(output, sinkId)))
+                .as("staged transactions left in %s after the job finished", stagingDir(output, sinkId))
+                .isEmpty();
+    }
+
+    static void assertAllOnce(String reader, List<String> lines, long count) {
+        long[] seen = new long[(int) count + 1];
+        List<String> foreign = new ArrayList<>();
+        for (String line : lines) {
+            long v;
+            try {
+                v = Long.parseLong(line);
+            } catch (NumberFormatException e) {
+                foreign.add(line);
+                continue;
+            }
+            if (v < 1 || v > count) {
+                foreign.add(line);
+            } else {
+                seen[(int) v]++;
+            }
+        }
+        TreeMap<Long, Long> duplicates = new TreeMap<>();
+        List<Long> missing = new ArrayList<>();
+        for (int i = 1; i <= count; i++) {
+            if (seen[i] == 0) {
+                missing.add((long) i);
+            } else if (seen[i] > 1) {
+                duplicates.put((long) i, seen[i]);
+            }
+        }
+        assertThat(foreign).as("%s: lines that are not input records", reader).isEmpty();
+        assertThat(duplicates).as("%s: records committed more than once (record -> times), of %d read",
+                reader, lines.size()).isEmpty();
+        assertThat(missing).as("%s: records never committed (%d missing, first ones shown), of %d read",
+                reader, missing.size(), lines.size()).isEmpty();
+        assertThat(lines).as(reader).hasSize((int) count);
+    }
+
+    // ------------------------------------------------------------------ failures and metrics
+
+    /**
+     * Finds an exception class in a cause chain. Flink may hand back failures as {@link
+     * SerializedThrowable}, which keeps the original class name and message.
+     */
+    static Throwable findCause(Throwable error, Class<? extends Throwable> type) {
+        for (Throwable t = error; t != null; t = t.getCause()) {
+            if (type.isInstance(t)) {
+                return t;
+            }
+            if (t instanceof SerializedThrowable
+                    && type.getName().equals(((SerializedThrowable) t).getOriginalErrorClassName())) {
+                return t;
+            }
+            if (t.getCause() == t) {
+                break;
+            }
+        }
+        return null;
+    }
+
+    static Throwable failureOf(JobResult result) {
+        assertThat(result.isSuccess()).as("job %s should have failed", result.getJobId()).isFalse();
+        return result.getSerializedThrowable()
+                .map(t -> t.deserializeError(TwopcItSupport.class.getClassLoader()))
+                .orElseThrow(() -> new AssertionError("failed job " + result.getJobId() + " has no error"));
+    }
+
+    /**
+     * Sum of a numeric metric over every subtask and attempt of a job (the reporter retains the
+     * metrics of finished and failed attempts). {@code name} is the end of the identifier, e.g.
+     * {@code twopc.recordsWritten}.
+     */
+    static long sumMetric(InMemoryReporter reporter, JobID jobId, String name) {
+        long sum = 0;
+        String job = jobId.toString();
+        for (Map.Entry<MetricGroup, Map<String, Metric>> group : reporter.getMetricsByGroup().entrySet()) {
+            if (!job.equals(group.getKey().getAllVariables().get("<job_id>"))) {
+                continue;
+            }
+            for (Map.Entry<String, Metric> m : group.getValue().entrySet()) {
+                if (!group.getKey().getMetricIdentifier(m.getKey()).endsWith("." + name)) {
+                    continue;
+                }
+                Metric metric = m.getValue();
+                if (metric instanceof Counter) {
+                    sum += ((Counter) metric).getCount();
+                } else if (metric instanceof Gauge) {
+                    Object v = ((Gauge<?>) metric).getValue();
+                    if (v instanceof Number) {
+                        sum += ((Number) v).longValue();
+                    }
+                }
+            }
+        }
+        return sum;
+    }
+
+    /** Deletes a directory tree, tolerating entries that vanish meanwhile (the job may be cleaning too). */
+    static void deleteTree(Path root) throws IOException {
+        if (!Files.exists(root)) {
+            return;
+        }
+        List<Path> paths = new ArrayList<>();
+        try (Stream<Path> walk = Files.walk(root)) {
+            walk.forEach(paths::add);
+        } catch (java.io.UncheckedIOException e) {
+            if (!(e.getCause() instanceof NoSuchFileException)) {
+                throw e;
+            }
+        }
+        Collections.reverse(paths);
+        for (Path p : paths) {
+            try {
+                Files.deleteIfExists(p);
+            } catch (java.nio.file.DirectoryNotEmptyException e) {
+                deleteTree(p);
+            }
+        }
+    }
+}

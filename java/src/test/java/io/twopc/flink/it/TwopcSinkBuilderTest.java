@@ -1,0 +1,140 @@
+package io.twopc.flink.it;
+
+import io.twopc.flink.RecordFormat;
+import io.twopc.flink.TwopcConfigException;
+import io.twopc.flink.TwopcSink;
+import io.twopc.flink.TwopcSinkBuilder;
+
+import org.apache.flink.api.common.serialization.SimpleStringSchema;
+import org.apache.flink.util.InstantiationUtil;
+
+import org.junit.Test;
+
+import java.nio.file.Paths;
+import java.time.Duration;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+/** {@link TwopcSinkBuilder#build()} rejects every setting that cannot work, saying what to change. */
+public class TwopcSinkBuilderTest {
+
+    private static TwopcSinkBuilder<String> valid() {
+        return TwopcSink.<String>builder()
+                .forDirectory("/data/out")
+                .setSinkId("orders")
+                .setSerializationSchema(new SimpleStringSchema());
+    }
+
+    private static String problemOf(TwopcSinkBuilder<String> builder) {
+        try {
+            builder.build();
+        } catch (TwopcConfigException e) {
+            assertThat(e.isFatal()).isTrue();
+            return e.getMessage();
+        }
+        throw new AssertionError("build() accepted an invalid configuration");
+    }
+
+    @Test
+    public void aValidConfigurationBuildsASerializableSink() throws Exception {
+        TwopcSink<String> sink = valid()
+                .setBatchSize(100)
+                .setBatchBytes(64 * 1024)
+                .setPartPrefix("orders")
+                .setPartSuffix(".jsonl")
+                .setRecordFormat(RecordFormat.LINES)
+                .setRetention(Duration.ofHours(2))
+                .setRestartAllowance(Duration.ofMinutes(5))
+                .setCheckpointInterval(Duration.ofSeconds(30))
+                .setCommitMaxAttempts(3)
+                .setCommitRetryBackoff(Duration.ofMillis(50), Duration.ofSeconds(1))
+                .build();
+        assertThat(sink.getSinkId()).isEqualTo("orders");
+        // Flink ships the function to the task managers by Java serialization.
+        TwopcSink<String> copy = InstantiationUtil.clone(sink);
+        assertThat(copy.getSinkId()).isEqualTo("orders");
+        assertThat(copy.getOutputDirectory()).isEqualTo("/data/out");
+    }
+
+    @Test
+    public void directoriesAreNormalizedAndFileUrisAccepted() {
+        assertThat(valid().forDirectory("/data/./x/../out/").build().getOutputDirectory()).isEqualTo("/data/out");
+        assertThat(valid().forDirectory("file:///data/out").build().getOutputDirectory()).isEqualTo("/data/out");
+        assertThat(valid().forDirectory(Paths.get("/data/out")).build().getOutputDirectory()).isEqualTo("/data/out");
+    }
+
+    @Test
+    public void requiredSettingsAreNamed() {
+        String message = problemOf(TwopcSink.<String>builder());
+        assertThat(message).contains("sink id is not set", "setSinkId", "output directory is not set",
+                "forDirectory", "serialization schema is not set", "setSerializationSchema");
+    }
+
+    @Test
+    public void sinkIdsAreSafeFileNameTokens() {
+        assertThat(problemOf(valid().setSinkId("a/b"))).contains("contains '/'", "letters, digits");
+        assertThat(problemOf(valid().setSinkId("a.b"))).contains("contains '.'");
+        assertThat(problemOf(valid().setSinkId("_hidden"))).contains("must start with a letter or digit");
+        assertThat(problemOf(valid().setSinkId("-x"))).contains("must start with a letter or digit");
+        assertThat(problemOf(valid().setSinkId("x".repeat(65)))).contains("use at most 64");
+        assertThat(problemOf(valid().setSinkId(""))).contains("sink id is not set");
+        valid().setSinkId("x".repeat(64)).build();
+        valid().setSinkId("Orders_2024-eu").build();
+    }
+
+    @Test
+    public void outputDirectoryMustBeAbsoluteAndLocal() {
+        assertThat(problemOf(valid().forDirectory("out"))).contains("is relative", "absolute path");
+        assertThat(problemOf(valid().forDirectory("s3://bucket/out"))).contains("scheme 's3'", "local or mounted");
+        assertThat(problemOf(valid().forDirectory("file://host/out"))).contains("names a host");
+        assertThat(problemOf(valid().forDirectory("/"))).contains("filesystem root");
+    }
+
+    @Test
+    public void sizesMustBePositiveAndBounded() {
+        assertThat(problemOf(valid().setBatchSize(0))).contains("batch size 0 must be between 1 and");
+        assertThat(problemOf(valid().setBatchBytes(-1))).contains("batch bytes -1 must be between 1 and");
+        assertThat(problemOf(valid().setBatchBytes(Integer.MAX_VALUE))).contains("256 MiB");
+        assertThat(problemOf(valid().setCommitMaxAttempts(0))).contains("commit max attempts 0");
+    }
+
+    @Test
+    public void retentionMustOutlastARestart() {
+        String message = problemOf(valid()
+                .setRetention(Duration.ofSeconds(60))
+                .setCheckpointInterval(Duration.ofSeconds(30))
+                .setRestartAllowance(Duration.ofSeconds(10)));
+        assertThat(message).contains("retention of 60000 ms is shorter than two checkpoint intervals",
+                "at least 70000 ms");
+        assertThat(problemOf(valid().setRetention(Duration.ZERO))).contains("retention PT0S must be at least 1 ms");
+        assertThat(problemOf(valid().setRestartAllowance(Duration.ofSeconds(-1)))).contains("is negative");
+        assertThat(problemOf(valid().setRetention(Duration.ofSeconds(Long.MAX_VALUE)))).contains("too large");
+    }
+
+    @Test
+    public void partNamesAndPoliciesAreChecked() {
+        assertThat(problemOf(valid().setPartSuffix("txt"))).contains("must start with '.'");
+        assertThat(problemOf(valid().setPartSuffix(".t/x"))).contains("contains '/'");
+        assertThat(problemOf(valid().setPartPrefix(".hidden"))).contains("part prefix");
+        assertThat(problemOf(valid().setRewindPolicy(null))).contains("RewindPolicy.REPLACE_RANGE");
+        assertThat(problemOf(valid().setFreshStartPolicy(null))).contains("FreshStartPolicy.ABORT_PREPARED");
+        assertThat(problemOf(valid().setRecordFormat(null))).contains("RecordFormat.RAW");
+        assertThat(problemOf(valid().setCommitRetryBackoff(Duration.ofSeconds(2), Duration.ofSeconds(1))))
+                .contains("commit max backoff (1000 ms) is below the initial backoff (2000 ms)");
+        assertThat(problemOf(valid().setTimeoutWarningRatio(1.5))).contains("must be in [0, 1]");
+    }
+
+    @Test
+    public void everyProblemIsReportedAtOnce() {
+        String message = problemOf(valid().setSinkId("bad id").setBatchSize(-5).forDirectory("rel"));
+        assertThat(message).contains("(1)", "(2)", "(3)");
+    }
+
+    @Test
+    public void theFirstProblemFailsBuildWithTheConfigExceptionType() {
+        assertThatThrownBy(() -> valid().setBatchSize(0).build())
+                .isInstanceOf(TwopcConfigException.class)
+                .hasMessageStartingWith("cannot build TwopcSink 'orders': batch size 0");
+    }
+}
