@@ -8,7 +8,15 @@
 //!   (`recoverAndAbort`). This module handles everything the checkpoint does
 //!   not name.
 //! * Lingering: a staged transaction of this sink that no restored state
-//!   knows is aborted, by the one subtask that owns its original index.
+//!   knows is aborted, by the one subtask that owns its original index. A
+//!   subtask sees only its share of the restored state, so it cannot tell at
+//!   start-up whether a staged transaction is one another subtask is about to
+//!   commit. It waits instead until the first checkpoint of its own attempt
+//!   completes: by then every subtask has finished its recovery (a checkpoint
+//!   completes only after all of them snapshot), so every restored
+//!   transaction is committed or aborted, and whatever else it owns is
+//!   lingering ([`abort_lingering`]). This keeps the sink free of union list
+//!   state, which Flink refuses to checkpoint once some subtasks finished.
 //! * Rewind: output of this lineage committed after the restored checkpoint
 //!   would be written again by the replay; stop, or retract it under
 //!   [`RewindPolicy::ReplaceRange`].
@@ -50,7 +58,6 @@ pub(crate) fn start<D: Destination>(
     ctx: &SubtaskContext,
     options: &SinkOptions,
     restore: Option<&Restore>,
-    attempt_nonce: u64,
 ) -> Result<StartupReport, TwopcError> {
     let scope = ctx.scope();
     let restored = match restore {
@@ -103,28 +110,41 @@ pub(crate) fn start<D: Destination>(
     let lineage = restore.known[0].lineage;
 
     let retracted = check_rewind(dest, ctx, options, restore, lineage)?;
+    Ok(StartupReport {
+        lineage,
+        fresh: false,
+        aborted: Vec::new(),
+        retracted,
+    })
+}
 
-    let known: HashSet<&TransactionId> = restore.known.iter().map(|h| &h.transaction).collect();
-    let staged = dest
-        .staged()
-        .map_err(scan_err("listing staged transactions for lingering ones"))?;
+/// Aborts the staged transactions this subtask owns that are not of its own
+/// attempt and not `protected`. Called once the first checkpoint of this
+/// attempt completed, when every restored transaction has been resolved by
+/// whichever subtask restored it (see the module documentation).
+pub(crate) fn abort_lingering<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    attempt_nonce: u64,
+    protected: &HashSet<TransactionId>,
+) -> Result<Vec<TransactionId>, TwopcError> {
+    let staged = dest.staged().map_err(|source| TwopcError::Scan {
+        scope: ctx.scope(),
+        action: "listing staged transactions for lingering ones",
+        source,
+    })?;
     let mut aborted = Vec::new();
     for s in staged {
-        if known.contains(&s.transaction)
-            || !ctx.owns(s.subtask)
+        if !ctx.owns(s.subtask)
             || s.attempt_nonce == attempt_nonce
+            || protected.contains(&s.transaction)
         {
             continue;
         }
         abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
         aborted.push(s.transaction);
     }
-    Ok(StartupReport {
-        lineage,
-        fresh: false,
-        aborted,
-        retracted,
-    })
+    Ok(aborted)
 }
 
 fn check_rewind<D: Destination>(

@@ -16,7 +16,7 @@ use std::collections::HashSet;
 
 use crate::clock::Clock;
 use crate::committer::{AbortOutcome, CommitOutcome, Committer};
-use crate::config::{SinkOptions, SubtaskContext};
+use crate::config::{RewindPolicy, SinkOptions, SubtaskContext};
 use crate::destination::Destination;
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
@@ -72,6 +72,14 @@ pub struct SubtaskSink<D: Destination, C: Clock> {
     committer: Committer,
     /// Transactions this subtask may still need: never expired by cleanup.
     protected: HashSet<TransactionId>,
+    /// After a restore: lingering transactions are aborted, and retention
+    /// cleanup starts, once the first checkpoint of this attempt completes
+    /// (see `recovery`).
+    recovery_cleanup_due: bool,
+    /// After a restore under `RewindPolicy::ReplaceRange`: the restored
+    /// lineage and checkpoint, so that a restored open transaction found
+    /// committed by a later checkpoint is retracted rather than refused.
+    replace_after: Option<(LineageId, CheckpointId)>,
     last_expiry_scan_ms: u64,
     stats: SinkStats,
 }
@@ -89,7 +97,8 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         attempt_nonce: Option<u64>,
     ) -> Result<(Self, StartupReport), TwopcError> {
         let nonce = attempt_nonce.unwrap_or_else(random_u64);
-        let report = recovery::start(&mut dest, &ctx, &options, restore, nonce)?;
+        let report = recovery::start(&mut dest, &ctx, &options, restore)?;
+        let rewind = options.rewind;
         let protected = restore
             .map(|r| r.known.iter().map(|h| h.transaction.clone()).collect())
             .unwrap_or_default();
@@ -101,6 +110,13 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             ctx,
             options,
             protected,
+            recovery_cleanup_due: !report.fresh,
+            replace_after: match (restore, rewind) {
+                (Some(r), RewindPolicy::ReplaceRange) if !report.fresh => {
+                    Some((report.lineage, r.checkpoint))
+                }
+                _ => None,
+            },
             last_expiry_scan_ms: 0,
             stats: SinkStats::default(),
         };
@@ -114,7 +130,9 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             report.aborted.len(),
             report.retracted.len()
         );
-        sink.expire_if_due()?;
+        if report.fresh {
+            sink.expire_if_due()?;
+        }
         Ok((sink, report))
     }
 
@@ -167,7 +185,9 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             .writer
             .prepare(&mut self.dest, txn, checkpoint, self.clock.now_ms())?;
         fault_point!("twopc-prepare-after", self, txn);
-        self.expire_if_due()?;
+        if !self.recovery_cleanup_due {
+            self.expire_if_due()?;
+        }
         Ok(handle)
     }
 
@@ -184,7 +204,33 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             .stats
             .last_committed_checkpoint
             .max(handle.checkpoint());
+        // A commit of this attempt's own transaction means a checkpoint taken
+        // after the restore completed: every subtask has finished recovery.
+        if self.recovery_cleanup_due && handle.attempt_nonce() == self.writer.attempt_nonce() {
+            let aborted = recovery::abort_lingering(
+                &mut self.dest,
+                &self.ctx,
+                self.writer.attempt_nonce(),
+                &self.protected,
+            )?;
+            self.recovery_cleanup_due = false;
+            if !aborted.is_empty() {
+                log::info!(
+                    "{}: aborted {} lingering transactions after the first checkpoint since the \
+                     restore",
+                    self.ctx.scope(),
+                    aborted.len()
+                );
+            }
+            self.expire_if_due()?;
+        }
         Ok(outcome)
+    }
+
+    /// True until the first checkpoint of this attempt completed after a
+    /// restore (lingering transactions are aborted then).
+    pub fn recovery_cleanup_due(&self) -> bool {
+        self.recovery_cleanup_due
     }
 
     /// Aborts a transaction: the current one at close, or the open one of a
@@ -208,6 +254,9 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             "restored open transaction: not part of the completed checkpoint"
         };
         fault_point!("twopc-abort-before", self, &handle.transaction);
+        if let Some(outcome) = self.retract_if_rewound(handle)? {
+            return Ok(outcome);
+        }
         let outcome = self
             .committer
             .abort(&mut self.dest, &handle.transaction, why)?;
@@ -217,6 +266,52 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
             self.stats.aborted += 1;
         }
         Ok(outcome)
+    }
+
+    /// Under `ReplaceRange`, the open transaction of the restored checkpoint
+    /// may have been prepared and committed by a later checkpoint of the run
+    /// that is being rewound. Whichever subtask restored it retracts that
+    /// commit (repeatable: its owner may do the same at start-up), which is
+    /// what aborting it means here.
+    fn retract_if_rewound(
+        &mut self,
+        handle: &TransactionHandle,
+    ) -> Result<Option<AbortOutcome>, TwopcError> {
+        let Some((lineage, checkpoint)) = self.replace_after else {
+            return Ok(None);
+        };
+        if self.writer.current() == Some(&handle.transaction) {
+            return Ok(None);
+        }
+        let scope = self.ctx.scope();
+        let later = self
+            .dest
+            .committed_after(lineage, checkpoint)
+            .map_err(|source| TwopcError::Scan {
+                scope: scope.clone(),
+                action: "reading commit records for rewind replacement",
+                source,
+            })?;
+        let Some(committed) = later.iter().find(|c| c.transaction == handle.transaction) else {
+            return Ok(None);
+        };
+        log::warn!(
+            "{scope}: rewind to checkpoint {checkpoint}: retracting output of restored open \
+             transaction {} (committed by checkpoint {})",
+            committed.transaction,
+            committed.checkpoint
+        );
+        self.dest
+            .retract(committed)
+            .map_err(|source| TwopcError::Destination {
+                scope,
+                action: "retracting (rewind)",
+                transaction: handle.transaction.clone(),
+                consequence: "Nothing new was written; the next start retries the retraction.",
+                source,
+            })?;
+        self.protected.remove(&handle.transaction);
+        Ok(Some(AbortOutcome::Aborted))
     }
 
     /// Runs the retention cleanup if the scan interval has passed.

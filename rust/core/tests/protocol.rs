@@ -7,8 +7,9 @@ use twopc_core::committer::{AbortOutcome, CommitOutcome};
 use twopc_core::config::{
     FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions, SubtaskContext,
 };
+use twopc_core::destination::Destination;
 use twopc_core::error::TwopcError;
-use twopc_core::ids::{RunId, SinkId};
+use twopc_core::ids::{RunId, SinkId, TransactionId};
 use twopc_core::memory::{Fault, MemoryStore, Operation};
 use twopc_core::records::push_record;
 use twopc_core::{Clock, Restore, SubtaskSink, TransactionHandle};
@@ -233,7 +234,7 @@ fn abort_is_repeatable_and_never_removes_committed_output() {
 }
 
 #[test]
-fn restore_aborts_lingering_transactions_only_in_its_own_partition() {
+fn lingering_transactions_are_aborted_after_the_first_checkpoint_by_their_owner_only() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
     // Run 1, parallelism 4: each subtask prepares one transaction.
     let mut handles = Vec::new();
@@ -250,21 +251,47 @@ fn restore_aborts_lingering_transactions_only_in_its_own_partition() {
         handles.push(prepared(&mut s, &[&format!("r{i}")], 3));
     }
     // Checkpoint 3 knows subtasks 0 and 1 only (2 and 3 are lingering).
-    let restore = Restore {
+    // Rescaled to 2, each new subtask is handed a share of that state only:
+    // new 0 restores old 1, new 1 restores old 0. Ownership of leftovers is
+    // by original index: new 0 owns old 0 and 2, new 1 owns old 1 and 3.
+    let share = |h: &TransactionHandle| Restore {
         checkpoint: 3,
-        known: handles[..2].to_vec(),
+        known: vec![h.clone()],
     };
-    // Rescaled to 2: subtask 0 owns old 0 and 2, subtask 1 owns old 1 and 3.
     let mut s0 = open(
         &store,
         &clock,
         ctx("run1", 0, 2),
         options(),
-        Some(&restore),
+        Some(&share(&handles[1])),
         7,
     )
     .unwrap();
-    let left: Vec<_> = store.staged_ids();
+    let mut s1 = open(
+        &store,
+        &clock,
+        ctx("run1", 1, 2),
+        options(),
+        Some(&share(&handles[0])),
+        8,
+    )
+    .unwrap();
+    assert_eq!(
+        store.staged_ids().len(),
+        4,
+        "nothing is aborted before recovery is over"
+    );
+    // Recovery commits the restored ones, wherever they were redistributed.
+    s0.commit(&handles[1]).unwrap();
+    s1.commit(&handles[0]).unwrap();
+    assert!(
+        s0.recovery_cleanup_due(),
+        "restored commits do not end recovery"
+    );
+    // The first checkpoint of the new attempt completes.
+    let own0 = prepared(&mut s0, &["n0"], 4);
+    s0.commit(&own0).unwrap();
+    let left = store.staged_ids();
     assert!(
         !left.contains(&handles[2].transaction),
         "old subtask 2 aborted by new 0"
@@ -273,21 +300,10 @@ fn restore_aborts_lingering_transactions_only_in_its_own_partition() {
         left.contains(&handles[3].transaction),
         "old subtask 3 is not subtask 0's"
     );
-    assert!(left.contains(&handles[0].transaction) && left.contains(&handles[1].transaction));
-    let mut s1 = open(
-        &store,
-        &clock,
-        ctx("run1", 1, 2),
-        options(),
-        Some(&restore),
-        8,
-    )
-    .unwrap();
-    assert_eq!(store.staged_ids().len(), 2);
-    // Recovery commits the known ones, wherever they were redistributed.
-    s0.commit(&handles[1]).unwrap();
-    s1.commit(&handles[0]).unwrap();
-    assert_eq!(visible(&store), vec!["r0", "r1"]);
+    let own1 = prepared(&mut s1, &["n1"], 4);
+    s1.commit(&own1).unwrap();
+    assert!(store.staged_ids().is_empty());
+    assert_eq!(visible(&store), vec!["n0", "n1", "r0", "r1"]);
 }
 
 #[test]
@@ -420,67 +436,29 @@ fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
         expiry_scan_interval_ms: 0,
         ..options()
     };
-    let mut old = open(&store, &clock, ctx("run1", 0, 1), opts.clone(), None, 1).unwrap();
-    let leftover = prepared(&mut old, &["x"], 1);
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![leftover.clone()],
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), opts, None, 1).unwrap();
+    let pending = prepared(&mut s, &["y"], 1);
+    // A zombie writer of an earlier attempt stages a transaction after this
+    // subtask started, so start-up cleanup never saw it.
+    let zombie = TransactionHandle {
+        transaction: TransactionId::compose(&sink_id(), 0, 0xdead, 0),
+        ..pending.clone()
     };
-    let mut s = open(&store, &clock, ctx("run1", 0, 1), opts, Some(&restore), 2).unwrap();
-    let pending = prepared(&mut s, &["y"], 2);
-    clock.0.set(10_000);
-    store.set_now(10_000);
-    let expired = s.expire_if_due().unwrap();
-    assert!(
-        expired.is_empty(),
-        "known and pending transactions are kept: {expired:?}"
-    );
-    s.commit(&leftover).unwrap();
-    s.commit(&pending).unwrap();
+    let mut d = store.destination(&sink_id());
+    d.begin(&zombie).unwrap();
+    d.prepare(&zombie).unwrap();
 
-    // A leftover nobody knows is expired, and its later commit says so.
-    let mut other = open(
-        &store,
-        &clock,
-        ctx("run1", 0, 1),
-        SinkOptions {
-            retention_ms: 1_000,
-            expiry_scan_interval_ms: 0,
-            ..options()
-        },
-        Some(&Restore {
-            checkpoint: 2,
-            known: vec![pending.clone()],
-        }),
-        3,
-    )
-    .unwrap();
-    let stale = prepared(&mut other, &["z"], 3);
-    drop(other);
-    clock.0.set(20_000);
-    let restore = Restore {
-        checkpoint: 2,
-        known: vec![pending],
-    };
-    let mut later = open(
-        &store,
-        &clock,
-        ctx("run1", 0, 1),
-        SinkOptions {
-            retention_ms: 1_000,
-            expiry_scan_interval_ms: 0,
-            ..options()
-        },
-        Some(&restore),
-        4,
-    )
-    .unwrap();
-    assert!(
-        store.staged_ids().is_empty(),
-        "lingering stale transaction removed"
+    clock.0.set(10_000);
+    let expired = s.expire_if_due().unwrap();
+    assert_eq!(
+        expired,
+        vec![zombie.transaction.clone()],
+        "only the unprotected leftover"
     );
-    let err = later.commit(&stale).unwrap_err();
-    assert!(matches!(err, TwopcError::Lost(_)));
+    assert_eq!(s.commit(&pending).unwrap(), CommitOutcome::Committed);
+    let err = s.commit(&zombie).unwrap_err();
+    assert!(matches!(err, TwopcError::Lost(_)), "{err}");
+    assert!(err.to_string().contains("expired"), "{err}");
 }
 
 #[test]

@@ -42,14 +42,19 @@ impl CompletedCheckpoint {
         self.states[0].current.lineage
     }
 
-    /// What `SubtaskSink::open` is given on restore: the checkpoint id and
-    /// every handle of every subtask's state (union), so that no subtask
-    /// mistakes a transaction another subtask restores for a lingering one.
-    pub fn restore(&self) -> Restore {
+    /// What `SubtaskSink::open` is given on restore by one subtask: the
+    /// checkpoint id and the handles of the states it was handed. The Java
+    /// shim also snapshots copies of its open handle into a split list state,
+    /// so that a subtask handed no state after scaling up still learns the
+    /// restored lineage; a subtask without a share gets one such copy here.
+    pub fn restore_share(&self, share: &[SubtaskState]) -> Restore {
         let mut known = Vec::new();
-        for s in &self.states {
+        for s in share {
             known.extend(s.pending.iter().map(|(_, h)| h.clone()));
             known.push(s.current.clone());
+        }
+        if known.is_empty() {
+            known.push(self.states[0].current.clone());
         }
         Restore {
             checkpoint: self.id,

@@ -644,15 +644,20 @@ impl<B: Backend> SimulatedJob<B> {
                 None => format!("no state, source from offset {}", run.start_offset),
             }
         );
-        let restore = restored.as_ref().map(CompletedCheckpoint::restore);
         let assignment = match &restored {
             Some(cp) => cp.assign(p, self.schedule.redistribution),
             None => vec![Vec::new(); p],
         };
+        // What each subtask's `SubtaskSink::open` is given: only its own
+        // share of the restored state (as the Java shim passes it), never
+        // the union.
+        let restores: Vec<Option<Restore>> = (0..p)
+            .map(|i| restored.as_ref().map(|cp| cp.restore_share(&assignment[i])))
+            .collect();
         // Subtasks initialize concurrently in Flink; any order may happen.
         let mut slots: Vec<Option<SubtaskRuntime<B::Dest>>> = (0..p).map(|_| None).collect();
         for i in self.chaos.rng.order(p) {
-            match self.initialize(run, i, restore.as_ref(), &assignment[i]) {
+            match self.initialize(run, i, restores[i].as_ref(), &assignment[i]) {
                 Ok(Some(rt)) => slots[i] = Some(rt),
                 Ok(None) => return Ok(AttemptEnd::Crashed(CrashPoint::DuringRecovery)),
                 Err(e) => {

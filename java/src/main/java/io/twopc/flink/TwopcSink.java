@@ -50,17 +50,13 @@ import java.util.regex.Pattern;
  * <p>Build one with {@link #builder()}; give the sink operator a stable {@code uid} so that its
  * state is found again after a savepoint.
  *
- * <p>Every subtask snapshots its transaction handles into a union list state as well, so that
- * after a restore (at any parallelism) each subtask knows every restored transaction and the core
- * never aborts one that another subtask is about to commit. Flink 1.x refuses checkpoints of a
- * vertex that uses union list state while part of its subtasks have finished
- * ({@code PartialFinishingNotSupportedByStateException}). Unbounded jobs are not affected, and
- * neither are bounded ones whose sink subtasks end together. A bounded job in which one sink
- * subtask is restarted alone after its peers finished (regional failover of a commit that failed
- * in the final checkpoint's notification) does not finish. (In the case reproduced in testing the
- * restarted subtask had re-committed its restored transactions first, so no output was missing
- * and the job could be cancelled.) Changing the core's lingering-transaction rule so that it does
- * not need every subtask's handles would remove the union state and this limitation.
+ * <p>Every subtask also snapshots its transaction handles into a split list state of its own,
+ * with enough copies of its open handle that after a restore at any parallelism (up to the maximum
+ * parallelism) every subtask receives at least one, and so learns the lineage of the restored
+ * state. No union list state is used: Flink refuses to checkpoint a vertex with union list state
+ * once some of its subtasks have finished, which would stall bounded jobs. The core does not need
+ * every subtask's handles: it aborts lingering transactions only after the first checkpoint of the
+ * new attempt completes, when every subtask has finished its recovery.
  *
  * @param <IN> the type of records written
  */
@@ -70,12 +66,11 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
     private static final Logger LOG = LoggerFactory.getLogger(TwopcSink.class);
 
     /**
-     * Union list state: every pending and open handle of every subtask at the snapshot. Flink's
-     * own state of the function is split among subtasks on restore; the core additionally needs
-     * the full set so that no subtask mistakes a transaction another subtask restored for a
-     * lingering one and aborts it.
+     * Split list state: this subtask's pending and open handles, plus copies of the open handle so
+     * that every subtask of a rescaled restore receives at least one (see the class comment). The
+     * core reads the restored lineage from them.
      */
-    static final String KNOWN_TRANSACTIONS_STATE = "twopc-known-transactions";
+    static final String KNOWN_TRANSACTIONS_STATE = "twopc-restored-transactions";
 
     private static final Pattern TRANSACTION_FIELD = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
     private static final int LENGTH_PREFIX_BYTES = 4;
@@ -136,7 +131,7 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
         scope = "twopc sink '" + options.sinkId + "' subtask " + subtask + "/" + parallelism;
         metrics = new TwopcSinkMetrics(runtime.getMetricGroup());
 
-        knownTransactionsState = context.getOperatorStateStore().getUnionListState(
+        knownTransactionsState = context.getOperatorStateStore().getListState(
                 new ListStateDescriptor<>(KNOWN_TRANSACTIONS_STATE, BytePrimitiveArraySerializer.INSTANCE));
         List<byte[]> knownHandles = new ArrayList<>();
         if (context.isRestored()) {
@@ -206,7 +201,16 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
         pendingTransactions().forEach(entry -> known.add(entry.getValue().handle()));
         TwopcTransaction current = currentTransaction();
         if (current != null) {
-            known.add(current.handle());
+            // Flink splits list state into contiguous, near-equal shares of all elements, so
+            // ceil(maxParallelism / parallelism) copies per subtask give every subtask of any
+            // later parallelism at least one handle.
+            RuntimeContext runtime = getRuntimeContext();
+            int parallelism = runtime.getTaskInfo().getNumberOfParallelSubtasks();
+            int maxParallelism = runtime.getTaskInfo().getMaxNumberOfParallelSubtasks();
+            int copies = Math.max(1, (maxParallelism + parallelism - 1) / parallelism);
+            for (int i = 0; i < copies; i++) {
+                known.add(current.handle());
+            }
         }
         knownTransactionsState.update(known);
         metrics.setPendingTransactions((int) pendingTransactions().count());
