@@ -1,7 +1,7 @@
 //! Reading native-method arguments: nulls, ranges and direct buffers are
 //! checked here so that the protocol code only ever sees valid values.
 
-use jni::objects::{JByteArray, JByteBuffer, JString, Reference};
+use jni::objects::{JByteArray, JByteBuffer, JObjectArray, JString, Reference};
 use jni::sys::jint;
 use jni::Env;
 use twopc_core::{TransactionHandle, TwopcError};
@@ -14,6 +14,71 @@ pub(crate) fn string(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeRe
         return Err(BridgeError::illegal_argument(format!("{name} is null")));
     }
     Ok(value.try_to_string(env)?)
+}
+
+/// A `String` that may be null (a setting left unset).
+pub(crate) fn optional_string(env: &Env<'_>, value: &JString<'_>) -> BridgeResult<Option<String>> {
+    if value.is_null() {
+        return Ok(None);
+    }
+    Ok(Some(value.try_to_string(env)?))
+}
+
+/// A `String[]` such as a column list; a null array or element is refused.
+pub(crate) fn strings(
+    env: &mut Env<'_>,
+    value: &JObjectArray<'_, JString<'_>>,
+    name: &str,
+) -> BridgeResult<Vec<String>> {
+    if value.is_null() {
+        return Err(BridgeError::illegal_argument(format!(
+            "{name} is null; pass an empty array for none"
+        )));
+    }
+    let count = value.len(env)?;
+    let mut out = Vec::with_capacity(count);
+    for i in 0..count {
+        let element = value.get_element(env, i)?;
+        if element.is_null() {
+            return Err(BridgeError::illegal_argument(format!(
+                "{name}[{i}] of {count} is null"
+            )));
+        }
+        out.push(element.try_to_string(env)?);
+        env.delete_local_ref(element);
+    }
+    Ok(out)
+}
+
+/// The restored handles of every subtask (`byte[][] knownHandles`). A null
+/// element means the restored state is damaged: a state error, never
+/// skipped, since dropping a handle would let recovery treat its
+/// transaction as lingering.
+pub(crate) fn known_handles(
+    env: &mut Env<'_>,
+    value: &JObjectArray<'_, JByteArray<'_>>,
+) -> BridgeResult<Vec<Vec<u8>>> {
+    if value.is_null() {
+        return Err(BridgeError::illegal_argument(
+            "knownHandles is null; pass an empty array when nothing was restored",
+        ));
+    }
+    let count = value.len(env)?;
+    let mut known = Vec::with_capacity(count);
+    for i in 0..count {
+        let element = value.get_element(env, i)?;
+        if element.is_null() {
+            return Err(BridgeError::state(format!(
+                "restored transaction handle knownHandles[{i}] of {count} is null: the \
+                 restored state is damaged; restore from another checkpoint or savepoint"
+            )));
+        }
+        known.push(env.convert_byte_array(&element)?);
+        // Handles are few, but a large restore should not pile up local
+        // references in the caller's frame.
+        env.delete_local_ref(element);
+    }
+    Ok(known)
 }
 
 /// Copies a (small) `byte[]` such as a transaction handle.

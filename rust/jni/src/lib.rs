@@ -1,8 +1,9 @@
 //! twopc-jni: the native side of `io.twopc.flink.internal.NativeBridge`.
 //!
 //! A thin layer: it reads the JVM's arguments, drives
-//! `twopc_core::SubtaskSink` on the filesystem destination, and turns every
-//! outcome back into Java values or exceptions. It holds the crate's only
+//! `twopc_core::SubtaskSink` on the filesystem destination (`open`) or on
+//! PostgreSQL (`openPostgres`, crate `twopc-pg`), and turns every outcome
+//! back into Java values or exceptions. It holds the crate's only
 //! `unsafe` code (raw JNI boundaries), each block with its argument.
 //!
 //! * Every entry point runs inside `EnvUnowned::with_env`, which catches
@@ -34,7 +35,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use jni::objects::{JByteArray, JByteBuffer, JClass, JLongArray, JObjectArray, JString};
 use jni::sys::{jboolean, jint, jlong, JNI_ERR, JNI_VERSION_1_8};
 use jni::vm::{AttachConfig, AttachmentExceptionPolicy, JavaVM};
-use jni::{jni_str, EnvUnowned};
+use jni::{jni_str, Env, EnvUnowned};
 use twopc_core::{AbortOutcome, CheckpointId, CommitOutcome};
 
 use crate::args::to_jlong;
@@ -95,6 +96,44 @@ pub unsafe extern "system" fn JNI_OnLoad(
     }
 }
 
+/// The settings `open` and `openPostgres` share, read from the JVM.
+// Mirrors the shared part of both Java signatures.
+#[allow(clippy::too_many_arguments)]
+fn sink_args(
+    env: &mut Env<'_>,
+    sink_id: &JString<'_>,
+    run_id: &JString<'_>,
+    subtask: jint,
+    parallelism: jint,
+    retention_ms: jlong,
+    checkpoint_interval_ms: jlong,
+    restart_allowance_ms: jlong,
+    rewind_replace_range: jboolean,
+    fresh_start_abort_prepared: jboolean,
+    commit_max_attempts: jint,
+    commit_initial_backoff_ms: jlong,
+    commit_max_backoff_ms: jlong,
+    restored_checkpoint_id: jlong,
+    known_handles: &JObjectArray<'_, JByteArray<'_>>,
+) -> BridgeResult<open::SinkArgs> {
+    Ok(open::SinkArgs {
+        sink_id: args::string(env, sink_id, "sinkId")?,
+        run_id: args::string(env, run_id, "runId")?,
+        subtask,
+        parallelism,
+        retention_ms,
+        checkpoint_interval_ms,
+        restart_allowance_ms,
+        rewind_replace_range,
+        fresh_start_abort_prepared,
+        commit_max_attempts,
+        commit_initial_backoff_ms,
+        commit_max_backoff_ms,
+        restored_checkpoint_id,
+        known_handles: args::known_handles(env, known_handles)?,
+    })
+}
+
 /// `long open(String sinkId, String runId, int subtask, int parallelism,
 /// String outputDir, String partPrefix, String partSuffix, boolean
 /// rawFormat, long retentionMs, long checkpointIntervalMs, long
@@ -128,36 +167,12 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_open<'l>(
     known_handles: JObjectArray<'l, JByteArray<'l>>,
 ) -> jlong {
     env.with_env(|env| -> BridgeResult<jlong> {
-        use jni::objects::Reference;
-        if known_handles.is_null() {
-            return Err(BridgeError::illegal_argument(
-                "knownHandles is null; pass an empty array when nothing was restored",
-            ));
-        }
-        let count = known_handles.len(env)?;
-        let mut known = Vec::with_capacity(count);
-        for i in 0..count {
-            let element = known_handles.get_element(env, i)?;
-            if element.is_null() {
-                return Err(BridgeError::state(format!(
-                    "restored transaction handle knownHandles[{i}] of {count} is null: the \
-                     restored state is damaged; restore from another checkpoint or savepoint"
-                )));
-            }
-            known.push(env.convert_byte_array(&element)?);
-            // Handles are few, but a large restore should not pile up local
-            // references in the caller's frame.
-            env.delete_local_ref(element);
-        }
-        open::open(open::OpenArgs {
-            sink_id: args::string(env, &sink_id, "sinkId")?,
-            run_id: args::string(env, &run_id, "runId")?,
+        let sink = sink_args(
+            env,
+            &sink_id,
+            &run_id,
             subtask,
             parallelism,
-            output_dir: args::string(env, &output_dir, "outputDir")?,
-            part_prefix: args::string(env, &part_prefix, "partPrefix")?,
-            part_suffix: args::string(env, &part_suffix, "partSuffix")?,
-            raw_format,
             retention_ms,
             checkpoint_interval_ms,
             restart_allowance_ms,
@@ -167,8 +182,102 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_open<'l>(
             commit_initial_backoff_ms,
             commit_max_backoff_ms,
             restored_checkpoint_id,
-            known_handles: known,
-        })
+            &known_handles,
+        )?;
+        let fs = open::FsArgs {
+            output_dir: args::string(env, &output_dir, "outputDir")?,
+            part_prefix: args::string(env, &part_prefix, "partPrefix")?,
+            part_suffix: args::string(env, &part_suffix, "partSuffix")?,
+            raw_format,
+        };
+        open::open_filesystem(sink, fs)
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `long openPostgres(String sinkId, String runId, int subtask, int
+/// parallelism, String url, String host, int port, String database, String
+/// user, String password, String table, String[] columns, String mode,
+/// String[] keyColumns, String copyFormat, String transactionIdColumn,
+/// String controlSchema, long connectTimeoutMs, long retentionMs, long
+/// checkpointIntervalMs, long restartAllowanceMs, boolean
+/// rewindReplaceRange, boolean freshStartAbortPrepared, int
+/// commitMaxAttempts, long commitInitialBackoffMs, long commitMaxBackoffMs,
+/// long restoredCheckpointId, byte[][] knownHandles)`
+///
+/// `url`, `host`, `database`, `user`, `password` and
+/// `transactionIdColumn` may be null. The password never appears in a
+/// message or log line.
+#[no_mangle]
+// The Java contract fixes the argument list.
+#[allow(clippy::too_many_arguments)]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_openPostgres<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    sink_id: JString<'l>,
+    run_id: JString<'l>,
+    subtask: jint,
+    parallelism: jint,
+    url: JString<'l>,
+    host: JString<'l>,
+    port: jint,
+    database: JString<'l>,
+    user: JString<'l>,
+    password: JString<'l>,
+    table: JString<'l>,
+    columns: JObjectArray<'l, JString<'l>>,
+    mode: JString<'l>,
+    key_columns: JObjectArray<'l, JString<'l>>,
+    copy_format: JString<'l>,
+    transaction_id_column: JString<'l>,
+    control_schema: JString<'l>,
+    connect_timeout_ms: jlong,
+    retention_ms: jlong,
+    checkpoint_interval_ms: jlong,
+    restart_allowance_ms: jlong,
+    rewind_replace_range: jboolean,
+    fresh_start_abort_prepared: jboolean,
+    commit_max_attempts: jint,
+    commit_initial_backoff_ms: jlong,
+    commit_max_backoff_ms: jlong,
+    restored_checkpoint_id: jlong,
+    known_handles: JObjectArray<'l, JByteArray<'l>>,
+) -> jlong {
+    env.with_env(|env| -> BridgeResult<jlong> {
+        let sink = sink_args(
+            env,
+            &sink_id,
+            &run_id,
+            subtask,
+            parallelism,
+            retention_ms,
+            checkpoint_interval_ms,
+            restart_allowance_ms,
+            rewind_replace_range,
+            fresh_start_abort_prepared,
+            commit_max_attempts,
+            commit_initial_backoff_ms,
+            commit_max_backoff_ms,
+            restored_checkpoint_id,
+            &known_handles,
+        )?;
+        let pg = open::PgArgs {
+            url: args::optional_string(env, &url)?,
+            host: args::optional_string(env, &host)?,
+            port,
+            database: args::optional_string(env, &database)?,
+            user: args::optional_string(env, &user)?,
+            password: args::optional_string(env, &password)?,
+            table: args::string(env, &table, "table")?,
+            columns: args::strings(env, &columns, "columns")?,
+            mode: args::string(env, &mode, "mode")?,
+            key_columns: args::strings(env, &key_columns, "keyColumns")?,
+            copy_format: args::string(env, &copy_format, "copyFormat")?,
+            transaction_id_column: args::optional_string(env, &transaction_id_column)?,
+            control_schema: args::string(env, &control_schema, "controlSchema")?,
+            connect_timeout_ms,
+        };
+        open::open_postgres(sink, pg)
     })
     .resolve::<ThrowJava>()
 }

@@ -16,12 +16,13 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use twopc_core::fs::FsDestination;
-use twopc_core::{SubtaskSink, SystemClock};
+use twopc_core::{Destination, SubtaskSink, SystemClock};
 
 use crate::error::{BridgeError, BridgeResult};
 
-pub(crate) type Sink = SubtaskSink<FsDestination, SystemClock>;
+/// A running sink on whichever destination it was opened with (directory or
+/// database): the entry points after `open` do not care which.
+pub(crate) type Sink = SubtaskSink<Box<dyn Destination + Send>, SystemClock>;
 type Shared = Arc<Mutex<Sink>>;
 
 static SINKS: LazyLock<Mutex<HashMap<i64, Shared>>> = LazyLock::new(Default::default);

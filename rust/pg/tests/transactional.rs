@@ -345,55 +345,63 @@ fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     assert_eq!(prepared_gids(&mut admin, &sink).len(), 2);
 
     // Restore checkpoint 1 at parallelism 1: subtask 0 now owns leftovers
-    // of old subtasks 0 and 1, and aborts both lingering transactions.
+    // of old subtasks 0 and 1. It aborts them once the first checkpoint of
+    // its own attempt completes (only then has every subtask recovered).
     let restore = Restore {
         checkpoint: 1,
         known: vec![a1.clone(), b1.clone()],
     };
-    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, 1)).unwrap();
-    let (mut s, report) = twopc_core::SubtaskSink::open(
-        dest,
-        SystemClock,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-        None,
-    )
-    .unwrap();
-    let mut aborted = report.aborted.clone();
-    aborted.sort();
-    let mut expected = vec![a2.transaction.clone(), b2.transaction.clone()];
-    expected.sort();
-    assert_eq!(aborted, expected);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert!(side_rows(&mut admin, &sink).is_empty());
-    assert_eq!(s.commit(&a1).unwrap(), CommitOutcome::AlreadyCommitted);
-    assert_eq!(s.commit(&b1).unwrap(), CommitOutcome::AlreadyCommitted);
-    assert_eq!(count(&mut admin, &table), 20, "only checkpoint 1's rows");
-
-    // And back up to parallelism 3: a leftover of old subtask 0 belongs to
-    // new subtask 0 only; subtasks 1 and 2 leave it alone.
-    let mut z = open(
+    let mut s = open(
         &opts,
         ctx(&sink, "run1", 0, 1),
         sink_options(),
         Some(&restore),
     )
     .unwrap();
-    let z2 = prepared(&mut z, &rows(20..25, "z"), 2);
-    drop(z);
+    assert_eq!(
+        prepared_gids(&mut admin, &sink).len(),
+        2,
+        "kept until recovery is over"
+    );
+    assert_eq!(s.commit(&a1).unwrap(), CommitOutcome::AlreadyCommitted);
+    assert_eq!(s.commit(&b1).unwrap(), CommitOutcome::AlreadyCommitted);
+    let first = prepared(&mut s, &rows(20..22, "s"), 2);
+    assert_eq!(s.commit(&first).unwrap(), CommitOutcome::Committed);
+    assert!(
+        prepared_gids(&mut admin, &sink).is_empty(),
+        "a2 and b2 aborted"
+    );
+    assert!(side_rows(&mut admin, &sink).is_empty());
+    assert_eq!(
+        count(&mut admin, &table),
+        22,
+        "checkpoint 1's rows and the new ones only"
+    );
+    let _ = (a2, b2);
+
+    // And back up to parallelism 3 from checkpoint 2: a leftover of old
+    // subtask 0 belongs to new subtask 0 only; subtasks 1 and 2 leave it
+    // alone. (Their own first checkpoints are empty, so they commit nothing
+    // that would make the next restore of checkpoint 2 a rewind.)
     let r2 = Restore {
-        checkpoint: 1,
-        known: vec![a1.clone()],
+        checkpoint: 2,
+        known: vec![first.clone()],
     };
+    let mut z = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), Some(&r2)).unwrap();
+    let z2 = prepared(&mut z, &rows(30..35, "z"), 3);
+    drop(z);
     for i in [1, 2] {
-        open(&opts, ctx(&sink, "run1", i, 3), sink_options(), Some(&r2)).unwrap();
+        let mut t = open(&opts, ctx(&sink, "run1", i, 3), sink_options(), Some(&r2)).unwrap();
+        let own = prepared(&mut t, &Vec::<String>::new(), 3);
+        t.commit(&own).unwrap();
         assert_eq!(
             prepared_gids(&mut admin, &sink),
             vec![z2.transaction.to_string()]
         );
     }
-    open(&opts, ctx(&sink, "run1", 0, 3), sink_options(), Some(&r2)).unwrap();
+    let mut t0 = open(&opts, ctx(&sink, "run1", 0, 3), sink_options(), Some(&r2)).unwrap();
+    let own = prepared(&mut t0, &Vec::<String>::new(), 3);
+    t0.commit(&own).unwrap();
     assert!(prepared_gids(&mut admin, &sink).is_empty());
 }
 

@@ -32,14 +32,15 @@ import java.util.regex.Pattern;
 
 /**
  * An exactly-once sink for Flink 1.20: Flink's {@code TwoPhaseCommitSinkFunction} driving the
- * twopc core (Rust, over JNI) on a filesystem destination.
+ * twopc core (Rust, over JNI) on a directory or on a PostgreSQL table ({@link
+ * PostgresDestination}).
  *
  * <p>Per checkpoint, each subtask stages its records into one transaction; at the checkpoint
  * barrier the transaction is prepared (durable, invisible) and its prepared handle goes into
  * Flink's state; when the checkpoint completes it is committed (an atomic rename into the output
- * directory). After a failure Flink restores the handles: prepared ones of the completed
- * checkpoint are committed again (a repeat is recognised, never duplicated), the open one is
- * aborted, and the core aborts whatever no checkpoint knows.
+ * directory, or {@code COMMIT PREPARED}). After a failure Flink restores the handles: prepared
+ * ones of the completed checkpoint are committed again (a repeat is recognised, never
+ * duplicated), the open one is aborted, and the core aborts whatever no checkpoint knows.
  *
  * <p>Errors the core calls fatal (a lost transaction, a rewind, unreadable state, impossible
  * configuration) stop the job without a restart loop: they are rethrown inside Flink's {@link
@@ -112,10 +113,19 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
         return new TwopcSinkBuilder<IN>().forDirectory(directory);
     }
 
+    /**
+     * Starts a builder writing to a PostgreSQL table; see {@link
+     * TwopcSinkBuilder#forPostgres(PostgresDestination)}.
+     */
+    public static <IN> TwopcSinkBuilder<IN> forPostgres(PostgresDestination destination) {
+        return new TwopcSinkBuilder<IN>().forPostgres(destination);
+    }
+
     public String getSinkId() {
         return options.sinkId;
     }
 
+    /** The output directory, or null when the sink writes to PostgreSQL. */
     public String getOutputDirectory() {
         return options.outputDirectory;
     }
@@ -149,24 +159,7 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
                 scope, options, runId, restoredCheckpointId < 0 ? "none" : restoredCheckpointId,
                 knownHandles.size(), checkpointIntervalMs);
         try {
-            nativeSink = NativeBridge.open(
-                    options.sinkId,
-                    runId,
-                    subtask,
-                    parallelism,
-                    options.outputDirectory,
-                    options.partPrefix,
-                    options.partSuffix,
-                    options.recordFormat == RecordFormat.RAW,
-                    options.retentionMs,
-                    checkpointIntervalMs,
-                    options.restartAllowanceMs,
-                    options.rewindPolicy == RewindPolicy.REPLACE_RANGE,
-                    options.freshStartPolicy == FreshStartPolicy.ABORT_PREPARED,
-                    options.commitMaxAttempts,
-                    options.commitInitialBackoffMs,
-                    options.commitMaxBackoffMs,
-                    restoredCheckpointId,
+            nativeSink = openNativeSink(runId, subtask, parallelism, checkpointIntervalMs, restoredCheckpointId,
                     knownHandles.toArray(new byte[0][]));
         } catch (TwopcException e) {
             throw escalate(e, "opening the sink");
@@ -177,6 +170,47 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
         // aborts the restored open one (recoverAndAbort), then begins the first transaction.
         super.initializeState(context);
         metrics.setPendingTransactions(0);
+    }
+
+    /**
+     * Opens the native sink on the configured destination. Both take the same recovery settings;
+     * only the destination's own settings differ.
+     */
+    private long openNativeSink(String runId, int subtask, int parallelism, long checkpointIntervalMs,
+            long restoredCheckpointId, byte[][] knownHandles) {
+        boolean replaceRange = options.rewindPolicy == RewindPolicy.REPLACE_RANGE;
+        boolean abortPrepared = options.freshStartPolicy == FreshStartPolicy.ABORT_PREPARED;
+        PostgresDestination pg = options.postgres;
+        if (pg == null) {
+            return NativeBridge.open(
+                    options.sinkId, runId, subtask, parallelism,
+                    options.outputDirectory,
+                    options.partPrefix,
+                    options.partSuffix,
+                    options.recordFormat == RecordFormat.RAW,
+                    options.retentionMs, checkpointIntervalMs, options.restartAllowanceMs,
+                    replaceRange, abortPrepared,
+                    options.commitMaxAttempts, options.commitInitialBackoffMs, options.commitMaxBackoffMs,
+                    restoredCheckpointId, knownHandles);
+        }
+        return NativeBridge.openPostgres(
+                options.sinkId, runId, subtask, parallelism,
+                pg.url(), pg.host(), pg.port(), pg.database(), pg.user(),
+                // Read here, on the task manager, and handed straight to the native side, which
+                // keeps it out of every message and log line.
+                pg.resolvePassword(),
+                pg.table(),
+                pg.columnNames().toArray(new String[0]),
+                pg.mode() == PostgresMode.IDEMPOTENT ? NativeBridge.PG_IDEMPOTENT : NativeBridge.PG_TRANSACTIONAL,
+                pg.keyColumnNames().toArray(new String[0]),
+                pg.copyFormat() == PostgresCopyFormat.CSV ? NativeBridge.COPY_CSV : NativeBridge.COPY_TEXT,
+                pg.transactionIdColumn(),
+                pg.controlSchema(),
+                pg.connectTimeoutMs(),
+                options.retentionMs, checkpointIntervalMs, options.restartAllowanceMs,
+                replaceRange, abortPrepared,
+                options.commitMaxAttempts, options.commitInitialBackoffMs, options.commitMaxBackoffMs,
+                restoredCheckpointId, knownHandles);
     }
 
     @Override
@@ -256,7 +290,9 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
                     + "sink writes every record it receives; filter records before the sink instead"),
                     "serializing a record");
         }
-        if (options.recordFormat == RecordFormat.LINES && containsNewline(record)) {
+        // Only a directory's LINES files are split at newlines; a COPY CSV row may hold one inside
+        // quotes, and a bad row makes COPY fail with a message of its own.
+        if (options.postgres == null && options.recordFormat == RecordFormat.LINES && containsNewline(record)) {
             throw escalate(new TwopcConfigException(scope + ": a record of " + record.length
                     + " bytes contains a newline, but the record format is LINES (one record per "
                     + "line), so it would read back as several records. Escape newlines in the "

@@ -26,9 +26,12 @@ import java.util.regex.Pattern;
  * stream.addSink(sink).uid("orders-sink");
  * }</pre>
  *
+ * <p>The destination is a directory ({@link #forDirectory(String)}) or a PostgreSQL table
+ * ({@link #forPostgres(PostgresDestination)}); exactly one of them.
+ *
  * <p>Setters only record values; {@link #build()} checks everything at once and reports every
  * problem in one {@link TwopcConfigException}, each with what to change. The sink id and the
- * output directory must stay the same across restarts and savepoint restores of the job.
+ * destination must stay the same across restarts and savepoint restores of the job.
  */
 public final class TwopcSinkBuilder<IN> {
     /** Defaults. Retention matches the core's default; the rest are sized for typical jobs. */
@@ -56,7 +59,11 @@ public final class TwopcSinkBuilder<IN> {
      */
     private static final Pattern TOKEN = Pattern.compile("[A-Za-z0-9][A-Za-z0-9_-]*");
 
+    static final String DEFAULT_PART_PREFIX = "part";
+    static final String DEFAULT_PART_SUFFIX = "";
+
     private String outputDirectory;
+    private PostgresDestination postgres;
     private SerializationSchema<IN> serializationSchema;
     private String sinkId;
     private int batchSize = DEFAULT_BATCH_SIZE;
@@ -66,8 +73,8 @@ public final class TwopcSinkBuilder<IN> {
     private Duration checkpointInterval;
     private RewindPolicy rewindPolicy = RewindPolicy.FAIL;
     private FreshStartPolicy freshStartPolicy = FreshStartPolicy.FAIL;
-    private String partPrefix = "part";
-    private String partSuffix = "";
+    private String partPrefix = DEFAULT_PART_PREFIX;
+    private String partSuffix = DEFAULT_PART_SUFFIX;
     private RecordFormat recordFormat = RecordFormat.LINES;
     private int commitMaxAttempts = DEFAULT_COMMIT_MAX_ATTEMPTS;
     private Duration commitInitialBackoff = DEFAULT_COMMIT_INITIAL_BACKOFF;
@@ -89,6 +96,16 @@ public final class TwopcSinkBuilder<IN> {
     /** See {@link #forDirectory(String)}. */
     public TwopcSinkBuilder<IN> forDirectory(Path directory) {
         this.outputDirectory = directory == null ? null : directory.toString();
+        return this;
+    }
+
+    /**
+     * Writes to a PostgreSQL table instead of a directory: see {@link PostgresDestination} for the
+     * settings and {@link PostgresMode} for the two modes. Each record must serialize to one COPY
+     * row of the destination's columns, e.g. with {@link CsvRowSchema}.
+     */
+    public TwopcSinkBuilder<IN> forPostgres(PostgresDestination destination) {
+        this.postgres = destination;
         return this;
     }
 
@@ -122,7 +139,8 @@ public final class TwopcSinkBuilder<IN> {
 
     /**
      * How long staged transactions are kept before cleanup removes them: the destination's
-     * transaction timeout. A prepared transaction of a completed checkpoint that waits longer than
+     * transaction timeout (on PostgreSQL, how long a transaction may stay prepared before the sink
+     * rolls it back). A prepared transaction of a completed checkpoint that waits longer than
      * this (a job down for longer) is lost, and the job stops with {@link
      * TwopcLostTransactionException} rather than skip it.
      */
@@ -220,8 +238,28 @@ public final class TwopcSinkBuilder<IN> {
         }
 
         String directory = null;
-        if (outputDirectory == null || outputDirectory.trim().isEmpty()) {
-            problems.add("output directory is not set; call forDirectory(\"/absolute/path\")");
+        if (outputDirectory != null && postgres != null) {
+            problems.add("both an output directory and a PostgreSQL destination are set; a sink writes to "
+                    + "one: call either forDirectory(...) or forPostgres(...)");
+        } else if (postgres != null) {
+            problems.addAll(postgres.problems());
+            problems.addAll(directoryOnlySettingsFor("a PostgreSQL destination"));
+            if (rewindPolicy == RewindPolicy.REPLACE_RANGE && postgres.mode() == PostgresMode.TRANSACTIONAL
+                    && postgres.transactionIdColumn() == null) {
+                // Without it a retraction cannot tell this transaction's rows from any other's,
+                // and a restore that needs one would fail over and over.
+                problems.add("RewindPolicy.REPLACE_RANGE on PostgreSQL needs a transaction id column to find "
+                        + "the rows to remove; add a text column to the table and set "
+                        + "transactionIdColumn(\"...\"), or keep RewindPolicy.FAIL");
+            }
+            if (serializationSchema instanceof CsvRowSchema
+                    && postgres.copyFormat() == PostgresCopyFormat.TEXT) {
+                problems.add("the serialization schema is a CsvRowSchema but the PostgreSQL COPY format is "
+                        + "TEXT; use copyFormat(PostgresCopyFormat.CSV) (the default)");
+            }
+        } else if (outputDirectory == null || outputDirectory.trim().isEmpty()) {
+            problems.add("output directory is not set; call forDirectory(\"/absolute/path\"), or "
+                    + "forPostgres(PostgresDestination.url(...)...) to write to a PostgreSQL table");
         } else {
             try {
                 directory = normalizeDirectory(outputDirectory);
@@ -274,14 +312,15 @@ public final class TwopcSinkBuilder<IN> {
             problems.add("record format is null; use RecordFormat.LINES or RecordFormat.RAW");
         }
 
-        String prefixProblem = checkToken("part prefix", partPrefix, MAX_PART_PREFIX_LENGTH,
-                "e.g. setPartPrefix(\"part\")");
+        // With a PostgreSQL destination the file-name settings were checked above.
+        String prefixProblem = postgres != null ? null
+                : checkToken("part prefix", partPrefix, MAX_PART_PREFIX_LENGTH, "e.g. setPartPrefix(\"part\")");
         if (prefixProblem != null) {
             problems.add(prefixProblem);
         }
         if (partSuffix == null) {
             problems.add("part suffix is null; use \"\" for none or e.g. \".txt\"");
-        } else if (!partSuffix.isEmpty()) {
+        } else if (!partSuffix.isEmpty() && postgres == null) {
             if (!partSuffix.startsWith(".")) {
                 problems.add("part suffix \"" + partSuffix + "\" must start with '.', e.g. \".txt\"");
             } else {
@@ -323,6 +362,7 @@ public final class TwopcSinkBuilder<IN> {
         TwopcSinkOptions options = new TwopcSinkOptions(
                 sinkId,
                 directory,
+                postgres,
                 partPrefix,
                 partSuffix,
                 recordFormat,
@@ -338,6 +378,27 @@ public final class TwopcSinkBuilder<IN> {
                 maxBackoffMs,
                 timeoutWarningRatio);
         return new TwopcSink<>(options, Objects.requireNonNull(serializationSchema));
+    }
+
+    /**
+     * The file-name settings mean nothing to a table; a changed one is a sign that the
+     * configuration was meant for a directory, so it is reported rather than ignored.
+     */
+    private List<String> directoryOnlySettingsFor(String destination) {
+        List<String> problems = new ArrayList<>();
+        if (!DEFAULT_PART_PREFIX.equals(partPrefix)) {
+            problems.add("part prefix applies to forDirectory only, not to " + destination + "; remove "
+                    + "setPartPrefix(...)");
+        }
+        if (partSuffix != null && !DEFAULT_PART_SUFFIX.equals(partSuffix)) {
+            problems.add("part suffix applies to forDirectory only, not to " + destination + "; remove "
+                    + "setPartSuffix(...)");
+        }
+        if (recordFormat != null && recordFormat != RecordFormat.LINES) {
+            problems.add("record format applies to forDirectory only, not to " + destination + " (each record "
+                    + "is one COPY row there); remove setRecordFormat(...)");
+        }
+        return problems;
     }
 
     /** Returns a problem description, or null when {@code value} is a valid token. */

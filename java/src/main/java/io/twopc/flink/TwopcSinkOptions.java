@@ -11,7 +11,9 @@ final class TwopcSinkOptions implements Serializable {
     private static final long serialVersionUID = 1L;
 
     final String sinkId;
+    /** The destination: exactly one of these two is set. */
     final String outputDirectory;
+    final PostgresDestination postgres;
     final String partPrefix;
     final String partSuffix;
     final RecordFormat recordFormat;
@@ -31,6 +33,7 @@ final class TwopcSinkOptions implements Serializable {
     TwopcSinkOptions(
             String sinkId,
             String outputDirectory,
+            PostgresDestination postgres,
             String partPrefix,
             String partSuffix,
             RecordFormat recordFormat,
@@ -47,6 +50,7 @@ final class TwopcSinkOptions implements Serializable {
             double timeoutWarningRatio) {
         this.sinkId = sinkId;
         this.outputDirectory = outputDirectory;
+        this.postgres = postgres;
         this.partPrefix = partPrefix;
         this.partSuffix = partSuffix;
         this.recordFormat = recordFormat;
@@ -65,9 +69,11 @@ final class TwopcSinkOptions implements Serializable {
 
     @Override
     public String toString() {
-        return "sink '" + sinkId + "' -> " + outputDirectory
-                + " (parts " + partPrefix + "-*" + partSuffix + ", " + recordFormat
-                + ", batches of " + batchSize + " records / " + batchBytes + " bytes"
+        // PostgresDestination.toString() never shows a password.
+        String destination = postgres != null ? postgres.toString()
+                : outputDirectory + " (parts " + partPrefix + "-*" + partSuffix + ", " + recordFormat + ")";
+        return "sink '" + sinkId + "' -> " + destination
+                + " (batches of " + batchSize + " records / " + batchBytes + " bytes"
                 + ", retention " + retentionMs + " ms"
                 + ", restart allowance " + restartAllowanceMs + " ms"
                 + (checkpointIntervalMs > 0 ? ", checkpoint interval " + checkpointIntervalMs + " ms" : "")

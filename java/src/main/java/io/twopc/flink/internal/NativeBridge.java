@@ -69,6 +69,70 @@ public final class NativeBridge {
             long restoredCheckpointId,
             byte[][] knownHandles);
 
+    /** {@code mode} of {@link #openPostgres}: one prepared transaction per subtask and checkpoint. */
+    public static final String PG_TRANSACTIONAL = "transactional";
+    /** {@code mode} of {@link #openPostgres}: upserts on the key columns, committed batch by batch. */
+    public static final String PG_IDEMPOTENT = "idempotent";
+    /** {@code copyFormat} of {@link #openPostgres}: PostgreSQL's COPY text format (tab-separated, {@code \N} = NULL). */
+    public static final String COPY_TEXT = "text";
+    /** {@code copyFormat} of {@link #openPostgres}: CSV (comma, double quotes, unquoted empty field = NULL). */
+    public static final String COPY_CSV = "csv";
+
+    /**
+     * Starts one subtask's sink on PostgreSQL (crate {@code twopc-pg}): checks
+     * the server and the target table, creates the sink's control tables in
+     * {@code controlSchema} when absent, then runs recovery exactly as {@link
+     * #open} does. The recovery and restore parameters mean what they mean
+     * there. Each record is one COPY row of {@code columns}, in {@code
+     * copyFormat}.
+     *
+     * <p>The server is named either by {@code url} (a libpq URL such as {@code
+     * postgres://user@host:5432/db}, or {@code host=... dbname=...}; then
+     * {@code host}, {@code database} and {@code user} are null) or by {@code
+     * host}, {@code port}, {@code database} and {@code user} (then {@code url}
+     * is null). {@code password} (may be null) overrides one in the URL; it
+     * never appears in an exception message or a log line.
+     *
+     * <p>{@code mode} is {@link #PG_TRANSACTIONAL} ({@code keyColumns} empty) or
+     * {@link #PG_IDEMPOTENT} ({@code keyColumns}: a primary key or unique index
+     * of the table, all in {@code columns}). {@code transactionIdColumn} (may be
+     * null; transactional mode only) is a text column the sink fills with each
+     * row's transaction id, which rewinds with {@code REPLACE_RANGE} need.
+     *
+     * <p>Settings that cannot work give {@code TwopcConfigException} (fatal),
+     * including a refused login; an unreachable server gives {@code
+     * TwopcException} (retryable). Returns the sink id.
+     */
+    public static native long openPostgres(
+            String sinkId,
+            String runId,
+            int subtask,
+            int parallelism,
+            String url,
+            String host,
+            int port,
+            String database,
+            String user,
+            String password,
+            String table,
+            String[] columns,
+            String mode,
+            String[] keyColumns,
+            String copyFormat,
+            String transactionIdColumn,
+            String controlSchema,
+            long connectTimeoutMs,
+            long retentionMs,
+            long checkpointIntervalMs,
+            long restartAllowanceMs,
+            boolean rewindReplaceRange,
+            boolean freshStartAbortPrepared,
+            int commitMaxAttempts,
+            long commitInitialBackoffMs,
+            long commitMaxBackoffMs,
+            long restoredCheckpointId,
+            byte[][] knownHandles);
+
     /** Begins a transaction; returns its (open) handle. */
     public static native byte[] begin(long sink);
 

@@ -1,7 +1,10 @@
 package io.twopc.flink.demo;
 
+import io.twopc.flink.CsvRowSchema;
+import io.twopc.flink.PostgresDestination;
 import io.twopc.flink.TwopcOutput;
 import io.twopc.flink.TwopcSink;
+import io.twopc.flink.testing.TestPostgres;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.functions.RichMapFunction;
@@ -21,6 +24,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
+import java.sql.SQLException;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.Comparator;
@@ -38,7 +42,14 @@ import java.util.stream.Stream;
  * checkpoint has completed. Then it reads the committed output back and checks that every record
  * is there exactly once, printing what it found; it exits non-zero on any violation.
  *
- * <p>Run with {@code gradle runDemo}; the output directory is the first argument.
+ * <pre>
+ * DemoJob [--destination directory|postgres] [output directory]
+ * </pre>
+ *
+ * <p>{@code directory} (the default) writes to the output directory; {@code postgres} writes to
+ * table {@code twopc_demo} of the server in {@code TWOPC_PG_URL} (transactional mode). Run with
+ * {@code bash scripts/demo.sh [--destination postgres]}, which passes the option through {@code
+ * gradle runDemo}.
  */
 public final class DemoJob {
     static final long RECORDS = 1_000_000;
@@ -60,12 +71,11 @@ public final class DemoJob {
     private DemoJob() {}
 
     public static void main(String[] args) throws Exception {
-        Path output = Paths.get(args.length > 0 ? args[0] : "build/demo-out").toAbsolutePath();
-        deleteRecursively(output);
-        Files.createDirectories(output);
+        DemoTarget target = targetOf(args);
+        target.reset();
         System.out.printf("twopc demo: %,d records, parallelism %d, checkpoint every %d ms, one failure after %,d "
                 + "records; output %s%n", RECORDS, PARALLELISM, CHECKPOINT_INTERVAL.toMillis(), FAIL_AFTER_RECORDS,
-                output);
+                target);
 
         long start = System.nanoTime();
         Configuration conf = new Configuration();
@@ -82,7 +92,7 @@ public final class DemoJob {
         CheckpointStatsCounts checkpoints;
         try (MiniCluster cluster = new MiniCluster(clusterConf)) {
             cluster.start();
-            JobID jobId = cluster.submitJob(buildJob(conf, output).getStreamGraph().getJobGraph())
+            JobID jobId = cluster.submitJob(buildJob(conf, target.sink()).getStreamGraph().getJobGraph())
                     .get(1, TimeUnit.MINUTES).getJobID();
             result = cluster.requestJobResult(jobId).get(10, TimeUnit.MINUTES);
             ArchivedExecutionGraph graph = cluster.getArchivedExecutionGraph(jobId).get(1, TimeUnit.MINUTES);
@@ -90,7 +100,7 @@ public final class DemoJob {
         }
         double seconds = (System.nanoTime() - start) / 1e9;
 
-        Verdict verdict = verify(output);
+        Verdict verdict = target.verify();
         int taskRestarts = MAX_ATTEMPT_BY_SUBTASK.values().stream().mapToInt(Integer::intValue).sum();
         List<String> violations = new ArrayList<>();
         if (!result.isSuccess()) {
@@ -120,7 +130,7 @@ public final class DemoJob {
         System.out.println("==== twopc demo result ====");
         System.out.printf("records in (generated)        %,12d%n", RECORDS);
         System.out.printf("records processed (w/ replay) %,12d%n", PROCESSED.get());
-        System.out.printf("records committed             %,12d   (%d files)%n", verdict.committed, verdict.files);
+        System.out.printf("records committed             %,12d   (%s)%n", verdict.committed, verdict.where);
         System.out.printf("distinct records committed    %,12d%n", verdict.distinct);
         System.out.printf("duplicates                    %,12d%n", verdict.duplicates);
         System.out.printf("missing                       %,12d%n", verdict.missing);
@@ -141,18 +151,40 @@ public final class DemoJob {
         System.exit(1);
     }
 
-    static StreamExecutionEnvironment buildJob(Configuration conf, Path output) {
+    /** Reads {@code [--destination directory|postgres] [output directory]}. */
+    static DemoTarget targetOf(String[] args) {
+        String destination = "directory";
+        String directory = "build/demo-out";
+        for (int i = 0; i < args.length; i++) {
+            if (args[i].equals("--destination") && i + 1 < args.length) {
+                destination = args[++i];
+            } else if (args[i].startsWith("--destination=")) {
+                destination = args[i].substring("--destination=".length());
+            } else if (args[i].startsWith("--")) {
+                throw new IllegalArgumentException("unknown option " + args[i]
+                        + "; usage: DemoJob [--destination directory|postgres] [output directory]");
+            } else {
+                directory = args[i];
+            }
+        }
+        switch (destination) {
+            case "directory":
+                return new DirectoryTarget(Paths.get(directory).toAbsolutePath());
+            case "postgres":
+                return new PostgresTarget(TestPostgres.fromEnvironment());
+            default:
+                throw new IllegalArgumentException("unknown destination '" + destination
+                        + "'; use --destination directory (the default) or --destination postgres");
+        }
+    }
+
+    static StreamExecutionEnvironment buildJob(Configuration conf, TwopcSink<Long> sink) {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(PARALLELISM);
         env.enableCheckpointing(CHECKPOINT_INTERVAL.toMillis());
         env.fromSequence(1, RECORDS).uid("numbers").name("numbers")
                 .map(new PacedFailOnce()).uid("paced-fail-once").name("paced-fail-once")
-                .addSink(TwopcSink.<Long>builder()
-                        .forDirectory(output)
-                        .setSinkId(SINK_ID)
-                        .setSerializationSchema(new DecimalLine())
-                        .setPartSuffix(".txt")
-                        .build())
+                .addSink(sink)
                 .uid("twopc-sink").name("twopc-sink");
         return env;
     }
@@ -208,6 +240,110 @@ public final class DemoJob {
         }
     }
 
+    /** Where the demo writes, and how it reads back what was committed there. */
+    interface DemoTarget {
+        /** Removes the output of an earlier run. */
+        void reset() throws Exception;
+
+        TwopcSink<Long> sink();
+
+        Verdict verify() throws Exception;
+    }
+
+    /** Files in a local directory (the default). */
+    static final class DirectoryTarget implements DemoTarget {
+        private final Path output;
+
+        DirectoryTarget(Path output) {
+            this.output = output;
+        }
+
+        @Override
+        public void reset() throws IOException {
+            deleteRecursively(output);
+            Files.createDirectories(output);
+        }
+
+        @Override
+        public TwopcSink<Long> sink() {
+            return TwopcSink.<Long>builder()
+                    .forDirectory(output)
+                    .setSinkId(SINK_ID)
+                    .setSerializationSchema(new DecimalLine())
+                    .setPartSuffix(".txt")
+                    .build();
+        }
+
+        @Override
+        public Verdict verify() throws IOException {
+            long staged = 0;
+            Path staging = output.resolve("_twopc").resolve(SINK_ID).resolve("staging");
+            if (Files.isDirectory(staging)) {
+                try (Stream<Path> s = Files.list(staging)) {
+                    staged = s.count();
+                }
+            }
+            int files = TwopcOutput.committedFiles(output, "part").size();
+            return Verdict.of(TwopcOutput.readCommittedRecords(output), staged, files + " files");
+        }
+
+        @Override
+        public String toString() {
+            return output.toString();
+        }
+    }
+
+    /**
+     * Table {@code twopc_demo (id bigint)} on the server in {@code TWOPC_PG_URL}, transactional
+     * mode. The password is taken out of the URL and handed to the sink the way a job should
+     * (here a system property, which the in-process cluster's task manager shares).
+     */
+    static final class PostgresTarget implements DemoTarget {
+        static final String TABLE = "twopc_demo";
+        static final String PASSWORD_PROPERTY = "twopc.demo.postgres.password";
+        private final TestPostgres server;
+
+        PostgresTarget(TestPostgres server) {
+            this.server = server;
+        }
+
+        @Override
+        public void reset() throws SQLException {
+            // A run that was interrupted may have left prepared transactions behind; the sink
+            // would (rightly) refuse to start fresh over them.
+            server.rollbackAllPrepared(SINK_ID);
+            server.execute("DROP TABLE IF EXISTS " + TABLE);
+            server.execute("CREATE TABLE " + TABLE + " (id bigint NOT NULL)");
+            if (server.password != null) {
+                System.setProperty(PASSWORD_PROPERTY, server.password);
+            }
+        }
+
+        @Override
+        public TwopcSink<Long> sink() {
+            PostgresDestination table = PostgresDestination.url(server.urlWithoutPassword()).table(TABLE).columns("id");
+            if (server.password != null) {
+                table = table.passwordFromSystemProperty(PASSWORD_PROPERTY);
+            }
+            return TwopcSink.<Long>forPostgres(table)
+                    .setSinkId(SINK_ID)
+                    .setSerializationSchema(CsvRowSchema.of((Long n) -> new Object[] {n}))
+                    .build();
+        }
+
+        @Override
+        public Verdict verify() throws SQLException {
+            List<String> ids = server.queryStrings("SELECT id FROM " + TABLE);
+            long prepared = server.preparedTransactions(SINK_ID).size();
+            return Verdict.of(ids, prepared, "table " + TABLE);
+        }
+
+        @Override
+        public String toString() {
+            return "PostgreSQL table " + TABLE + " at " + server.urlWithoutPassword();
+        }
+    }
+
     /** What the committed output holds. */
     static final class Verdict {
         long committed;
@@ -216,53 +352,49 @@ public final class DemoJob {
         long missing;
         long foreign;
         long staged;
-        int files;
+        String where;
         long firstDuplicate = -1;
         long firstMissing = -1;
-    }
 
-    static Verdict verify(Path output) throws IOException {
-        Verdict v = new Verdict();
-        byte[] seen = new byte[(int) RECORDS + 1];
-        v.files = TwopcOutput.committedFiles(output, "part").size();
-        for (String line : TwopcOutput.readCommittedRecords(output)) {
-            v.committed++;
-            long n;
-            try {
-                n = Long.parseLong(line);
-            } catch (NumberFormatException e) {
-                v.foreign++;
-                continue;
-            }
-            if (n < 1 || n > RECORDS) {
-                v.foreign++;
-                continue;
-            }
-            if (seen[(int) n] > 0) {
-                v.duplicates++;
-                if (v.firstDuplicate < 0) {
-                    v.firstDuplicate = n;
+        /** Checks {@code records} (each a decimal number) against {@code 1..RECORDS}. */
+        static Verdict of(Iterable<String> records, long staged, String where) {
+            Verdict v = new Verdict();
+            v.staged = staged;
+            v.where = where;
+            byte[] seen = new byte[(int) RECORDS + 1];
+            for (String line : records) {
+                v.committed++;
+                long n;
+                try {
+                    n = Long.parseLong(line);
+                } catch (NumberFormatException e) {
+                    v.foreign++;
+                    continue;
                 }
-            } else {
-                v.distinct++;
+                if (n < 1 || n > RECORDS) {
+                    v.foreign++;
+                    continue;
+                }
+                if (seen[(int) n] > 0) {
+                    v.duplicates++;
+                    if (v.firstDuplicate < 0) {
+                        v.firstDuplicate = n;
+                    }
+                } else {
+                    v.distinct++;
+                }
+                seen[(int) n] = 1;
             }
-            seen[(int) n] = 1;
-        }
-        for (int n = 1; n <= RECORDS; n++) {
-            if (seen[n] == 0) {
-                v.missing++;
-                if (v.firstMissing < 0) {
-                    v.firstMissing = n;
+            for (int n = 1; n <= RECORDS; n++) {
+                if (seen[n] == 0) {
+                    v.missing++;
+                    if (v.firstMissing < 0) {
+                        v.firstMissing = n;
+                    }
                 }
             }
+            return v;
         }
-        Path staging = output.resolve("_twopc").resolve(SINK_ID).resolve("staging");
-        if (Files.isDirectory(staging)) {
-            try (Stream<Path> s = Files.list(staging)) {
-                v.staged = s.count();
-            }
-        }
-        return v;
     }
 
     private static void deleteRecursively(Path dir) throws IOException {

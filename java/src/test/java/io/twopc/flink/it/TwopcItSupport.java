@@ -5,6 +5,7 @@ import io.twopc.flink.internal.NativeBridge;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.eventtime.WatermarkStrategy;
+import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
 import org.apache.flink.api.common.serialization.SerializationSchema;
@@ -22,6 +23,7 @@ import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.SavepointRestoreSettings;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
+import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.util.CloseableIterator;
 import org.apache.flink.util.SerializedThrowable;
@@ -112,12 +114,41 @@ final class TwopcItSupport {
         }
     }
 
+    /**
+     * The numbered-record job shared by the exactly-once ITs of every destination, without its
+     * sink: numbers {@code 1..count} -> throttle -> attempt tracker -> [failure injector]. The
+     * caller adds the sink (uid {@code twopc-sink}). Operator uids stay the same in every job, so
+     * savepoint state maps back.
+     */
+    static DataStream<Long> numberedStream(StreamExecutionEnvironment env, long count, int recordsPerMs,
+            String testName, MapFunction<Long, Long> injector) {
+        DataStream<Long> numbers = env.fromSequence(1, count).uid("numbers").name("numbers")
+                .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle")
+                .map(new AttemptTracker(testName)).uid("attempts").name("attempts");
+        if (injector != null) {
+            numbers = numbers.map(injector).uid("injector").name("injector");
+        }
+        return numbers;
+    }
+
     // ------------------------------------------------------------------ fail points
 
     /** Configures the core's fail points (the library must be built with the failpoints feature). */
     static void configureFailPoints(String spec) {
         NativeBridge.configureFailPoints(spec);
     }
+
+    /**
+     * Random faults at every protocol point, each with a bounded count so that the job keeps
+     * making progress.
+     */
+    static final String RANDOM_FAULTS = String.join(";",
+            "twopc-write=3%3*return",
+            "twopc-prepare-before=5%3*return",
+            "twopc-prepare-after=5%3*return",
+            "twopc-commit-before=5%3*return",
+            "twopc-commit-after=5%3*return",
+            "twopc-abort-before=5%2*return");
 
     static void clearFailPoints() {
         try {

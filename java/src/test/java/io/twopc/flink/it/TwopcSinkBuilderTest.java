@@ -1,6 +1,10 @@
 package io.twopc.flink.it;
 
+import io.twopc.flink.CsvRowSchema;
+import io.twopc.flink.PostgresCopyFormat;
+import io.twopc.flink.PostgresDestination;
 import io.twopc.flink.RecordFormat;
+import io.twopc.flink.RewindPolicy;
 import io.twopc.flink.TwopcConfigException;
 import io.twopc.flink.TwopcSink;
 import io.twopc.flink.TwopcSinkBuilder;
@@ -123,6 +127,60 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setCommitRetryBackoff(Duration.ofSeconds(2), Duration.ofSeconds(1))))
                 .contains("commit max backoff (1000 ms) is below the initial backoff (2000 ms)");
         assertThat(problemOf(valid().setTimeoutWarningRatio(1.5))).contains("must be in [0, 1]");
+    }
+
+    private static TwopcSinkBuilder<Object[]> validPostgres() {
+        return TwopcSink.<Object[]>forPostgres(PostgresDestination.url("postgres://app@db.example:5432/shop")
+                        .passwordFromEnvironment("SHOP_DB_PASSWORD")
+                        .table("public.orders")
+                        .columns("id", "customer"))
+                .setSinkId("orders")
+                .setSerializationSchema(CsvRowSchema.forArrays());
+    }
+
+    private static String problemOfPostgres(TwopcSinkBuilder<Object[]> builder) {
+        try {
+            builder.build();
+        } catch (TwopcConfigException e) {
+            return e.getMessage();
+        }
+        throw new AssertionError("build() accepted an invalid configuration");
+    }
+
+    @Test
+    public void aPostgresSinkBuildsSerializableAndNeverShowsAPassword() throws Exception {
+        TwopcSink<Object[]> sink = validPostgres().build();
+        TwopcSink<Object[]> copy = InstantiationUtil.clone(sink);
+        assertThat(copy.getSinkId()).isEqualTo("orders");
+        assertThat(copy.getOutputDirectory()).isNull();
+        validPostgres().forPostgres(PostgresDestination.host("db", 5432, "shop", "app").table("t").columns("a")
+                .idempotent("a")).build();
+
+        String refused = problemOfPostgres(validPostgres()
+                .forPostgres(PostgresDestination.url("postgres://app:hunter2@db/shop").table("t").columns("a")));
+        assertThat(refused).contains("carries a password", "passwordFromEnvironment").doesNotContain("hunter2");
+    }
+
+    @Test
+    public void postgresSettingsAreCheckedByBuild() {
+        assertThat(problemOfPostgres(validPostgres().forDirectory("/data/out")))
+                .contains("both an output directory and a PostgreSQL destination");
+        assertThat(problemOfPostgres(validPostgres().setPartSuffix(".csv")))
+                .contains("part suffix applies to forDirectory only", "remove setPartSuffix");
+        assertThat(problemOfPostgres(validPostgres().setRecordFormat(RecordFormat.RAW)))
+                .contains("record format applies to forDirectory only");
+        assertThat(problemOfPostgres(validPostgres().forPostgres(PostgresDestination.url("postgres://app@db/shop")
+                        .table("t").columns("a").copyFormat(PostgresCopyFormat.TEXT))))
+                .contains("CsvRowSchema but the PostgreSQL COPY format is TEXT");
+        assertThat(problemOfPostgres(validPostgres().setRewindPolicy(RewindPolicy.REPLACE_RANGE)))
+                .contains("REPLACE_RANGE on PostgreSQL needs a transaction id column");
+        validPostgres().setRewindPolicy(RewindPolicy.REPLACE_RANGE).forPostgres(
+                PostgresDestination.url("postgres://app@db/shop").table("t").columns("a").transactionIdColumn("txn"))
+                .build();
+        String several = problemOfPostgres(validPostgres().setBatchSize(0).forPostgres(
+                PostgresDestination.url("postgres://app@db/shop").columns("a", "a").idempotent()));
+        assertThat(several).contains("(1)", "batch size 0", "table is not set", "listed twice",
+                "idempotent mode needs key columns");
     }
 
     @Test

@@ -1,0 +1,160 @@
+package io.twopc.flink;
+
+import org.apache.flink.api.common.serialization.SerializationSchema;
+import org.apache.flink.types.Row;
+
+import java.io.Serializable;
+import java.math.BigDecimal;
+import java.nio.charset.StandardCharsets;
+import java.util.Collection;
+import java.util.Date;
+import java.util.Map;
+import java.util.Objects;
+
+/**
+ * Turns each record into one row of PostgreSQL's COPY CSV format ({@link
+ * PostgresCopyFormat#CSV}, the default of {@link PostgresDestination}): one value per column, in
+ * the order of {@link PostgresDestination#columns(String...)}.
+ *
+ * <pre>{@code
+ * CsvRowSchema.forArrays()                                   // Object[] records
+ * CsvRowSchema.forRows()                                     // Flink Row records
+ * CsvRowSchema.of((Order o) -> new Object[] {o.id, o.customer, o.amount})   // POJOs
+ * }</pre>
+ *
+ * <p>Values: {@code null} is SQL NULL (an unquoted empty field) and {@code ""} the empty string (a
+ * quoted one); numbers, booleans and {@code java.time} values are written as PostgreSQL reads them
+ * ({@link BigDecimal} without exponent, {@link Date} as an ISO instant); {@code byte[]} is {@code
+ * bytea} hex ({@code \x...}); anything else is {@code String.valueOf}. A value is quoted when it
+ * contains a comma, a double quote, a line break or a backslash (which also covers {@code \.}, the
+ * end-of-data marker), with inner quotes doubled, so line breaks inside values stay inside one row.
+ * Collections, maps and arrays other than {@code byte[]} are refused: format them into a
+ * PostgreSQL array or JSON literal in the extractor instead.
+ *
+ * @param <T> the record type
+ */
+public final class CsvRowSchema<T> implements SerializationSchema<T> {
+    private static final long serialVersionUID = 1L;
+    private static final char[] HEX = "0123456789abcdef".toCharArray();
+
+    /** A record's column values, in the order of the destination's columns. */
+    @FunctionalInterface
+    public interface FieldExtractor<T> extends Serializable {
+        Object[] fieldsOf(T record);
+    }
+
+    private final FieldExtractor<T> extractor;
+
+    private CsvRowSchema(FieldExtractor<T> extractor) {
+        this.extractor = Objects.requireNonNull(extractor, "extractor");
+    }
+
+    /** Records that are already one value per column. */
+    public static CsvRowSchema<Object[]> forArrays() {
+        return new CsvRowSchema<>(fields -> fields);
+    }
+
+    /** Flink {@link Row} records: field {@code i} goes to column {@code i}. */
+    public static CsvRowSchema<Row> forRows() {
+        return new CsvRowSchema<>(CsvRowSchema::fieldsOfRow);
+    }
+
+    /**
+     * Any record type, usually a POJO: {@code extractor} picks its values (a lambda or method
+     * reference; it is shipped with the job, so it must not capture anything unserializable).
+     */
+    public static <T> CsvRowSchema<T> of(FieldExtractor<T> extractor) {
+        return new CsvRowSchema<>(extractor);
+    }
+
+    @Override
+    public byte[] serialize(T record) {
+        Object[] fields = extractor.fieldsOf(record);
+        if (fields == null) {
+            throw new IllegalArgumentException("the CsvRowSchema field extractor returned null for a record; "
+                    + "return one value per column (null values are fine)");
+        }
+        return formatRow(fields).getBytes(StandardCharsets.UTF_8);
+    }
+
+    /** One CSV row (without line terminator) of {@code fields}. */
+    public static String formatRow(Object... fields) {
+        StringBuilder row = new StringBuilder(16 * fields.length);
+        for (int i = 0; i < fields.length; i++) {
+            if (i > 0) {
+                row.append(',');
+            }
+            appendField(row, fields[i], i);
+        }
+        return row.toString();
+    }
+
+    private static void appendField(StringBuilder row, Object value, int index) {
+        if (value == null) {
+            return; // unquoted empty: NULL
+        }
+        String text = textOf(value, index);
+        if (text.isEmpty() || needsQuotes(text)) {
+            row.append('"');
+            for (int i = 0; i < text.length(); i++) {
+                char c = text.charAt(i);
+                if (c == '"') {
+                    row.append('"');
+                }
+                row.append(c);
+            }
+            row.append('"');
+        } else {
+            row.append(text);
+        }
+    }
+
+    private static boolean needsQuotes(String text) {
+        for (int i = 0; i < text.length(); i++) {
+            char c = text.charAt(i);
+            if (c == ',' || c == '"' || c == '\n' || c == '\r' || c == '\\') {
+                return true;
+            }
+        }
+        return false;
+    }
+
+    private static String textOf(Object value, int index) {
+        if (value instanceof byte[]) {
+            byte[] bytes = (byte[]) value;
+            char[] hex = new char[2 + 2 * bytes.length];
+            hex[0] = '\\';
+            hex[1] = 'x';
+            for (int i = 0; i < bytes.length; i++) {
+                hex[2 + 2 * i] = HEX[(bytes[i] >> 4) & 0xf];
+                hex[3 + 2 * i] = HEX[bytes[i] & 0xf];
+            }
+            return new String(hex);
+        }
+        if (value instanceof BigDecimal) {
+            return ((BigDecimal) value).toPlainString();
+        }
+        if (value instanceof java.sql.Timestamp || value instanceof java.sql.Date || value instanceof java.sql.Time) {
+            return value.toString(); // already in a form PostgreSQL reads
+        }
+        if (value instanceof Date) {
+            return ((Date) value).toInstant().toString();
+        }
+        if (value.getClass().isArray() || value instanceof Collection || value instanceof Map) {
+            throw new IllegalArgumentException("CsvRowSchema: field " + index + " is a " + value.getClass().getName()
+                    + "; format arrays, collections and maps as a PostgreSQL array or JSON literal (a String) "
+                    + "in the field extractor");
+        }
+        // Numbers (NaN and Infinity spelled as PostgreSQL reads them), booleans, characters,
+        // java.time values (ISO-8601) and strings.
+        return value.toString();
+    }
+
+    private static Object[] fieldsOfRow(Row row) {
+        Object[] fields = new Object[row.getArity()];
+        for (int i = 0; i < fields.length; i++) {
+            fields[i] = row.getField(i);
+        }
+        return fields;
+    }
+}

@@ -1,0 +1,442 @@
+package io.twopc.flink;
+
+import java.io.Serializable;
+import java.nio.charset.StandardCharsets;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.Collections;
+import java.util.HashSet;
+import java.util.List;
+import java.util.Set;
+import java.util.regex.Pattern;
+
+/**
+ * Where a {@link TwopcSink} writes when the destination is a PostgreSQL table: the server, the
+ * table and its columns, and the {@link PostgresMode}. Pass it to {@link
+ * TwopcSinkBuilder#forPostgres(PostgresDestination)}:
+ *
+ * <pre>{@code
+ * TwopcSink<Order> sink = TwopcSink.<Order>forPostgres(
+ *                 PostgresDestination.url("postgres://app@db.example:5432/shop")
+ *                         .passwordFromEnvironment("SHOP_DB_PASSWORD")
+ *                         .table("public.orders")
+ *                         .columns("id", "customer", "amount"))
+ *         .setSinkId("orders")
+ *         .setSerializationSchema(CsvRowSchema.of((Order o) -> new Object[] {o.id, o.customer, o.amount}))
+ *         .build();
+ * }</pre>
+ *
+ * <p>Each record is one COPY row of the listed columns ({@link PostgresCopyFormat#CSV} by default,
+ * as {@link CsvRowSchema} writes it). Each subtask connects on its own (two sessions: one writes,
+ * one commits) and checks the server and the table before the first record, so a setting that
+ * cannot work stops the job at start with what to change.
+ *
+ * <p>The password is never part of this object: it names an environment variable or a JVM system
+ * property that each task manager reads when the sink opens, so the password is neither shipped
+ * inside the job graph nor printed by {@link #toString()}. A URL carrying a password is refused
+ * for the same reason.
+ *
+ * <p>Instances are immutable: every setter returns a changed copy. Names are used exactly as
+ * written (case-sensitive, no folding to lower case).
+ */
+public final class PostgresDestination implements Serializable {
+    private static final long serialVersionUID = 1L;
+
+    public static final Duration DEFAULT_CONNECT_TIMEOUT = Duration.ofSeconds(10);
+    public static final String DEFAULT_CONTROL_SCHEMA = "public";
+    /** PostgreSQL truncates longer names (NAMEDATALEN - 1 bytes), which would name another object. */
+    static final int MAX_NAME_BYTES = 63;
+    private static final Pattern URL_PASSWORD = Pattern.compile("^[a-zA-Z][a-zA-Z0-9+.-]*://[^/@?]*:[^/@?]*@.*");
+    private static final Pattern PARAM_PASSWORD = Pattern.compile("(^|[?&\\s])password\\s*=", Pattern.CASE_INSENSITIVE);
+
+    private String url;
+    private String host;
+    private int port;
+    private String database;
+    private String user;
+    private String passwordEnvironmentVariable;
+    private String passwordSystemProperty;
+    private String table;
+    private List<String> columns = Collections.emptyList();
+    private PostgresMode mode = PostgresMode.TRANSACTIONAL;
+    private List<String> keyColumns = Collections.emptyList();
+    private PostgresCopyFormat copyFormat = PostgresCopyFormat.CSV;
+    private String transactionIdColumn;
+    private String controlSchema = DEFAULT_CONTROL_SCHEMA;
+    private Duration connectTimeout = DEFAULT_CONNECT_TIMEOUT;
+
+    private PostgresDestination() {}
+
+    /**
+     * The server as a libpq-style URL without password, {@code postgres://user@host:port/database}
+     * (or {@code host=... port=... dbname=... user=...}); TLS is not supported.
+     */
+    public static PostgresDestination url(String url) {
+        PostgresDestination d = new PostgresDestination();
+        d.url = url;
+        return d;
+    }
+
+    /** The server by its parts. */
+    public static PostgresDestination host(String host, int port, String database, String user) {
+        PostgresDestination d = new PostgresDestination();
+        d.host = host;
+        d.port = port;
+        d.database = database;
+        d.user = user;
+        return d;
+    }
+
+    /** The password is the value of environment variable {@code variable} on each task manager. */
+    public PostgresDestination passwordFromEnvironment(String variable) {
+        PostgresDestination d = copy();
+        d.passwordEnvironmentVariable = variable;
+        d.passwordSystemProperty = null;
+        return d;
+    }
+
+    /** The password is the value of JVM system property {@code property} on each task manager. */
+    public PostgresDestination passwordFromSystemProperty(String property) {
+        PostgresDestination d = copy();
+        d.passwordSystemProperty = property;
+        d.passwordEnvironmentVariable = null;
+        return d;
+    }
+
+    /** The target table, {@code table} or {@code schema.table}. It must exist. Required. */
+    public PostgresDestination table(String table) {
+        PostgresDestination d = copy();
+        d.table = table;
+        return d;
+    }
+
+    /** The target columns, in the order each record's values come. Required. */
+    public PostgresDestination columns(String... columns) {
+        PostgresDestination d = copy();
+        d.columns = columns == null ? null : Collections.unmodifiableList(new ArrayList<>(Arrays.asList(columns)));
+        return d;
+    }
+
+    /** {@link PostgresMode#TRANSACTIONAL}: prepared transactions, rows visible at checkpoints (the default). */
+    public PostgresDestination transactional() {
+        PostgresDestination d = copy();
+        d.mode = PostgresMode.TRANSACTIONAL;
+        d.keyColumns = Collections.emptyList();
+        return d;
+    }
+
+    /**
+     * {@link PostgresMode#IDEMPOTENT}: upserts on {@code keyColumns}, which must be listed in
+     * {@link #columns(String...)} and be exactly the columns of a primary key or unique index.
+     */
+    public PostgresDestination idempotent(String... keyColumns) {
+        PostgresDestination d = copy();
+        d.mode = PostgresMode.IDEMPOTENT;
+        d.keyColumns = keyColumns == null ? null
+                : Collections.unmodifiableList(new ArrayList<>(Arrays.asList(keyColumns)));
+        return d;
+    }
+
+    /** The format of the rows the serialization schema writes; {@link PostgresCopyFormat#CSV} by default. */
+    public PostgresDestination copyFormat(PostgresCopyFormat format) {
+        PostgresDestination d = copy();
+        d.copyFormat = format;
+        return d;
+    }
+
+    /**
+     * Transactional mode only: a {@code text} column of the table, not in {@link
+     * #columns(String...)}, that the sink fills with each row's transaction id. Needed for {@link
+     * RewindPolicy#REPLACE_RANGE}, which removes the rows of transactions committed after the
+     * restored checkpoint; it also tells an operator which transaction wrote a row.
+     */
+    public PostgresDestination transactionIdColumn(String column) {
+        PostgresDestination d = copy();
+        d.transactionIdColumn = column;
+        return d;
+    }
+
+    /**
+     * The schema of the sink's own tables ({@code twopc_commit_records}, {@code twopc_prepared},
+     * {@code twopc_expired}), created there when absent; {@code public} by default.
+     */
+    public PostgresDestination controlSchema(String schema) {
+        PostgresDestination d = copy();
+        d.controlSchema = schema;
+        return d;
+    }
+
+    /** How long a connection attempt may take; 10 s by default. */
+    public PostgresDestination connectTimeout(Duration timeout) {
+        PostgresDestination d = copy();
+        d.connectTimeout = timeout;
+        return d;
+    }
+
+    // ------------------------------------------------------------------ read by the sink
+
+    String url() {
+        return url;
+    }
+
+    String host() {
+        return host;
+    }
+
+    int port() {
+        return port;
+    }
+
+    String database() {
+        return database;
+    }
+
+    String user() {
+        return user;
+    }
+
+    String table() {
+        return table;
+    }
+
+    List<String> columnNames() {
+        return columns;
+    }
+
+    PostgresMode mode() {
+        return mode;
+    }
+
+    List<String> keyColumnNames() {
+        return keyColumns;
+    }
+
+    PostgresCopyFormat copyFormat() {
+        return copyFormat;
+    }
+
+    String transactionIdColumn() {
+        return transactionIdColumn;
+    }
+
+    String controlSchema() {
+        return controlSchema;
+    }
+
+    long connectTimeoutMs() {
+        return connectTimeout.toMillis();
+    }
+
+    /**
+     * The password, read where the sink runs; null when none is configured.
+     *
+     * @throws TwopcConfigException when the configured variable or property is not set here
+     */
+    String resolvePassword() {
+        if (passwordEnvironmentVariable != null) {
+            String value = System.getenv(passwordEnvironmentVariable);
+            if (value == null) {
+                throw new TwopcConfigException("the PostgreSQL password comes from environment variable "
+                        + passwordEnvironmentVariable + ", which is not set on this task manager; set it "
+                        + "in the task managers' environment");
+            }
+            return value;
+        }
+        if (passwordSystemProperty != null) {
+            String value = System.getProperty(passwordSystemProperty);
+            if (value == null) {
+                throw new TwopcConfigException("the PostgreSQL password comes from system property "
+                        + passwordSystemProperty + ", which is not set on this task manager; set it, e.g. "
+                        + "with -D" + passwordSystemProperty + "=... in env.java.opts.taskmanager");
+            }
+            return value;
+        }
+        return null;
+    }
+
+    /** Every setting that cannot work, each with what to change; empty when all is well. */
+    List<String> problems() {
+        List<String> problems = new ArrayList<>();
+        boolean hasUrl = url != null;
+        boolean hasHost = host != null;
+        if (hasUrl == hasHost) {
+            problems.add("PostgreSQL server: " + (hasUrl ? "both a URL and a host are" : "neither a URL nor a host is")
+                    + " set; use PostgresDestination.url(\"postgres://user@host:5432/db\") or "
+                    + "PostgresDestination.host(host, port, database, user)");
+        } else if (hasUrl) {
+            if (url.trim().isEmpty()) {
+                problems.add("PostgreSQL URL is empty; give postgres://user@host:5432/db");
+            } else if (URL_PASSWORD.matcher(url).matches() || PARAM_PASSWORD.matcher(url).find()) {
+                problems.add("PostgreSQL URL " + redact(url) + " carries a password, which would travel inside "
+                        + "the job graph; remove it from the URL and use passwordFromEnvironment(...) or "
+                        + "passwordFromSystemProperty(...)");
+            } else if (!url.contains("://") && !url.contains("=")) {
+                problems.add("PostgreSQL URL \"" + url + "\" is neither postgres://user@host:port/db nor "
+                        + "host=... port=... dbname=... user=...");
+            }
+        } else {
+            if (host.trim().isEmpty()) {
+                problems.add("PostgreSQL host is empty; give the server's host name or address");
+            }
+            if (port < 1 || port > 65535) {
+                problems.add("PostgreSQL port " + port + " is not a TCP port; use 1..65535 (5432 by default)");
+            }
+            if (database == null || database.trim().isEmpty()) {
+                problems.add("PostgreSQL database is not set; give it in PostgresDestination.host(...)");
+            }
+            if (user == null || user.trim().isEmpty()) {
+                problems.add("PostgreSQL user is not set; give it in PostgresDestination.host(...)");
+            }
+        }
+        checkSettingName("password environment variable", passwordEnvironmentVariable, problems);
+        checkSettingName("password system property", passwordSystemProperty, problems);
+
+        if (table == null) {
+            problems.add("PostgreSQL table is not set; call table(\"schema.table\") or table(\"table\")");
+        } else {
+            String[] parts = table.split("\\.", -1);
+            if (parts.length > 2) {
+                problems.add("PostgreSQL table \"" + table + "\" has more than one '.'; give table or schema.table");
+            } else {
+                for (String part : parts) {
+                    checkName("table", part, problems);
+                }
+            }
+        }
+        if (columns == null || columns.isEmpty()) {
+            problems.add("PostgreSQL columns are not set; call columns(...) with the table's columns in the "
+                    + "order each record's values come");
+        } else {
+            checkNames("column", columns, problems);
+        }
+        if (mode == null) {
+            problems.add("PostgreSQL mode is null; call transactional() or idempotent(keyColumns...)");
+        } else if (mode == PostgresMode.IDEMPOTENT) {
+            if (keyColumns == null || keyColumns.isEmpty()) {
+                problems.add("idempotent mode needs key columns: idempotent(\"id\"), the columns of a primary key "
+                        + "or unique index, so that a replay overwrites instead of adding rows");
+            } else {
+                checkNames("key column", keyColumns, problems);
+                for (String key : keyColumns) {
+                    if (key != null && columns != null && !columns.contains(key)) {
+                        problems.add("key column \"" + key + "\" is not in columns " + columns
+                                + "; every key column must be written, so add it to columns(...)");
+                    }
+                }
+            }
+            if (transactionIdColumn != null) {
+                problems.add("transactionIdColumn applies to transactional mode only (in idempotent mode a "
+                        + "replay overwrites by key); remove it");
+            }
+        }
+        if (transactionIdColumn != null) {
+            checkName("transaction id column", transactionIdColumn, problems);
+            if (columns != null && columns.contains(transactionIdColumn)) {
+                problems.add("transaction id column \"" + transactionIdColumn + "\" is also in columns; remove it "
+                        + "from columns(...): the sink fills it, the records do not carry it");
+            }
+        }
+        if (copyFormat == null) {
+            problems.add("PostgreSQL COPY format is null; use PostgresCopyFormat.CSV or PostgresCopyFormat.TEXT");
+        }
+        checkName("control schema", controlSchema, problems);
+        if (connectTimeout == null || connectTimeout.isNegative() || connectTimeout.isZero()) {
+            problems.add("PostgreSQL connect timeout " + connectTimeout + " must be positive, e.g. "
+                    + "Duration.ofSeconds(10)");
+        } else if (connectTimeout.getSeconds() > Integer.MAX_VALUE) {
+            problems.add("PostgreSQL connect timeout " + connectTimeout + " is too large");
+        }
+        return problems;
+    }
+
+    private static void checkNames(String what, List<String> names, List<String> problems) {
+        Set<String> seen = new HashSet<>();
+        for (String name : names) {
+            checkName(what, name, problems);
+            if (name != null && !seen.add(name)) {
+                problems.add(what + " \"" + name + "\" is listed twice; list each once");
+            }
+        }
+    }
+
+    /** The checks the native side makes on every configured PostgreSQL name, made early. */
+    private static void checkName(String what, String name, List<String> problems) {
+        if (name == null || name.isEmpty()) {
+            problems.add("PostgreSQL " + what + " is " + (name == null ? "null" : "empty") + "; give a name");
+            return;
+        }
+        if (name.getBytes(StandardCharsets.UTF_8).length > MAX_NAME_BYTES) {
+            problems.add("PostgreSQL " + what + " \"" + name + "\" is longer than " + MAX_NAME_BYTES
+                    + " bytes; PostgreSQL would truncate it to another name");
+        }
+        if (!name.trim().equals(name)) {
+            problems.add("PostgreSQL " + what + " \"" + name + "\" starts or ends with white space; names are "
+                    + "used exactly as written, so remove it");
+        }
+        for (int i = 0; i < name.length(); i++) {
+            if (Character.isISOControl(name.charAt(i))) {
+                problems.add("PostgreSQL " + what + " \"" + name + "\" contains a control character; remove it");
+                break;
+            }
+        }
+    }
+
+    private static void checkSettingName(String what, String name, List<String> problems) {
+        if (name != null && name.trim().isEmpty()) {
+            problems.add(what + " name is empty; give the name the password is read from");
+        }
+    }
+
+    /** The URL with any password replaced by {@code ***}, for messages. */
+    static String redact(String url) {
+        if (url == null) {
+            return null;
+        }
+        String masked = url.replaceAll("(://[^/@?:]*):[^/@?]*@", "$1:***@");
+        return masked.replaceAll("(?i)((?:^|[?&\\s])password\\s*=\\s*)('[^']*'|[^&\\s]*)", "$1***");
+    }
+
+    private PostgresDestination copy() {
+        PostgresDestination d = new PostgresDestination();
+        d.url = url;
+        d.host = host;
+        d.port = port;
+        d.database = database;
+        d.user = user;
+        d.passwordEnvironmentVariable = passwordEnvironmentVariable;
+        d.passwordSystemProperty = passwordSystemProperty;
+        d.table = table;
+        d.columns = columns;
+        d.mode = mode;
+        d.keyColumns = keyColumns;
+        d.copyFormat = copyFormat;
+        d.transactionIdColumn = transactionIdColumn;
+        d.controlSchema = controlSchema;
+        d.connectTimeout = connectTimeout;
+        return d;
+    }
+
+    /** The settings, for logs: never a password (a URL is shown with any password masked). */
+    @Override
+    public String toString() {
+        StringBuilder s = new StringBuilder("PostgreSQL ");
+        s.append(url != null ? redact(url) : host + ":" + port + "/" + database + " as " + user);
+        s.append(" table ").append(table).append(' ').append(columns);
+        s.append(", ").append(mode);
+        if (mode == PostgresMode.IDEMPOTENT) {
+            s.append(" on ").append(keyColumns);
+        }
+        s.append(", COPY ").append(copyFormat);
+        if (transactionIdColumn != null) {
+            s.append(", transaction id in ").append(transactionIdColumn);
+        }
+        s.append(", control schema ").append(controlSchema);
+        if (passwordEnvironmentVariable != null) {
+            s.append(", password from environment variable ").append(passwordEnvironmentVariable);
+        } else if (passwordSystemProperty != null) {
+            s.append(", password from system property ").append(passwordSystemProperty);
+        }
+        return s.toString();
+    }
+}

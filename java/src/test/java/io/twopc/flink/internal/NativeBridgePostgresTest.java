@@ -1,0 +1,277 @@
+package io.twopc.flink.internal;
+
+import static io.twopc.flink.internal.NativeTestSupport.RUN_ID;
+import static io.twopc.flink.internal.NativeTestSupport.transactionOf;
+import static io.twopc.flink.internal.NativeTestSupport.write;
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
+
+import io.twopc.flink.TwopcConfigException;
+import io.twopc.flink.TwopcException;
+import io.twopc.flink.TwopcLostTransactionException;
+import io.twopc.flink.testing.TestPostgres;
+
+import org.apache.flink.testutils.logging.TestLoggerResource;
+import org.junit.After;
+import org.junit.Before;
+import org.junit.Test;
+import org.slf4j.event.Level;
+
+/**
+ * {@link NativeBridge#openPostgres} against the test server ({@code
+ * TWOPC_PG_URL}): the bridge's PostgreSQL path end to end. The destination's
+ * own behaviour is covered by the Rust tests of {@code twopc-pg}; these check
+ * that the settings cross JNI intact and that its outcomes come back as the
+ * right Java values and exceptions.
+ */
+public class NativeBridgePostgresTest {
+    private TestPostgres pg;
+    private String table;
+    private String sinkId;
+
+    @Before
+    public void createTable() throws Exception {
+        pg = TestPostgres.fromEnvironment();
+        table = TestPostgres.uniqueName("jni_orders");
+        sinkId = TestPostgres.uniqueName("jni");
+        pg.execute("CREATE TABLE " + table + " (id bigint PRIMARY KEY, body text)");
+    }
+
+    @After
+    public void dropTable() throws Exception {
+        if (pg != null) {
+            pg.rollbackAllPrepared(sinkId);
+            pg.execute("DROP TABLE IF EXISTS " + table);
+        }
+    }
+
+    /**
+     * The arguments of {@link NativeBridge#openPostgres} with workable
+     * defaults (transactional, COPY text, the URL without its password and the
+     * password passed on its own); each test changes what it is about.
+     */
+    private final class PgOpen {
+        String url = pg.urlWithoutPassword();
+        String host;
+        int port;
+        String database;
+        String user;
+        String password = pg.password;
+        String[] columns = {"id", "body"};
+        String mode = NativeBridge.PG_TRANSACTIONAL;
+        String[] keyColumns = {};
+        String copyFormat = NativeBridge.COPY_TEXT;
+        long restoredCheckpointId = -1;
+        byte[][] knownHandles = {};
+
+        PgOpen byHostAndPort() {
+            url = null;
+            host = pg.host;
+            port = pg.port;
+            database = pg.database;
+            user = pg.user;
+            return this;
+        }
+
+        long open() {
+            return NativeBridge.openPostgres(
+                    sinkId, RUN_ID, 0, 1,
+                    url, host, port, database, user, password,
+                    table, columns, mode, keyColumns, copyFormat, null, "public", 5_000L,
+                    3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L,
+                    restoredCheckpointId, knownHandles);
+        }
+    }
+
+    @Test
+    public void preparedRowsAreInvisibleUntilCommitAndARepeatedCommitIsSuccess() throws Exception {
+        long sink = new PgOpen().open();
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            assertThat(write(sink, open, "1\talpha", "2\tbeta \u00e9")).isEqualTo(2);
+            assertThat(write(sink, open, "3\t\\N")).isEqualTo(3);
+            assertThat(pg.count(table)).as("open rows are invisible").isZero();
+
+            byte[] prepared = NativeBridge.prepare(sink, open, 7);
+            assertThat(pg.preparedTransactions(sinkId)).containsExactly(transactionOf(open));
+            assertThat(pg.count(table)).as("prepared rows are invisible").isZero();
+
+            assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.COMMITTED);
+            assertThat(pg.queryStrings("SELECT id || '=' || coalesce(body, 'NULL') FROM " + table + " ORDER BY id"))
+                    .containsExactly("1=alpha", "2=beta \u00e9", "3=NULL");
+            assertThat(pg.preparedTransactions(sinkId)).isEmpty();
+
+            // Recovery after a lost notification commits again: success, no change.
+            assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.ALREADY_COMMITTED);
+            assertThat(pg.count(table)).isEqualTo(3);
+            assertThat(NativeBridge.stats(sink)[4]).as("last committed checkpoint").isEqualTo(7);
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void aRestoreCommitsThePreparedTransactionOfItsCheckpoint() throws Exception {
+        long sink = new PgOpen().open();
+        byte[] prepared;
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "1\ta", "2\tb");
+            prepared = NativeBridge.prepare(sink, open, 4);
+        } finally {
+            // The process dies after the checkpoint, before the commit.
+            NativeBridge.close(sink);
+        }
+        assertThat(pg.count(table)).isZero();
+
+        PgOpen restore = new PgOpen();
+        restore.restoredCheckpointId = 4;
+        restore.knownHandles = new byte[][] {prepared};
+        long restored = restore.open();
+        try {
+            // Open left the checkpoint's transaction prepared (it is known,
+            // not lingering); the sink's recoverAndCommit commits it.
+            assertThat(pg.preparedTransactions(sinkId)).containsExactly(transactionOf(prepared));
+            assertThat(NativeBridge.commit(restored, prepared)).isEqualTo(NativeBridge.COMMITTED);
+            assertThat(pg.count(table)).isEqualTo(2);
+            assertThat(NativeBridge.commit(restored, prepared)).isEqualTo(NativeBridge.ALREADY_COMMITTED);
+        } finally {
+            NativeBridge.close(restored);
+        }
+    }
+
+    @Test
+    public void aPreparedTransactionRolledBackByAnAdministratorIsLost() throws Exception {
+        long sink = new PgOpen().open();
+        byte[] prepared;
+        String txn;
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "1\ta", "2\tb");
+            prepared = NativeBridge.prepare(sink, open, 9);
+            txn = transactionOf(prepared);
+            pg.rollbackPrepared(txn);
+
+            Throwable lost = catchThrowable(() -> NativeBridge.commit(sink, prepared));
+            assertThat(lost)
+                    .isExactlyInstanceOf(TwopcLostTransactionException.class)
+                    .hasMessageContaining(txn)
+                    .hasMessageContaining("checkpoint 9")
+                    .hasMessageContaining("Recovery plan");
+            assertThat(((TwopcException) lost).isFatal()).isTrue();
+        } finally {
+            NativeBridge.close(sink);
+        }
+
+        // A restart from that checkpoint must not carry on either: its
+        // recoverAndCommit re-commits the checkpoint's transaction and finds
+        // it lost.
+        PgOpen restore = new PgOpen();
+        restore.restoredCheckpointId = 9;
+        restore.knownHandles = new byte[][] {prepared};
+        long restored = restore.open();
+        try {
+            assertThatThrownBy(() -> NativeBridge.commit(restored, prepared))
+                    .isExactlyInstanceOf(TwopcLostTransactionException.class)
+                    .hasMessageContaining(txn);
+        } finally {
+            NativeBridge.close(restored);
+        }
+        assertThat(pg.count(table)).isZero();
+    }
+
+    @Test
+    public void hostPortSettingsCsvRowsAndIdempotentUpserts() throws Exception {
+        PgOpen settings = new PgOpen().byHostAndPort();
+        settings.mode = NativeBridge.PG_IDEMPOTENT;
+        settings.keyColumns = new String[] {"id"};
+        settings.copyFormat = NativeBridge.COPY_CSV;
+        long sink = settings.open();
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "1,first", "2,\"with, comma\"", "1,\"last \"\"quoted\"\"\"");
+            // Idempotent mode: visible batch by batch, the last value of each key.
+            assertThat(pg.queryStrings("SELECT id || '=' || body FROM " + table + " ORDER BY id"))
+                    .containsExactly("1=last \"quoted\"", "2=with, comma");
+            byte[] prepared = NativeBridge.prepare(sink, open, 1);
+            assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.COMMITTED);
+
+            // A replay rewrites the same keys: nothing is added.
+            byte[] replay = NativeBridge.begin(sink);
+            write(sink, replay, "1,first", "2,\"with, comma\"", "1,\"last \"\"quoted\"\"\"");
+            assertThat(pg.count(table)).isEqualTo(2);
+            NativeBridge.commit(sink, NativeBridge.prepare(sink, replay, 2));
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void aWrongPasswordIsAConfigErrorThatNeverShowsThePassword() throws Throwable {
+        String wrong = "not-the-password-7f3a";
+        String wrongInUrl = "wrong-in-url-5c1d";
+        NativeBridge.ensureLoaded();
+        // Everything the native side logs meanwhile is captured too: the
+        // password must not reach the TaskManager log either.
+        try (TestLoggerResource.SingleTestResource log =
+                TestLoggerResource.asSingleTestResource("twopc", Level.INFO)) {
+            PgOpen separate = new PgOpen();
+            separate.password = wrong;
+            Throwable refused = catchThrowable(separate::open);
+            assertThat(refused)
+                    .isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining("password authentication failed")
+                    .hasMessageContaining("fix the connection settings");
+            assertThat(refused.getMessage()).doesNotContain(wrong).doesNotContain(pg.password);
+
+            // A password inside the URL is kept out of the message just as well.
+            PgOpen inUrl = new PgOpen();
+            inUrl.url = "postgres://" + pg.user + ":" + wrongInUrl + "@" + pg.host + ":" + pg.port + "/" + pg.database;
+            inUrl.password = null;
+            Throwable refusedUrl = catchThrowable(inUrl::open);
+            assertThat(refusedUrl).isExactlyInstanceOf(TwopcConfigException.class);
+            assertThat(refusedUrl.getMessage()).doesNotContain(wrongInUrl);
+
+            // And so is the right one, on a sink that works.
+            NativeBridge.close(new PgOpen().open());
+            assertThat(log.getMessages())
+                    .allSatisfy(m -> assertThat(m).doesNotContain(wrong).doesNotContain(wrongInUrl)
+                            .doesNotContain(pg.password));
+        }
+    }
+
+    @Test
+    public void settingsThatCannotWorkNameWhatToChange() throws Exception {
+        PgOpen missingColumn = new PgOpen();
+        missingColumn.columns = new String[] {"id", "no_such_column"};
+        assertThatThrownBy(missingColumn::open)
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("no_such_column");
+
+        PgOpen keysInTransactional = new PgOpen();
+        keysInTransactional.keyColumns = new String[] {"id"};
+        assertThatThrownBy(keysInTransactional::open)
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("choose idempotent mode");
+
+        PgOpen bothEndpoints = new PgOpen();
+        bothEndpoints.host = pg.host;
+        assertThatThrownBy(bothEndpoints::open)
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("both as a URL and as a host");
+
+        PgOpen nullColumn = new PgOpen();
+        nullColumn.columns = new String[] {"id", null};
+        assertThatThrownBy(nullColumn::open)
+                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("columns[1] of 2 is null");
+
+        PgOpen unknownMode = new PgOpen();
+        unknownMode.mode = "eventual";
+        assertThatThrownBy(unknownMode::open)
+                .isExactlyInstanceOf(TwopcConfigException.class)
+                .hasMessageContaining("choose transactional or idempotent");
+        assertThat(pg.preparedTransactions(sinkId)).as("nothing was started").isEmpty();
+    }
+}
