@@ -34,9 +34,12 @@ use crate::error::{ConfigError, PreparedOnFreshStart, RewindDetected, TwopcError
 use crate::handle::{HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, TransactionId};
 
-/// What Flink restored: the checkpoint id, and every transaction handle in
-/// the restored state of all subtasks of this sink (union state), so that no
-/// known transaction is mistaken for a lingering one.
+/// What Flink restored to one subtask: the checkpoint id and the transaction
+/// handles of its share of the restored state. Any share will do (the
+/// handles give the lineage; lingering transactions are found later, see
+/// the module documentation), but it must not be empty after a restore, or
+/// the start counts as fresh: the Java shim snapshots enough copies of each
+/// open handle that every subtask of any later parallelism receives one.
 #[derive(Clone, Debug, Default)]
 pub struct Restore {
     pub checkpoint: CheckpointId,

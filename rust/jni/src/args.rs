@@ -50,7 +50,7 @@ pub(crate) fn strings(
     Ok(out)
 }
 
-/// The restored handles of every subtask (`byte[][] knownHandles`). A null
+/// This subtask's share of the restored handles (`byte[][] knownHandles`). A null
 /// element means the restored state is damaged: a state error, never
 /// skipped, since dropping a handle would let recovery treat its
 /// transaction as lingering.

@@ -44,10 +44,12 @@ public final class NativeBridge {
 
     /**
      * Starts one subtask's sink on the filesystem destination: runs recovery
-     * (lingering aborts, rewind check, fresh-start check) and the retention
+     * (rewind check, fresh-start check; lingering transactions are aborted
+     * after the first checkpoint of this attempt completes) and the retention
      * check. {@code restoredCheckpointId < 0} means no restored state;
-     * {@code knownHandles} are all handles of the restored state of every
-     * subtask (union state). Returns the sink id.
+     * {@code knownHandles} are the handles of this subtask's share of the
+     * restored state (at least one after any restore, so the core learns the
+     * restored lineage). Returns the sink id.
      */
     public static native long open(
             String sinkId,
