@@ -33,3 +33,6 @@ cargo test --workspace --locked
 # own target directory (the jar built by `gradle jar` never has it).
 say "gradle test (Java and Flink MiniCluster tests)"
 gradle --no-daemon test -PcargoFeatures=failpoints -PcargoTargetDir="$PWD/target/failpoints"
+
+say "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
+bash scripts/check-jar.sh
