@@ -41,6 +41,29 @@ pub struct PreparedInfo {
     pub prepared_at_ms: u64,
 }
 
+/// The fields of a handle as tools show them: serialised (e.g. to JSON by
+/// the JNI bridge's `describeHandle`), with field names shared with the
+/// golden vectors in `tests/vectors/*.json`. Open handles have no prepared
+/// fields.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct HandleDescription {
+    pub sink: String,
+    pub transaction: String,
+    /// 16 hex digits.
+    pub lineage: String,
+    pub run: String,
+    pub subtask: u32,
+    pub parallelism: u32,
+    pub begun_at_ms: u64,
+    /// "open" or "prepared".
+    pub state: &'static str,
+    pub checkpoint: Option<CheckpointId>,
+    pub records: Option<u64>,
+    pub bytes: Option<u64>,
+    pub prepared_at_ms: Option<u64>,
+}
+
 /// Why bytes could not be read as a handle.
 #[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
 pub enum HandleError {
@@ -138,6 +161,24 @@ impl TransactionHandle {
         match &self.state {
             TransactionState::Prepared(p) => Some(p),
             TransactionState::Open => None,
+        }
+    }
+
+    pub fn describe(&self) -> HandleDescription {
+        let p = self.prepared();
+        HandleDescription {
+            sink: self.sink.to_string(),
+            transaction: self.transaction.to_string(),
+            lineage: self.lineage.to_string(),
+            run: self.run.to_string(),
+            subtask: self.subtask,
+            parallelism: self.parallelism,
+            begun_at_ms: self.begun_at_ms,
+            state: if p.is_some() { "prepared" } else { "open" },
+            checkpoint: p.map(|p| p.checkpoint),
+            records: p.map(|p| p.records),
+            bytes: p.map(|p| p.bytes),
+            prepared_at_ms: p.map(|p| p.prepared_at_ms),
         }
     }
 

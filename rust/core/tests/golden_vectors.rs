@@ -8,7 +8,7 @@
 
 use std::path::PathBuf;
 
-use serde_json::{json, Value};
+use serde_json::Value;
 use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{LineageId, RunId, SinkId, TransactionId};
 
@@ -75,21 +75,7 @@ fn cases() -> Vec<(&'static str, TransactionHandle)> {
 
 /// The JSON form shared with the Java test (`NativeBridge.describeHandle`).
 fn describe(h: &TransactionHandle) -> Value {
-    let p = h.prepared();
-    json!({
-        "sink": h.sink.as_str(),
-        "transaction": h.transaction.as_str(),
-        "lineage": h.lineage.to_string(),
-        "run": h.run.as_str(),
-        "subtask": h.subtask,
-        "parallelism": h.parallelism,
-        "begunAtMs": h.begun_at_ms,
-        "state": if p.is_some() { "prepared" } else { "open" },
-        "checkpoint": p.map(|p| p.checkpoint),
-        "records": p.map(|p| p.records),
-        "bytes": p.map(|p| p.bytes),
-        "preparedAtMs": p.map(|p| p.prepared_at_ms),
-    })
+    serde_json::to_value(h.describe()).expect("a description serialises")
 }
 
 #[test]

@@ -1,7 +1,6 @@
 //! `NativeBridge.describeHandle` and `preparedAgeMs`: reading a handle
 //! without a sink, for tests, tools and timeout warnings.
 
-use serde_json::json;
 use twopc_core::TransactionHandle;
 
 use crate::error::{BridgeError, BridgeResult};
@@ -17,27 +16,12 @@ fn decode(bytes: &[u8]) -> BridgeResult<TransactionHandle> {
     })
 }
 
-/// The handle's fields as a JSON object. The field names are shared with
-/// the golden vectors in `tests/vectors/*.json`; open handles have null
-/// prepared fields. Numbers are unsigned 64-bit and may exceed a Java long.
+/// The handle's fields as a JSON object (`TransactionHandle::describe`).
+/// Numbers are unsigned 64-bit and may exceed a Java long.
 pub(crate) fn describe(bytes: &[u8]) -> BridgeResult<String> {
     let h = decode(bytes)?;
-    let p = h.prepared();
-    let value = json!({
-        "sink": h.sink.as_str(),
-        "transaction": h.transaction.as_str(),
-        "lineage": h.lineage.to_string(),
-        "run": h.run.as_str(),
-        "subtask": h.subtask,
-        "parallelism": h.parallelism,
-        "begunAtMs": h.begun_at_ms,
-        "state": if p.is_some() { "prepared" } else { "open" },
-        "checkpoint": p.map(|p| p.checkpoint),
-        "records": p.map(|p| p.records),
-        "bytes": p.map(|p| p.bytes),
-        "preparedAtMs": p.map(|p| p.prepared_at_ms),
-    });
-    Ok(value.to_string())
+    serde_json::to_string(&h.describe())
+        .map_err(|e| BridgeError::state(format!("describing handle {}: {e}", h.transaction)))
 }
 
 /// Milliseconds from the handle's prepare to `now_ms` (0 if the clock is
