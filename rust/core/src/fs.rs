@@ -44,6 +44,9 @@ pub const CONTROL_DIR: &str = "_twopc";
 const DATA_FILE: &str = "data";
 const PREPARED_FILE: &str = "prepared";
 const WRITE_BUFFER: usize = 256 * 1024;
+/// Staged bytes after which the data written so far is handed to the
+/// background writeback (see [`writeback`]).
+const WRITEBACK_EVERY: u64 = 16 * 1024 * 1024;
 
 /// How records are laid out in output files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -301,6 +304,8 @@ struct OpenFile {
     path: PathBuf,
     out: BufWriter<File>,
     len: u64,
+    /// `len` when the file was last handed to the background writeback.
+    written_back: u64,
 }
 
 impl FsDestination {
@@ -359,6 +364,7 @@ impl FsDestination {
                 path,
                 out: BufWriter::with_capacity(WRITE_BUFFER, file),
                 len,
+                written_back: len,
             });
         }
         Ok(self.open.as_mut().expect("set above"))
@@ -438,6 +444,10 @@ impl Destination for FsDestination {
             }
         }
         o.len += written;
+        if o.len - o.written_back >= WRITEBACK_EVERY {
+            o.written_back = o.len;
+            writeback::request(o.out.get_ref());
+        }
         Ok(())
     }
 
@@ -647,6 +657,54 @@ impl Destination for FsDestination {
         sync_dir(&self.layout.expired)?;
         remove_dir_if_exists(&self.layout.staging_dir(txn))?;
         Ok(())
+    }
+}
+
+/// Writes staged data back to the disk while the transaction is still being
+/// written, so that the fsync at prepare (which holds up the checkpoint
+/// barrier and the task thread) finds little left to do.
+///
+/// Without it the kernel starts writeback only past its dirty thresholds
+/// (10 % of memory, or 30 s), i.e. never within a checkpoint interval: all of
+/// an interval's data would be written out inside prepare, with the task
+/// thread waiting and the disk idle the rest of the time. One thread per
+/// process takes `fdatasync` requests for open data files; a request that
+/// finds it busy is dropped (the next one, or prepare, covers the data), so
+/// the writer never waits for it. Its errors are ignored: prepare's own
+/// fsync is the durability point and reports them.
+mod writeback {
+    use std::fs::File;
+    use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
+    use std::sync::{Mutex, OnceLock};
+
+    static QUEUE: OnceLock<Option<Mutex<SyncSender<File>>>> = OnceLock::new();
+
+    fn queue() -> Option<&'static Mutex<SyncSender<File>>> {
+        QUEUE
+            .get_or_init(|| {
+                let (tx, rx) = sync_channel::<File>(1);
+                std::thread::Builder::new()
+                    .name("twopc-writeback".to_string())
+                    .spawn(move || {
+                        for file in rx {
+                            let _ = file.sync_data();
+                        }
+                    })
+                    .ok()
+                    .map(|_| Mutex::new(tx))
+            })
+            .as_ref()
+    }
+
+    /// Asks for `file`'s written data to be synced in the background.
+    pub(super) fn request(file: &File) {
+        let Some(queue) = queue() else { return };
+        // A second descriptor of the same open file, owned by the request.
+        let Ok(dup) = file.try_clone() else { return };
+        let Ok(tx) = queue.lock() else { return };
+        match tx.try_send(dup) {
+            Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
+        }
     }
 }
 

@@ -1,0 +1,583 @@
+#!/usr/bin/env python3
+"""Writes the benchmark report (Markdown and PNG plots) from the raw figures
+that bench/run.py collected.
+
+    python3 bench/report.py docs/bench/results.json docs/benchmarks.md
+
+The plots go into the directory of the JSON file. bench/notes.md (the
+analysis: profiles, what was changed, what remains) is appended as it is.
+"""
+
+import json
+import math
+import os
+import statistics
+import sys
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402
+
+LABELS = {
+    "discard": "DiscardingSink (ceiling)",
+    "twopc-fs": "twopc, filesystem",
+    "filesink": "Flink FileSink (row format)",
+    "twopc-pg-tx": "twopc, PostgreSQL transactional",
+    "twopc-pg-idem": "twopc, PostgreSQL idempotent",
+    "jdbc-xa": "Flink JDBC sink, exactly-once (XA)",
+    "jdbc-xa-rewrite": "Flink JDBC XA sink + reWriteBatchedInserts",
+    "raw-disk": "raw sequential disk write",
+    "raw-copy": "psql \\copy",
+}
+MAIN_ORDER = ["discard", "twopc-fs", "filesink", "raw-disk", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
+              "raw-copy"]
+SWEEP = {"twopc-fs": ["twopc-fs@100ms", "twopc-fs", "twopc-fs@10s"],
+         "filesink": ["filesink@100ms", "filesink", "filesink@10s"]}
+INTERVALS = [100, 1000, 10000]
+WARMUP_CHECKPOINTS = 2
+
+# (name, numerator, denominator, target minimum, aim or None)
+RATIOS = [
+    ("twopc-fs / DiscardingSink", "twopc-fs", "discard", 0.8, None),
+    ("twopc-fs / FileSink", "twopc-fs", "filesink", 1.0, 1.5),
+    ("twopc-pg transactional / JDBC XA", "twopc-pg-tx", "jdbc-xa", 3.0, None),
+    ("twopc-pg transactional / raw COPY", "twopc-pg-tx", "raw-copy", 0.7, None),
+    ("twopc-fs / raw disk write", "twopc-fs", "raw-disk", None, None),
+    ("twopc-pg transactional / JDBC XA + reWriteBatchedInserts", "twopc-pg-tx", "jdbc-xa-rewrite", None, None),
+    ("twopc-pg idempotent / JDBC XA", "twopc-pg-idem", "jdbc-xa", None, None),
+    ("twopc-pg idempotent / raw COPY", "twopc-pg-idem", "raw-copy", None, None),
+]
+
+
+def median(xs):
+    xs = [x for x in xs if x is not None]
+    return statistics.median(xs) if xs else None
+
+
+def percentile(xs, p):
+    """Nearest-rank percentile."""
+    if not xs:
+        return None
+    s = sorted(xs)
+    k = max(0, math.ceil(p / 100 * len(s)) - 1)
+    return s[k]
+
+
+def fmt_int(x):
+    return "—" if x is None else f"{x:,.0f}"
+
+
+def fmt(x, digits=2):
+    return "—" if x is None else f"{x:.{digits}f}"
+
+
+def mib(x):
+    return "—" if x is None else f"{x / 2**20:,.0f}"
+
+
+class Results:
+    def __init__(self, doc):
+        self.doc = doc
+        self.by_case = {}
+        for r in doc["runs"]:
+            if r.get("peakRssBytes") and r.get("maxHeapBytes"):
+                r["nativeRssBytes"] = max(0, r["peakRssBytes"] - r["maxHeapBytes"])
+            self.by_case.setdefault(r["case"], []).append(r)
+
+    def ok_runs(self, case):
+        return [r for r in self.by_case.get(case, []) if r.get("ok")]
+
+    def failed_runs(self, case):
+        return [r for r in self.by_case.get(case, []) if not r.get("ok")]
+
+    def med(self, case, key):
+        return median([r.get(key) for r in self.ok_runs(case)])
+
+    def values(self, case, key):
+        return [r.get(key) for r in self.ok_runs(case) if r.get(key) is not None]
+
+    def paired_ratio(self, num, den):
+        """Median over rounds of num/den within the same round (adjacent runs)."""
+        nums = {r["round"]: r["recordsPerSec"] for r in self.ok_runs(num) if r.get("recordsPerSec")}
+        dens = {r["round"]: r["recordsPerSec"] for r in self.ok_runs(den) if r.get("recordsPerSec")}
+        return median([nums[k] / dens[k] for k in nums if k in dens])
+
+    def ratio(self, num, den):
+        a, b = self.med(num, "recordsPerSec"), self.med(den, "recordsPerSec")
+        return a / b if a and b else None
+
+    def latencies(self, case, warm=False):
+        """Commit latencies of every run; with warm=True only those of checkpoints after each
+        run's first WARMUP_CHECKPOINTS (a fresh JVM's first commits run cold code)."""
+        out = []
+        for r in self.ok_runs(case):
+            lat = r.get("commitLatenciesMs") or []
+            ids = r.get("commitLatencyCheckpoints") or [None] * len(lat)
+            for ms, cid in zip(lat, ids):
+                if not warm or (cid is not None and cid > WARMUP_CHECKPOINTS):
+                    out.append(ms)
+        return out
+
+    def why_missing(self, case):
+        if case in self.doc.get("skipped", {}):
+            return "not run: " + self.doc["skipped"][case]
+        failed = self.failed_runs(case)
+        if failed:
+            err = (failed[0].get("error") or failed[0].get("verification") or "failed").strip()
+            line = next((ln for ln in err.splitlines() if "Exception" in ln or "rror" in ln), err.splitlines()[0]
+                        if err else "failed")
+            return f"failed ({len(failed)} of {len(self.by_case[case])} runs): {line[:300]}"
+        return "not run"
+
+
+def plot_throughput(res, path):
+    cases = [c for c in MAIN_ORDER if res.ok_runs(c)]
+    fig, ax = plt.subplots(figsize=(9, 4.8))
+    meds = [res.med(c, "recordsPerSec") for c in cases]
+    lo = [m - min(res.values(c, "recordsPerSec")) for c, m in zip(cases, meds)]
+    hi = [max(res.values(c, "recordsPerSec")) - m for c, m in zip(cases, meds)]
+    colors = ["#888888" if c == "discard" else "#bbbbbb" if c.startswith("raw") else
+              "#1f77b4" if c.startswith("twopc") else "#ff7f0e" for c in cases]
+    ax.barh([LABELS[c] for c in cases], meds, xerr=[lo, hi], color=colors, capsize=3)
+    ax.invert_yaxis()
+    ax.set_xscale("log")
+    ax.set_xlabel("records/s (median, bars: min–max over rounds; log scale)")
+    for i, (c, m) in enumerate(zip(cases, meds)):
+        ax.text(max(res.values(c, "recordsPerSec")) * 1.08, i, f"{m:,.0f}/s  {m * 100 / 1e6:.0f} MB/s",
+                va="center", fontsize=8)
+    ax.set_xlim(right=max(max(res.values(c, "recordsPerSec")) for c in cases) * 5)
+    ax.set_title("Throughput per sink (100-byte records, p=2, checkpoint every 1 s)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def plot_ratios(res, path):
+    rows = [(name, res.ratio(n, d), tmin, aim) for name, n, d, tmin, aim in RATIOS if res.ratio(n, d)]
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(8, 0.5 * len(rows) + 1.5))
+    names = [r[0] for r in rows]
+    vals = [r[1] for r in rows]
+    colors = ["#2ca02c" if (r[2] is None or r[1] >= r[2]) else "#d62728" for r in rows]
+    ax.barh(names, vals, color=colors)
+    for i, r in enumerate(rows):
+        ax.text(r[1], i, f"  {r[1]:.2f}", va="center", fontsize=9)
+        if r[2] is not None:
+            ax.plot([r[2], r[2]], [i - 0.4, i + 0.4], color="black", lw=2)
+        if r[3] is not None:
+            ax.plot([r[3], r[3]], [i - 0.4, i + 0.4], color="black", lw=1, ls="--")
+    ax.invert_yaxis()
+    ax.axvline(1.0, color="#999999", lw=0.8)
+    ax.set_xlabel("ratio of median throughputs (black bar: target, dashed: aim; green: target met)")
+    ax.set_title("Ratios")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_latency(res, path):
+    fig, ax = plt.subplots(figsize=(8, 4.5))
+    any_data = False
+    for case, color in [("twopc-fs", "#1f77b4"), ("filesink", "#ff7f0e")]:
+        lat = sorted(res.latencies(case))
+        if not lat:
+            continue
+        any_data = True
+        ys = [(i + 1) / len(lat) for i in range(len(lat))]
+        # Log scale: a 0 ms sample (under the clock's resolution) is drawn at 0.5 ms.
+        ax.step([max(x, 0.5) for x in lat], ys, where="post", color=color,
+                label=f"{LABELS[case]} (n={len(lat)}, p99 {percentile(lat, 99)} ms)")
+    if not any_data:
+        plt.close(fig)
+        return False
+    ax.axvline(20, color="black", lw=1, ls="--", label="target p99 < 20 ms (twopc-fs)")
+    ax.set_xscale("log")
+    ticks = [1, 2, 5, 10, 20, 50, 100, 200, 500]
+    ax.set_xticks(ticks)
+    ax.set_xticklabels([str(t) for t in ticks])
+    ax.set_xlabel("ms from checkpoint completion (last ack at the job manager) to the output file visible")
+    ax.set_ylabel("fraction of commits")
+    ax.set_title("Commit latency distribution (checkpoint every 1 s)")
+    ax.legend(fontsize=8, loc="lower right")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_memory(res, path):
+    fig, axes = plt.subplots(1, 4, figsize=(15, 4))
+    keys = [("peakHeapAfterGcBytes", "peak heap after GC (MiB)"),
+            ("peakRssBytes", "peak RSS (MiB)"),
+            ("nativeRssBytes", "peak RSS beyond the heap (MiB)"),
+            ("peakHeapUsedBytes", "peak heap in use, garbage incl. (MiB)")]
+    any_data = False
+    for ax, (key, title) in zip(axes, keys):
+        for sink, color in [("twopc-fs", "#1f77b4"), ("filesink", "#ff7f0e")]:
+            xs, ys = [], []
+            for interval, case in zip(INTERVALS, SWEEP[sink]):
+                v = res.med(case, key)
+                if v is not None:
+                    xs.append(interval / 1000)
+                    ys.append(v / 2**20)
+            if xs:
+                any_data = True
+                ax.plot(xs, ys, marker="o", color=color, label=LABELS[sink])
+        ax.set_xscale("log")
+        ax.set_xticks([0.1, 1, 10])
+        ax.set_xticklabels(["0.1", "1", "10"])
+        ax.set_xlabel("checkpoint interval (s)")
+        ax.set_title(title, fontsize=10)
+        ax.set_ylim(0, max([ln.get_ydata().max() for ln in ax.get_lines()] or [1]) * 1.2)
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize=8)
+    fig.suptitle("Memory of the job's JVM against the checkpoint interval (medians)")
+    fig.tight_layout()
+    if any_data:
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return any_data
+
+
+def plot_sweep(res, path):
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    any_data = False
+    for sink, color in [("twopc-fs", "#1f77b4"), ("filesink", "#ff7f0e")]:
+        xs, ys = [], []
+        for interval, case in zip(INTERVALS, SWEEP[sink]):
+            v = res.med(case, "recordsPerSec")
+            if v is not None:
+                xs.append(interval / 1000)
+                ys.append(v)
+        if xs:
+            any_data = True
+            ax.plot(xs, ys, marker="o", color=color, label=LABELS[sink])
+    if not any_data:
+        plt.close(fig)
+        return False
+    ax.set_xscale("log")
+    ax.set_xticks([0.1, 1, 10])
+    ax.set_xticklabels(["0.1", "1", "10"])
+    ax.set_xlabel("checkpoint interval (s)")
+    ax.set_ylabel("records/s (median)")
+    ax.set_ylim(0, max(ln.get_ydata().max() for ln in ax.get_lines()) * 1.15)
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    ax.set_title("Throughput against checkpoint interval")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def plot_jni(jni, path):
+    rows = (jni or {}).get("results") or []
+    if not rows:
+        return False
+    fig, ax = plt.subplots(figsize=(7, 4.2))
+    xs = [r["batchRecords"] for r in rows]
+    ys = [r["nsPerRecord"] for r in rows]
+    ax.plot(xs, ys, marker="o")
+    ax.axvline(jni["defaultBatchRecords"], color="black", ls="--", lw=1,
+               label=f"default batch ({jni['defaultBatchRecords']} records)")
+    ax.set_xscale("log", base=2)
+    ax.set_yscale("log")
+    ax.set_xlabel("records per NativeBridge.write call")
+    ax.set_ylabel("ns per record (median)")
+    ax.set_title("JNI write cost per record against batch size")
+    ax.grid(alpha=0.3, which="both")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
+
+
+def main():
+    src, md_path = sys.argv[1], sys.argv[2]
+    with open(src) as f:
+        doc = json.load(f)
+    res = Results(doc)
+    plot_dir = os.path.dirname(os.path.abspath(src))
+    rel = os.path.relpath(plot_dir, os.path.dirname(os.path.abspath(md_path)))
+
+    def img(name):
+        return f"![{name}]({rel}/{name})"
+
+    out = []
+    w = out.append
+    m = doc["machine"]
+    loads = [r.get("loadAvgStart", [None])[0] for r in doc["runs"] if r.get("loadAvgStart")]
+    w("# twopc benchmarks")
+    w("")
+    w(f"Written by `{doc['command']}` ({doc['mode']} run, {doc['started']} to {doc['finished']}); "
+      f"do not edit by hand: run the command again. Raw figures: "
+      f"[`{rel}/results.json`]({rel}/results.json).")
+    w("")
+    w("The question: what does an exactly-once sink cost against the sink one would use otherwise? "
+      "Every figure below comes from one run of the command on one machine, the sinks side by side, "
+      "and is read against its peer, its ceiling or the physical limit rather than alone.")
+    w("")
+    w("## Machine")
+    w("")
+    w("| | |")
+    w("|---|---|")
+    for key, label in [("cores", "cores"), ("cpu", "CPU"), ("memory_gib", "memory (GiB)"), ("disk", "disk"),
+                       ("os", "OS"), ("kernel", "kernel"), ("java", "JVM"), ("flink", "Flink"),
+                       ("flink_connector_jdbc", "flink-connector-jdbc"), ("postgresql_jdbc", "PostgreSQL JDBC"),
+                       ("postgresql_server", "PostgreSQL server"), ("postgresql_settings", "server settings"),
+                       ("psql", "psql"), ("rustc", "Rust"), ("gradle", "Gradle"), ("python", "Python")]:
+        if m.get(key) not in (None, ""):
+            w(f"| {label} | {m[key]} |")
+    if loads:
+        w(f"| load average (1 min; it includes the benchmark's own previous run) at the start of each run | "
+          f"median {median(loads):.2f}, "
+          f"max {max(loads):.2f} |")
+    w(f"| JVM options per run | {' '.join(doc.get('jvm', []))} (plus the `--add-opens` Flink needs) |")
+    w("")
+    w("## The job and the method")
+    w("")
+    w("* The same job for every sink: `fromSequence(1, N)` → a map that turns each number into a "
+      "record of 99 characters (`<20-digit id>\\t<payload>`; with the newline the sinks append, "
+      "100 bytes; the same bytes are a COPY text row `(id bigint, payload text)` for PostgreSQL) → the sink. "
+      "Parallelism 2, everything chained, exactly-once checkpoints every second (the sweep: 0.1 s and 10 s), "
+      "no restarts, a Flink MiniCluster in a JVM of its own per run (one task manager, two slots).")
+    w(f"* {doc['rounds']} rounds; each round runs every case once, in an order rotated (and reversed every "
+      "other round) from the previous one, so that drift of the machine spreads over all cases. "
+      "Medians over rounds are reported; ratios are ratios of medians (and, beside them, the median of "
+      "the ratios within a round).")
+    w("* **Throughput** is the steady rate: records accepted by the sink between 10 % and 90 % of the "
+      "input (sampled every 20 ms in the job's JVM), so start-up and the final checkpoint are left out. "
+      "The end-to-end rate (all records, from submission until the job finished, i.e. until the last "
+      "output was committed) is in the JSON and in the table. Every run checks its output: the visible files hold exactly "
+      "N × 100 bytes, or the table holds N distinct ids.")
+    sizes = doc["sizes"]
+    w(f"* Records per run (sized so that each run lasts several seconds or more at its own rate; a rate "
+      f"does not depend on the count): DiscardingSink {sizes['discard']:,}; twopc-fs and raw disk "
+      f"{sizes['fs']:,} ({sizes['fs-long']:,} at 10 s checkpoints); FileSink {sizes['filesink']:,} "
+      f"({sizes['filesink-long']:,} at 10 s); PostgreSQL sinks, JDBC XA with rewriting and psql "
+      f"{sizes['pg']:,}; JDBC XA as documented {sizes['jdbc']:,}.")
+    w("* **Raw disk write**: the same 100-byte lines (a 1 MB block of them, written repeatedly) by two "
+      "threads into two files in the same directory, each fsynced every second and at the end. "
+      "**psql \\copy**: the same rows, one `psql -c '\\copy bench_rows FROM file'` per subtask's half, "
+      "in parallel, into the same table (`id bigint PRIMARY KEY, payload text`), emptied before each run.")
+    w("* **Commit latency**: from a checkpoint's completion (taken as its last acknowledgement at the job "
+      "manager, which the completion follows by its finalisation: the figures are if anything high) to "
+      "the moment its output file became visible in the output directory (inotify). twopc's files are "
+      "matched to their checkpoint exactly (through the commit records); FileSink's to the last "
+      "checkpoint completed before the file appeared.")
+    w("* **Memory**: of the run's JVM, which holds the whole cluster. Its heap is fixed and resident "
+      "from the start (`-Xms` = `-Xmx`, pre-touched), as on a Flink task manager. Peak heap after GC "
+      "(the live set: the largest post-collection usage of the heap pools) shows what the job keeps on "
+      "the heap; peak RSS (`VmHWM` of /proc/self/status) minus the heap shows what it keeps outside it "
+      "(native memory, direct buffers, threads, code). Peak heap in use (JMX, sampled every 20 ms) "
+      "counts garbage not yet collected, so it follows the garbage collector's sizing of the young "
+      "generation, not what the sink holds.")
+    w("")
+
+    # Throughput table.
+    w("## Throughput")
+    w("")
+    w("| sink | records/s (median) | MB/s | min – max records/s | end-to-end records/s | runs ok |")
+    w("|---|---:|---:|---:|---:|---:|")
+    for c in MAIN_ORDER:
+        runs = res.by_case.get(c, [])
+        if not res.ok_runs(c):
+            w(f"| {LABELS[c]} | {res.why_missing(c)} | | | | {len(res.ok_runs(c))}/{len(runs)} |")
+            continue
+        vals = res.values(c, "recordsPerSec")
+        w(f"| {LABELS[c]} | {fmt_int(res.med(c, 'recordsPerSec'))} | {fmt(res.med(c, 'mbPerSec'), 1)} | "
+          f"{fmt_int(min(vals))} – {fmt_int(max(vals))} | {fmt_int(res.med(c, 'endToEndRecordsPerSec'))} | "
+          f"{len(res.ok_runs(c))}/{len(runs)} |")
+    w("")
+    plot_throughput(res, os.path.join(plot_dir, "throughput.png"))
+    w(img("throughput.png"))
+    w("")
+
+    # Ratios.
+    w("## Ratios")
+    w("")
+    w("| ratio | of medians | median within a round | target | met |")
+    w("|---|---:|---:|---|---|")
+    for name, n, d, tmin, aim in RATIOS:
+        r = res.ratio(n, d)
+        p = res.paired_ratio(n, d)
+        target = "—" if tmin is None else f"≥ {tmin}" + (f" (aim {aim})" if aim else "")
+        met = "—" if tmin is None or r is None else ("yes" if r >= tmin else "**no**")
+        if aim and r is not None and r >= tmin:
+            met += f", aim {'reached' if r >= aim else 'not reached'}"
+        if r is None:
+            missing = n if not res.ok_runs(n) else d
+            w(f"| {name} | — | — | {target} | {res.why_missing(missing)} |")
+        else:
+            w(f"| {name} | {r:.2f} | {fmt(p)} | {target} | {met} |")
+    w("")
+    if plot_ratios(res, os.path.join(plot_dir, "ratios.png")):
+        w(img("ratios.png"))
+        w("")
+
+    # Latency.
+    w("## Commit latency: checkpoint completion → output visible")
+    w("")
+    w(f"All commits, and (\"warm\") without those of each run's first {WARMUP_CHECKPOINTS} checkpoints: every "
+      "run is a fresh JVM, whose first commits run through cold (interpreted, not yet compiled) code "
+      "on the job manager's and the task's side.")
+    w("")
+    w("| sink | checkpoint every | commits | p50 ms | p99 ms | max ms | warm: commits | p50 | p99 | max |")
+    w("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+    for c in ["twopc-fs", "filesink", "twopc-fs@100ms", "filesink@100ms", "twopc-fs@10s", "filesink@10s"]:
+        lat = res.latencies(c)
+        if not lat:
+            continue
+        warm = res.latencies(c, warm=True)
+        interval = {"@100ms": "0.1 s", "@10s": "10 s"}.get(c[c.find("@"):] if "@" in c else "", "1 s")
+        base = c.split("@")[0]
+        w(f"| {LABELS[base]} | {interval} | {len(lat)} | {percentile(lat, 50)} | {percentile(lat, 99)} | "
+          f"{max(lat)} | {len(warm)} | {fmt_int(percentile(warm, 50))} | {fmt_int(percentile(warm, 99))} | "
+          f"{fmt_int(max(warm) if warm else None)} |")
+    w("")
+    if plot_latency(res, os.path.join(plot_dir, "latency.png")):
+        w(img("latency.png"))
+        w("")
+
+    # JNI.
+    jni = doc.get("jni") or {}
+    w("## JNI cost per record: batching against one call per record")
+    w("")
+    if jni.get("results"):
+        rows = jni["results"]
+        one = rows[0]["nsPerRecord"]
+        dflt = next((r["nsPerRecord"] for r in rows if r["batchRecords"] == jni["defaultBatchRecords"]), None)
+        w(f"`NativeBridge.write` of 100-byte records (framed into a direct buffer as TwopcSink does) into "
+          f"the {jni.get('destination', 'filesystem destination on tmpfs')}, {jni['rounds']} rounds in "
+          "rotating order, medians. The default batch is "
+          f"**{jni['defaultBatchRecords']} records or {jni['defaultBatchBytes'] // 1024} KiB, whichever "
+          "fills first** (`TwopcSinkBuilder.DEFAULT_BATCH_SIZE` / `DEFAULT_BATCH_BYTES`), and a batch is "
+          "also sent at every checkpoint.")
+        w("")
+        w("| records per call | ns per record | against one call per record |")
+        w("|---:|---:|---:|")
+        for r in rows:
+            w(f"| {r['batchRecords']:,} | {r['nsPerRecord']:.0f} | "
+              + ("(baseline) |" if r is rows[0] else f"{one / r['nsPerRecord']:.1f}× cheaper |"))
+        w("")
+        if dflt:
+            w(f"One call per record costs {one:.0f} ns per record; with the default batch, {dflt:.0f} ns "
+              f"(crossing, handle check and the destination's buffered write together): the crossing itself "
+              f"is about {one - dflt:.0f} ns per call, {(one - dflt) / jni['defaultBatchRecords']:.2f} ns per "
+              "record when batched.")
+            w("")
+        if plot_jni(jni, os.path.join(plot_dir, "jni.png")):
+            w(img("jni.png"))
+            w("")
+    else:
+        w(f"Not measured: {jni.get('error', 'not run')[:300]}")
+        w("")
+
+    # Memory.
+    w("## Memory against checkpoint interval")
+    w("")
+    w("Staged records go to the destination (the staging file), not to memory, so memory should not "
+      "grow with the data a checkpoint holds (10 s at these rates is over a gigabyte per subtask).")
+    w("")
+    w("| sink | checkpoint interval | peak heap in use MiB | peak heap after GC MiB | peak RSS MiB | "
+      "RSS beyond the heap MiB |")
+    w("|---|---|---:|---:|---:|---:|")
+    spreads = {}
+    for sink in ["twopc-fs", "filesink"]:
+        for interval, case in zip(INTERVALS, SWEEP[sink]):
+            if not res.ok_runs(case):
+                continue
+            w(f"| {LABELS[sink]} | {interval / 1000:g} s | {mib(res.med(case, 'peakHeapUsedBytes'))} | "
+              f"{mib(res.med(case, 'peakHeapAfterGcBytes'))} | {mib(res.med(case, 'peakRssBytes'))} | "
+              f"{mib(res.med(case, 'nativeRssBytes'))} |")
+        for key in ["peakHeapUsedBytes", "peakHeapAfterGcBytes", "peakRssBytes", "nativeRssBytes"]:
+            vals = [res.med(c, key) for c in SWEEP[sink] if res.med(c, key)]
+            if len(vals) == 3:
+                spreads[(sink, key)] = (max(vals) - min(vals)) / min(vals)
+    w("")
+    if spreads:
+        w("Spread across the three intervals, (max − min) / min of the medians:")
+        w("")
+        w("| sink | heap in use | heap after GC | RSS | RSS beyond the heap |")
+        w("|---|---:|---:|---:|---:|")
+        for sink in ["twopc-fs", "filesink"]:
+            cells = [spreads.get((sink, k)) for k in ["peakHeapUsedBytes", "peakHeapAfterGcBytes", "peakRssBytes",
+                                                       "nativeRssBytes"]]
+            w(f"| {LABELS[sink]} | " + " | ".join("—" if c is None else f"{100 * c:.0f} %" for c in cells) + " |")
+        w("")
+    if plot_memory(res, os.path.join(plot_dir, "memory.png")):
+        w(img("memory.png"))
+        w("")
+
+    # Sweep.
+    w("## Throughput against checkpoint interval")
+    w("")
+    w("| sink | 0.1 s | 1 s | 10 s |")
+    w("|---|---:|---:|---:|")
+    for sink in ["twopc-fs", "filesink"]:
+        w(f"| {LABELS[sink]} | " + " | ".join(fmt_int(res.med(c, "recordsPerSec")) for c in SWEEP[sink]) + " |")
+    w("")
+    if plot_sweep(res, os.path.join(plot_dir, "sweep.png")):
+        w(img("sweep.png"))
+        w("")
+
+    # Targets.
+    w("## Targets")
+    w("")
+    w("| target | figure | met |")
+    w("|---|---|---|")
+
+    def target_row(label, value, ok, shown):
+        w(f"| {label} | {shown if value is not None else '—'} | "
+          f"{'—' if value is None else ('yes' if ok else '**no**')} |")
+
+    for name, n, d, tmin, aim in RATIOS:
+        if tmin is None:
+            continue
+        r = res.ratio(n, d)
+        target_row(f"{name} ≥ {tmin}" + (f" (aim {aim})" if aim else ""), r, r is not None and r >= tmin,
+                   f"{r:.2f}" if r else "")
+    lat = res.latencies("twopc-fs")
+    p99 = percentile(lat, 99)
+    target_row("twopc-fs commit latency p99 < 20 ms (1 s checkpoints, all commits)", p99,
+               p99 is not None and p99 < 20, f"{p99} ms")
+    warm = res.latencies("twopc-fs", warm=True)
+    p99w = percentile(warm, 99)
+    target_row(f"twopc-fs commit latency p99 < 20 ms (1 s checkpoints, warm: checkpoints "
+               f"> {WARMUP_CHECKPOINTS} of each run)", p99w, p99w is not None and p99w < 20, f"{p99w} ms")
+    for key, label in [("peakHeapAfterGcBytes", "heap after GC"), ("peakRssBytes", "RSS"),
+                       ("nativeRssBytes", "RSS beyond the heap"), ("peakHeapUsedBytes", "heap in use, garbage included")]:
+        s = spreads.get(("twopc-fs", key))
+        target_row(f"twopc-fs memory flat within 10 % across 0.1 / 1 / 10 s ({label})", s,
+                   s is not None and s <= 0.10, f"{100 * s:.0f} %" if s is not None else "")
+    w("")
+
+    failed = [r for r in doc["runs"] if not r.get("ok")]
+    if failed or doc.get("skipped"):
+        w("## Runs that failed or did not run")
+        w("")
+        for case, why in doc.get("skipped", {}).items():
+            w(f"* {case}: {why}")
+        for r in failed:
+            err = (r.get("error") or r.get("verification") or "").strip().splitlines()
+            w(f"* {r['case']} round {r.get('round')}: {err[0][:300] if err else 'failed'}")
+        w("")
+
+    notes = os.path.join(os.path.dirname(os.path.abspath(__file__)), "notes.md")
+    if os.path.exists(notes):
+        with open(notes) as f:
+            w(f.read().rstrip())
+        w("")
+
+    with open(md_path, "w") as f:
+        f.write("\n".join(out))
+    print(f"wrote {md_path} and plots in {plot_dir}")
+
+
+if __name__ == "__main__":
+    main()

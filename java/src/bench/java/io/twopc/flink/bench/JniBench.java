@@ -1,0 +1,116 @@
+package io.twopc.flink.bench;
+
+import io.twopc.flink.TwopcSinkBuilder;
+import io.twopc.flink.internal.NativeBridge;
+
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.nio.file.Paths;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.LinkedHashMap;
+import java.util.List;
+import java.util.Map;
+
+/**
+ * The cost of crossing into the Rust core per record: {@code NativeBridge.write} with batches of
+ * 1 record (one call per record) up to the sink's default batch, the way {@code TwopcSink} calls
+ * it (records framed into a direct buffer, then one call per batch). The destination is the
+ * filesystem one on a tmpfs directory, so what is measured is the bridge and the core, not a
+ * disk. Batch sizes are measured in rotation, several rounds, medians reported.
+ *
+ * <pre>java -cp ... io.twopc.flink.bench.JniBench --dir=/dev/shm/x --out=jni.json [--records=2000000] [--rounds=5]</pre>
+ */
+public final class JniBench {
+    private static final int[] BATCH_SIZES = {1, 4, 16, 64, 256, 1024, TwopcSinkBuilder.DEFAULT_BATCH_SIZE, 16384};
+
+    private JniBench() {}
+
+    public static void main(String[] argv) throws Exception {
+        Map<String, String> args = BenchJob.parseArgs(argv);
+        Path dir = Paths.get(BenchJob.required(args, "dir")).toAbsolutePath();
+        Path out = Paths.get(BenchJob.required(args, "out")).toAbsolutePath();
+        long records = Long.parseLong(args.getOrDefault("records", "2000000"));
+        int rounds = Integer.parseInt(args.getOrDefault("rounds", "5"));
+        Files.createDirectories(dir);
+
+        NativeBridge.ensureLoaded();
+        long sink = NativeBridge.open("jnibench", "0123456789abcdef0123456789abcdef", 0, 1, dir.toString(), "part",
+                "", false, 7L * 24 * 3600 * 1000, 1000, 600_000, false, true, 5, 100, 5000, -1, new byte[0][]);
+        byte[][] records100 = new byte[1024][];
+        for (int i = 0; i < records100.length; i++) {
+            records100[i] = BenchRecords.utf8(BenchRecords.record(i + 1));
+        }
+        ByteBuffer buffer = ByteBuffer.allocateDirect(TwopcSinkBuilder.DEFAULT_BATCH_BYTES * 2)
+                .order(ByteOrder.LITTLE_ENDIAN);
+
+        // Warm-up: every size once, untimed, for the JIT.
+        for (int size : BATCH_SIZES) {
+            measure(sink, buffer, records100, size, Math.min(records, 200_000));
+        }
+        Map<Integer, List<Double>> nsPerRecord = new LinkedHashMap<>();
+        for (int size : BATCH_SIZES) {
+            nsPerRecord.put(size, new ArrayList<>());
+        }
+        for (int round = 0; round < rounds; round++) {
+            // Rotate the order each round so that drift does not favour one size.
+            for (int k = 0; k < BATCH_SIZES.length; k++) {
+                int size = BATCH_SIZES[(k + round) % BATCH_SIZES.length];
+                // One call per record is slow: fewer records for small batches, same wall time order.
+                long n = size < 64 ? Math.max(100_000, records / 8) : records;
+                nsPerRecord.get(size).add(measure(sink, buffer, records100, size, n));
+            }
+        }
+        NativeBridge.close(sink);
+
+        List<Object> rows = new ArrayList<>();
+        for (Map.Entry<Integer, List<Double>> e : nsPerRecord.entrySet()) {
+            Map<String, Object> row = new LinkedHashMap<>();
+            row.put("batchRecords", e.getKey());
+            row.put("nsPerRecordRuns", e.getValue());
+            row.put("nsPerRecord", median(e.getValue()));
+            rows.add(row);
+        }
+        Map<String, Object> result = new LinkedHashMap<>();
+        result.put("recordBytes", BenchRecords.RECORD_CHARS);
+        result.put("defaultBatchRecords", TwopcSinkBuilder.DEFAULT_BATCH_SIZE);
+        result.put("defaultBatchBytes", TwopcSinkBuilder.DEFAULT_BATCH_BYTES);
+        result.put("rounds", rounds);
+        result.put("destination", "filesystem destination on " + dir + " (tmpfs)");
+        result.put("results", rows);
+        Files.createDirectories(out.getParent());
+        Files.write(out, Json.write(result).getBytes(java.nio.charset.StandardCharsets.UTF_8));
+        System.out.println(Json.write(result));
+    }
+
+    /** Writes {@code n} records in batches of {@code size} into a fresh transaction; ns per record. */
+    private static double measure(long sink, ByteBuffer buffer, byte[][] records, int size, long n) {
+        byte[] handle = NativeBridge.begin(sink);
+        long start = System.nanoTime();
+        long written = 0;
+        int r = 0;
+        while (written < n) {
+            buffer.clear();
+            int inBatch = (int) Math.min(size, n - written);
+            for (int i = 0; i < inBatch; i++) {
+                byte[] record = records[r];
+                r = (r + 1) & (records.length - 1);
+                buffer.putInt(record.length);
+                buffer.put(record);
+            }
+            NativeBridge.write(sink, handle, buffer, buffer.position());
+            written += inBatch;
+        }
+        double ns = (System.nanoTime() - start) / (double) n;
+        NativeBridge.abort(sink, handle);
+        return ns;
+    }
+
+    static double median(List<Double> values) {
+        double[] v = values.stream().mapToDouble(Double::doubleValue).toArray();
+        Arrays.sort(v);
+        return v.length % 2 == 1 ? v[v.length / 2] : (v[v.length / 2 - 1] + v[v.length / 2]) / 2;
+    }
+}

@@ -1,0 +1,91 @@
+#!/usr/bin/env bash
+# The benchmark: what does twopc cost against the sink one would use
+# otherwise? Runs the same Flink job (numbered 100-byte records, parallelism
+# 2, exactly-once checkpoints every second) on the in-process cluster into
+# each sink in turn, in alternating rounds, plus the physical limits (raw
+# disk write, psql \copy) and a JNI micro-benchmark; then writes the report.
+#
+#   bash scripts/bench.sh           full run (about half an hour); writes
+#                                   docs/benchmarks.md, docs/bench/*.png and
+#                                   docs/bench/results.json
+#   bash scripts/bench.sh --quick   small runs (under 5 minutes); writes the
+#                                   same report to build/bench/quick/
+#
+# Installs what it needs when run as root on Debian (a JDK, Gradle,
+# PostgreSQL, matplotlib), or says what to install. Starts a throw-away
+# PostgreSQL server on 127.0.0.1:${TWOPC_BENCH_PG_PORT:-54339} (its own port,
+# so that a concurrent test run's server is left alone) and removes it at the
+# end. Figures mean something only on a quiet machine: the report records the
+# load average before and during every run.
+#
+# Environment: TWOPC_BENCH_WORK (scratch directory for the runs' output,
+# default /tmp/twopc-bench: it is the disk that is measured),
+# TWOPC_BENCH_CARGO_TARGET_DIR (cargo target directory, default ./target).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+. scripts/setup.sh
+
+QUICK=""
+for arg in "$@"; do
+    case "$arg" in
+    --quick) QUICK="--quick" ;;
+    *)
+        say "usage: bash scripts/bench.sh [--quick]"
+        exit 2
+        ;;
+    esac
+done
+
+ensure_rust
+ensure_java
+ensure_gradle
+
+ensure_plotting() {
+    if python3 -c 'import matplotlib' >/dev/null 2>&1; then
+        return 0
+    fi
+    say "matplotlib is missing (for the plots); installing it with pip"
+    if python3 -m pip install -q matplotlib >/dev/null 2>&1 \
+        || python3 -m pip install -q --user matplotlib >/dev/null 2>&1; then
+        return 0
+    fi
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+        apt_install python3-matplotlib
+        return 0
+    fi
+    say "missing: matplotlib. Install it with: python3 -m pip install matplotlib (or sudo apt-get install -y python3-matplotlib)"
+    exit 3
+}
+if ! command -v python3 >/dev/null 2>&1; then
+    need_root_or_explain python3 "Python 3"
+    apt_install python3
+fi
+ensure_plotting
+
+if [ -n "$QUICK" ]; then
+    OUT_DIR="build/bench/quick"
+else
+    OUT_DIR="docs"
+fi
+
+say "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
+
+export TWOPC_PG_PORT="${TWOPC_BENCH_PG_PORT:-54339}"
+stop_postgres() {
+    bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+}
+trap stop_postgres EXIT
+say "starting PostgreSQL on 127.0.0.1:$TWOPC_PG_PORT"
+eval "$(TWOPC_PG_MAX_PREPARED=64 bash scripts/postgres.sh start)"
+
+say "building the JNI library (release) and the benchmark classes"
+gradle --no-daemon -q benchClasspath \
+    -PcargoTargetDir="${TWOPC_BENCH_CARGO_TARGET_DIR:-$PWD/target}"
+
+mkdir -p "$OUT_DIR/bench"
+python3 bench/run.py $QUICK \
+    --classpath-file build/bench/classpath.txt \
+    --pg-url "$TWOPC_PG_URL" \
+    --out "$OUT_DIR/bench/results.json"
+python3 bench/report.py "$OUT_DIR/bench/results.json" "$OUT_DIR/benchmarks.md"
+say "report: $OUT_DIR/benchmarks.md"
