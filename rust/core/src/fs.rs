@@ -255,11 +255,19 @@ impl Layout {
         let mut staged = Vec::new();
         let mut foreign = Vec::new();
         for name in list_names(&self.staging)? {
-            let parsed = TransactionId::parse(&name).filter(|p| p.sink == self.sink);
-            let Some(parsed) = parsed.filter(|_| self.staging.join(&name).is_dir()) else {
+            let Some(parsed) = TransactionId::parse(&name).filter(|p| p.sink == self.sink) else {
                 foreign.push(name);
                 continue;
             };
+            let path = self.staging.join(&name);
+            if !path.is_dir() {
+                // A file named like a transaction is not ours; a directory
+                // that vanished since the listing was committed or aborted.
+                if path.exists() {
+                    foreign.push(name);
+                }
+                continue;
+            }
             let dir = self.staging_dir(&parsed.id);
             let prepared = self.read_prepared(&parsed.id)?.map(|m| m.handle);
             let activity_path = if prepared.is_some() {
@@ -269,7 +277,14 @@ impl Layout {
             } else {
                 dir.clone()
             };
-            let last_activity_ms = modified_ms(&activity_path)?;
+            // Other subtasks commit and abort their own transactions while
+            // this scan runs: one that vanished since the listing is no
+            // longer staged, which is all this scan reports.
+            let last_activity_ms = match modified_ms(&activity_path) {
+                Ok(ms) => ms,
+                Err(_) if !dir.exists() => continue,
+                Err(e) => return Err(e),
+            };
             staged.push(StagedTransaction {
                 transaction: parsed.id,
                 subtask: parsed.subtask,
