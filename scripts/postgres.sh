@@ -23,6 +23,10 @@
 #                          URL is exported as TWOPC_PG_URL_NO_2PC: that server
 #                          is the one the start-up rejection test needs:
 #     eval "$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 scripts/postgres.sh start)"
+#   TWOPC_PG_SETTINGS      more server settings, separated by ';', e.g.
+#                          "max_wal_size = 8GB; shared_buffers = 1GB" (the
+#                          benchmark's bulk-load settings); rewritten at every
+#                          start like the rest
 #
 # The server refuses to run as root, so as root the cluster is owned by and
 # run as the `postgres` user (created by Debian's package); as any other user
@@ -132,6 +136,7 @@ unix_socket_directories = '$DIR'
 max_prepared_transactions = $mp
 max_connections = 200
 password_encryption = 'scram-sha-256'
+$(printf '%s\n' "${TWOPC_PG_SETTINGS:-}" | tr ';' '\n' | sed 's/^ *//')
 EOF
 }
 
@@ -167,12 +172,15 @@ start_server() {
 create_user_and_db() {
     # Idempotent: only what is missing is created. CREATEROLE lets the tests
     # create a role without rights for the start-up rejection test; the test
-    # user is deliberately not a superuser.
+    # user is deliberately not a superuser. pg_checkpoint (PostgreSQL 15+)
+    # lets the benchmark write out the server's dirty state between runs.
     psql_admin <<EOF
 SELECT 'CREATE ROLE $USER_NAME LOGIN CREATEROLE PASSWORD ''$PASSWORD'''
 WHERE NOT EXISTS (SELECT 1 FROM pg_roles WHERE rolname = '$USER_NAME') \gexec
 SELECT 'CREATE DATABASE $DB_NAME OWNER $USER_NAME'
 WHERE NOT EXISTS (SELECT 1 FROM pg_database WHERE datname = '$DB_NAME') \gexec
+SELECT 'GRANT pg_checkpoint TO $USER_NAME'
+WHERE EXISTS (SELECT 1 FROM pg_roles WHERE rolname = 'pg_checkpoint') \gexec
 EOF
 }
 

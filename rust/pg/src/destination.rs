@@ -8,8 +8,8 @@
 //! | core call | SQL |
 //! |---|---|
 //! | `begin` | nothing (lazy: `BEGIN` comes with the first write) |
-//! | `write` | one `COPY <table> (<columns>) FROM STDIN` per batch, inside the open transaction |
-//! | `prepare` | side row (control session, autocommit); commit record + row lock (writer); `PREPARE TRANSACTION '<id>'` (writer) |
+//! | `write` | `BEGIN` and `COPY <table> (<columns>) FROM STDIN` with the first batch; every batch streamed into that one COPY (see [`crate::copy_stream`]) |
+//! | `prepare` | end of the COPY (rows loaded checked against records written); side row (control session, autocommit); commit record + row lock (writer); `PREPARE TRANSACTION '<id>'` (writer) |
 //! | `commit` | `COMMIT PREPARED '<id>'` (control session) |
 //! | `abort` | `ROLLBACK` of the open one, `ROLLBACK PREPARED '<id>'` of a prepared one |
 //!
@@ -85,6 +85,7 @@ use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::RecordBatch;
 
+use crate::copy_stream::CopyEnd;
 use crate::error::{self, UNDEFINED_OBJECT};
 use crate::idempotent::{quoted_list, IdempotentSql};
 use crate::link::{CallError, Link};
@@ -100,6 +101,9 @@ pub const UNKNOWN_RUN: &str = "twopc-pg-unknown-run";
 /// The writer session never has its open transaction cut by the server
 /// for idling between checkpoints: a cut would fail the next checkpoint.
 const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0";
+
+/// What the open transaction's COPY is called in errors.
+const COPY_OP: &str = "COPY into the open transaction";
 
 struct OpenTxn {
     id: TransactionId,
@@ -315,6 +319,14 @@ impl PgDestination {
         let Some(open) = self.open.take() else {
             return;
         };
+        if self.writer.is_copying() {
+            // Cancelling the COPY aborts the transaction on the server; the
+            // ROLLBACK below ends it. Its error, if any, is what ended the
+            // transaction, already reported or moot.
+            if let Err(f) = self.writer.end_copy("cancelling the COPY", false) {
+                log::debug!("cancelling the COPY of {}: {}", open.id, f.error);
+            }
+        }
         if open.generation == self.writer.generation() && self.writer.is_connected() {
             if let Err(f) = self
                 .writer
@@ -367,29 +379,21 @@ impl PgDestination {
                 rows: 0,
                 failed: None,
             });
+            let copy_sql = self.txn_sql().expect("transactional").copy_target.clone();
+            let started = self.writer.start_copy(COPY_OP, copy_sql);
+            if let Err(f) = started {
+                let open = self.open.as_mut().expect("set above");
+                open.failed = Some(format!("its COPY could not start ({})", f.error));
+                return Err(f.error);
+            }
         }
-        let suffix = self.row_suffix(txn);
-        // Statement texts are cloned out so the closure does not borrow
-        // `self` while the writer session is borrowed mutably.
-        let copy_sql = self.txn_sql().expect("transactional").copy_target.clone();
-        let result = self.writer.run("COPY into the open transaction", |c| {
-            copy_rows(c, &copy_sql, batch, suffix.as_deref())
-        });
-        let records = batch.len();
-        let mismatch = match &result {
-            Ok(loaded) if *loaded != records => Some(self.rows_mismatch(*loaded, records)),
-            _ => None,
-        };
+        let rows = copy_rows(batch, self.row_suffix(txn).as_deref());
+        let result = self.writer.send_copy(COPY_OP, rows);
         let open = self.open.as_mut().expect("set above");
         match result {
-            Ok(_) if mismatch.is_none() => {
-                open.rows += records;
+            Ok(()) => {
+                open.rows += batch.len();
                 Ok(())
-            }
-            Ok(_) => {
-                let e = mismatch.expect("checked");
-                open.failed = Some(e.message.clone());
-                Err(e)
             }
             Err(f) => {
                 open.failed = Some(if f.lost {
@@ -454,6 +458,34 @@ impl PgDestination {
             return Err(e);
         }
         let rows = self.open.as_ref().map(|o| o.rows).unwrap_or(0);
+        // The COPY ends here; the server reports a rejected row only now.
+        let loaded = match self.writer.end_copy(COPY_OP, true) {
+            Ok(CopyEnd::Finished(loaded)) => loaded,
+            Ok(CopyEnd::Abandoned) => {
+                self.rollback_open();
+                return Err(self.err(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "the COPY of {txn} ended before it was finished (a bug; please report it)"
+                    ),
+                ));
+            }
+            Err(f) => {
+                self.rollback_open();
+                return Err(self.err(
+                    f.error.kind,
+                    format!(
+                        "transaction {txn} cannot be prepared: {}; it was rolled back and its \
+                         records are replayed from the last checkpoint",
+                        f.error.message
+                    ),
+                ));
+            }
+        };
+        if loaded != rows {
+            self.rollback_open();
+            return Err(self.rows_mismatch(loaded, rows));
+        }
         if rows != info.records {
             self.rollback_open();
             return Err(self.err(
@@ -892,7 +924,7 @@ impl PgDestination {
             if !stage_ready {
                 c.batch_execute(&create)?;
             }
-            let loaded = copy_rows(c, &copy, batch, None)?;
+            let loaded = copy_batch(c, &copy, batch)?;
             if loaded != records {
                 c.batch_execute("ROLLBACK")?;
                 return Ok(Some(loaded));
@@ -919,22 +951,27 @@ impl PgDestination {
     }
 }
 
-/// Writes the records of a batch into one COPY, each followed by `suffix`
-/// (if any) and a line break; returns the rows the server loaded.
-fn copy_rows(
-    client: &mut Client,
-    sql: &str,
-    batch: RecordBatch<'_>,
-    suffix: Option<&[u8]>,
-) -> Result<u64, CallError> {
-    let mut w = client.copy_in(sql)?;
+/// The records of a batch as COPY rows: each followed by `suffix` (if any)
+/// and a line break.
+fn copy_rows(batch: RecordBatch<'_>, suffix: Option<&[u8]>) -> Vec<u8> {
+    let per_row = 1 + suffix.map_or(0, <[u8]>::len);
+    let size = batch.payload_bytes() as usize + batch.len() as usize * per_row;
+    let mut rows = Vec::with_capacity(size);
     for record in batch.iter() {
-        w.write_all(record)?;
+        rows.extend_from_slice(record);
         if let Some(s) = suffix {
-            w.write_all(s)?;
+            rows.extend_from_slice(s);
         }
-        w.write_all(b"\n")?;
+        rows.push(b'\n');
     }
+    rows
+}
+
+/// Loads a batch with one COPY of its own; returns the rows the server
+/// loaded.
+fn copy_batch(client: &mut Client, sql: &str, batch: RecordBatch<'_>) -> Result<u64, CallError> {
+    let mut w = client.copy_in(sql)?;
+    w.write_all(&copy_rows(batch, None))?;
     Ok(w.finish()?)
 }
 

@@ -23,6 +23,7 @@
 //! this API.
 #![forbid(unsafe_code)]
 
+mod copy_stream;
 pub mod destination;
 mod error;
 pub mod idempotent;

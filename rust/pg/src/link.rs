@@ -2,12 +2,16 @@
 //! the next call connects again. That is how a commit whose connection
 //! broke is resolved: the core retries by id, the retry opens a new session
 //! and asks the server what became of the gid.
+//!
+//! While a [`CopyStream`] is open, its feeder thread holds the session; the
+//! link gets it back when the COPY ends.
 
 use std::io;
 
 use postgres::{Client, NoTls};
 use twopc_core::error::{DestinationError, DestinationErrorKind};
 
+use crate::copy_stream::{CopyEnd, CopyStream};
 use crate::error;
 use crate::options::Secrets;
 
@@ -52,8 +56,14 @@ impl From<io::Error> for CallError {
     }
 }
 
-struct Session {
+pub(crate) struct Session {
     client: Client,
+    pid: i32,
+}
+
+/// A COPY in progress: the feeder thread holds the session.
+struct Copying {
+    stream: CopyStream<Session>,
     pid: i32,
 }
 
@@ -64,6 +74,7 @@ pub(crate) struct Link {
     /// Statements run once per new session.
     setup: &'static str,
     session: Option<Session>,
+    copying: Option<Copying>,
     /// Counts sessions opened, so that state tied to one session (the open
     /// transaction, a temporary table) can tell it outlived its session.
     generation: u64,
@@ -84,6 +95,7 @@ impl Link {
             secrets,
             setup,
             session: None,
+            copying: None,
             generation: 0,
         }
     }
@@ -92,12 +104,22 @@ impl Link {
         self.generation
     }
 
-    /// True when a session is open and not known to be broken.
+    /// True when a session is open and not known to be broken. A session
+    /// lent to a COPY counts as open: a broken one shows when the COPY
+    /// ends.
     pub fn is_connected(&self) -> bool {
-        self.session.as_ref().is_some_and(|s| !s.client.is_closed())
+        self.copying.is_some() || self.session.as_ref().is_some_and(|s| !s.client.is_closed())
+    }
+
+    /// True while a COPY stream holds the session.
+    pub fn is_copying(&self) -> bool {
+        self.copying.is_some()
     }
 
     pub fn pid(&self) -> Option<i32> {
+        if let Some(c) = &self.copying {
+            return Some(c.pid);
+        }
         self.session
             .as_ref()
             .filter(|s| !s.client.is_closed())
@@ -105,7 +127,10 @@ impl Link {
     }
 
     /// Closes the session; the server rolls back whatever was open in it.
+    /// A COPY in progress is cancelled, and its feeder thread closes the
+    /// session when it ends.
     pub fn disconnect(&mut self) {
+        self.copying = None;
         self.session = None;
     }
 
@@ -150,48 +175,122 @@ impl Link {
         op: &str,
         f: impl FnOnce(&mut Client) -> Result<T, CallError>,
     ) -> Result<T, Failure> {
-        if !self.is_connected() {
-            self.session = None;
-            self.connect()?;
-        }
-        let session = self.session.as_mut().expect("connected above");
+        let session = self.session_for(op)?;
         let result = f(&mut session.client);
         let closed = session.client.is_closed();
-        match result {
-            Ok(v) => Ok(v),
-            Err(CallError::Pg(e)) => {
-                let lost = closed || error::is_connection_lost(&e);
-                if lost {
-                    self.session = None;
-                }
-                Err(Failure {
-                    error: error::pg(&self.secrets, op, &e),
-                    sqlstate: error::sqlstate(&e).map(str::to_string),
-                    lost,
-                })
-            }
-            Err(CallError::Io(e)) => {
-                // A COPY stream write fails only when the connection does.
-                self.session = None;
-                Err(Failure {
-                    error: error::other(
-                        &self.secrets,
-                        DestinationErrorKind::Unavailable,
-                        format!("{op}: {e} (the connection to PostgreSQL was lost)"),
-                    ),
-                    sqlstate: None,
-                    lost: true,
-                })
-            }
-        }
+        result.map_err(|e| self.failure(op, e, closed))
     }
 
     /// The session's client, connecting if needed (start-up checks).
     pub fn client(&mut self) -> Result<&mut Client, Failure> {
+        Ok(&mut self.session_for("connecting")?.client)
+    }
+
+    /// The session, connected. A statement has no place inside a COPY: the
+    /// callers end their COPY first, and should one not, the COPY is
+    /// cancelled here (which aborts its transaction on the server) rather
+    /// than the statement being sent into the data stream.
+    fn session_for(&mut self, op: &str) -> Result<&mut Session, Failure> {
+        if self.copying.is_some() {
+            log::warn!(
+                "{op} on the {} connection while a COPY was open; cancelling the COPY",
+                self.role
+            );
+            let _ = self.end_copy(op, false);
+        }
         if !self.is_connected() {
             self.session = None;
             self.connect()?;
         }
-        Ok(&mut self.session.as_mut().expect("connected above").client)
+        Ok(self.session.as_mut().expect("connected above"))
+    }
+
+    /// The failure of a call, dropping the session when the connection is
+    /// gone (`closed`: the client said so after the call).
+    fn failure(&mut self, op: &str, e: CallError, closed: bool) -> Failure {
+        match e {
+            CallError::Pg(e) => {
+                let lost = closed || error::is_connection_lost(&e);
+                if lost {
+                    self.session = None;
+                }
+                Failure {
+                    error: error::pg(&self.secrets, op, &e),
+                    sqlstate: error::sqlstate(&e).map(str::to_string),
+                    lost,
+                }
+            }
+            CallError::Io(e) => {
+                // A COPY stream write fails only when the connection does.
+                self.session = None;
+                self.lost(format!("{op}: {e} (the connection to PostgreSQL was lost)"))
+            }
+        }
+    }
+
+    fn lost(&self, message: String) -> Failure {
+        Failure {
+            error: error::other(&self.secrets, DestinationErrorKind::Unavailable, message),
+            sqlstate: None,
+            lost: true,
+        }
+    }
+
+    /// Starts `COPY ... FROM STDIN` (`sql`) on a feeder thread that holds the
+    /// session until [`Link::end_copy`]; rows go in with [`Link::send_copy`].
+    pub fn start_copy(&mut self, op: &str, sql: String) -> Result<(), Failure> {
+        self.session_for(op)?;
+        let session = self.session.take().expect("connected above");
+        let pid = session.pid;
+        match CopyStream::start(session, |s| &mut s.client, sql) {
+            Ok(stream) => {
+                self.copying = Some(Copying { stream, pid });
+                Ok(())
+            }
+            Err(e) => Err(self.lost(format!(
+                "{op}: no thread could be started for the COPY ({e}); the {} connection was \
+                 closed, so PostgreSQL rolls back what was open in it",
+                self.role
+            ))),
+        }
+    }
+
+    /// Hands whole COPY rows to the open COPY. When the COPY has failed,
+    /// returns why (and the session is back, or dropped if lost).
+    pub fn send_copy(&mut self, op: &str, rows: Vec<u8>) -> Result<(), Failure> {
+        let Some(copying) = &self.copying else {
+            return Err(self.lost(format!("{op}: no COPY is open (a bug; please report it)")));
+        };
+        if copying.stream.send(rows).is_ok() {
+            return Ok(());
+        }
+        // The feeder has ended early, which it does only when its COPY failed.
+        match self.end_copy(op, false) {
+            Err(f) => Err(f),
+            Ok(_) => Err(self.lost(format!("{op}: the COPY ended early without an error"))),
+        }
+    }
+
+    /// Ends the open COPY: completes it (`finish`) or cancels it, and takes
+    /// the session back from the feeder thread.
+    pub fn end_copy(&mut self, op: &str, finish: bool) -> Result<CopyEnd, Failure> {
+        let Some(copying) = self.copying.take() else {
+            return Err(self.lost(format!("{op}: no COPY is open (a bug; please report it)")));
+        };
+        match copying.stream.end(finish) {
+            Some((session, result)) => {
+                let closed = session.client.is_closed();
+                self.session = Some(session);
+                result.map_err(|e| self.failure(op, e, closed))
+            }
+            None => {
+                self.session = None;
+                Err(self.lost(format!(
+                    "{op}: the COPY thread failed; the {} connection was closed, so PostgreSQL \
+                     rolls back what was open in it",
+                    self.role
+                )))
+            }
+        }
     }
 }

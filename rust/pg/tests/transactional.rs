@@ -723,7 +723,7 @@ fn csv_rows_with_quotes_commas_newlines_and_nulls() {
 }
 
 #[test]
-fn a_record_that_is_not_one_text_row_fails_the_write() {
+fn a_record_that_is_not_one_text_row_fails_the_prepare() {
     let url = server!();
     let (mut admin, table, sink, _g) = setup(&url, "badrow");
     let mut s = open(
@@ -734,16 +734,65 @@ fn a_record_that_is_not_one_text_row_fails_the_write() {
     )
     .unwrap();
     let h = s.begin().unwrap();
-    // Two rows smuggled into one record by an unescaped line break.
-    let err = s
-        .write(&h.transaction, &batch(&["1\ta\n2\tb", "3\tc"]))
-        .unwrap_err()
-        .to_string();
+    // Two rows smuggled into one record by an unescaped line break. The
+    // batches of a transaction stream into one COPY, whose row count the
+    // server reports when it ends: at prepare.
+    s.write(&h.transaction, &batch(&["1\ta\n2\tb", "3\tc"]))
+        .unwrap();
+    let err = s.prepare(&h.transaction, 1).unwrap_err().to_string();
     assert!(err.contains("3 rows") && err.contains("2 records"), "{err}");
-    assert!(s.prepare(&h.transaction, 1).is_err(), "never prepared");
     s.abort(&h).unwrap();
+    assert!(
+        visible(&mut admin, &table).is_empty(),
+        "nothing of it visible"
+    );
     // Text escapes are the schema's business and pass through untouched.
     let h = prepared(&mut s, &["7\ttab\\there", "8\t\\N"], 2);
     s.commit(&h).unwrap();
     assert_eq!(visible(&mut admin, &table), vec!["7|tab\there", "8|<null>"]);
+}
+
+#[test]
+fn a_rejected_value_in_a_middle_batch_fails_the_prepare_and_the_next_transaction_loads() {
+    let url = server!();
+    let (mut admin, table, sink, _g) = setup(&url, "midbatch");
+    let mut s = open(
+        &options(&url, &table),
+        ctx(&sink, "run1", 0, 1),
+        sink_options(),
+        None,
+    )
+    .unwrap();
+    // Many batches stream into one COPY; the third carries a value the
+    // bigint column rejects.
+    let h = s.begin().unwrap();
+    for i in 0..6i64 {
+        let mut records = rows(i * 1000..(i + 1) * 1000, "x");
+        if i == 2 {
+            records[500] = "not-a-number\tbad".to_string();
+        }
+        // The server reports a rejected row only when the COPY ends, so a
+        // write may or may not see it; the prepare always does.
+        if s.write(&h.transaction, &batch(&records)).is_err() {
+            break;
+        }
+    }
+    let err = s.prepare(&h.transaction, 1).unwrap_err().to_string();
+    assert!(
+        err.contains("not-a-number"),
+        "names the rejected value: {err}"
+    );
+    assert!(
+        err.contains(h.transaction.as_str()),
+        "names the transaction: {err}"
+    );
+    s.abort(&h).unwrap();
+    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert_eq!(count(&mut admin, &table), 0, "nothing of it visible");
+
+    // The same session carries the next transaction, again over many batches.
+    let records = rows(0..5000, "y");
+    let h2 = prepared(&mut s, &records, 2);
+    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
+    assert_eq!(count(&mut admin, &table), 5000);
 }
