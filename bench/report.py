@@ -27,10 +27,11 @@ LABELS = {
     "twopc-pg-idem": "twopc, PostgreSQL idempotent",
     "jdbc-xa": "Flink JDBC sink, exactly-once (XA)",
     "jdbc-xa-rewrite": "Flink JDBC XA sink + reWriteBatchedInserts",
-    "raw-disk": "raw sequential disk write",
+    "raw-disk": "raw sequential disk write (page cache)",
+    "raw-disk-direct": "raw sequential disk write (O_DIRECT)",
     "raw-copy": "psql \\copy",
 }
-MAIN_ORDER = ["discard", "twopc-fs", "filesink", "raw-disk", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
+MAIN_ORDER = ["discard", "twopc-fs", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
               "raw-copy"]
 SWEEP = {"twopc-fs": ["twopc-fs@100ms", "twopc-fs", "twopc-fs@10s"],
          "filesink": ["filesink@100ms", "filesink", "filesink@10s"]}
@@ -43,7 +44,8 @@ RATIOS = [
     ("twopc-fs / FileSink", "twopc-fs", "filesink", 1.0, 1.5),
     ("twopc-pg transactional / JDBC XA", "twopc-pg-tx", "jdbc-xa", 3.0, None),
     ("twopc-pg transactional / raw COPY", "twopc-pg-tx", "raw-copy", 0.7, None),
-    ("twopc-fs / raw disk write", "twopc-fs", "raw-disk", None, None),
+    ("twopc-fs / raw disk write (page cache)", "twopc-fs", "raw-disk", None, None),
+    ("twopc-fs / raw disk write (O_DIRECT)", "twopc-fs", "raw-disk-direct", None, None),
     ("twopc-pg transactional / JDBC XA + reWriteBatchedInserts", "twopc-pg-tx", "jdbc-xa-rewrite", None, None),
     ("twopc-pg idempotent / JDBC XA", "twopc-pg-idem", "jdbc-xa", None, None),
     ("twopc-pg idempotent / raw COPY", "twopc-pg-idem", "raw-copy", None, None),
@@ -367,7 +369,9 @@ def main():
       "(listed under Machine): with the defaults (`max_wal_size` 1 GB) it checkpoints every few seconds "
       "during a load and logs a hint to raise `max_wal_size`.")
     w("* **Raw disk write**: the same 100-byte lines (a 1 MB block of them, written repeatedly) by two "
-      "threads into two files in the same directory, each fsynced every second and at the end. "
+      "threads into two files in the same directory, each fsynced every second and at the end; once "
+      "through the page cache (plain `write`), once with O_DIRECT (blocks of 4096 lines, 409,600 bytes, "
+      "from an aligned buffer straight to the disk). "
       "**psql \\copy**: the same rows, one `psql -c '\\copy bench_rows FROM file'` per subtask's half, "
       "in parallel, into the same table (`id bigint PRIMARY KEY, payload text`), emptied before each run.")
     w("* **Commit latency**: from a checkpoint's completion (taken as its last acknowledgement at the job "

@@ -88,6 +88,7 @@ CASES = [
     ("jdbc-xa", "jdbc-xa", "pg", 1000, True),
     ("jdbc-xa-rewrite", "jdbc-xa-rewrite", "pg", 1000, True),
     ("raw-disk", "raw-disk", "raw-disk", 1000, False),
+    ("raw-disk-direct", "raw-disk-direct", "raw-disk", 1000, False),
     ("raw-copy", "raw-copy", "pg", 1000, True),
     # The interval sweep (1 s is the main run above).
     ("twopc-fs@100ms", "twopc-fs", "fs", 100, False),

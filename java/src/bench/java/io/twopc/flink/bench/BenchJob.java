@@ -38,8 +38,9 @@ import java.util.concurrent.TimeUnit;
  * One benchmark run, in a JVM of its own: the same job (generated numbered records of 100 bytes,
  * parallelism 2, exactly-once checkpoints) into one sink on an in-process Flink cluster, with
  * throughput, commit latency, heap and RSS measured from inside the JVM. Prints one JSON object
- * to the file named by {@code --out}. Also the two physical limits that need no Flink: {@code
- * raw-disk} (sequential write of the same bytes, fsync every checkpoint interval) and {@code
+ * to the file named by {@code --out}. Also the physical limits that need no Flink: {@code
+ * raw-disk} (sequential write of the same bytes through the page cache, fsync every checkpoint
+ * interval), {@code raw-disk-direct} (the same with O_DIRECT, past the page cache) and {@code
  * copy-file} (writes the rows for {@code psql \copy}).
  *
  * <pre>
@@ -48,7 +49,7 @@ import java.util.concurrent.TimeUnit;
  * </pre>
  *
  * Sinks: {@code discard}, {@code twopc-fs}, {@code filesink}, {@code twopc-pg-tx}, {@code
- * twopc-pg-idem}, {@code jdbc-xa}, {@code raw-disk}, {@code copy-file}.
+ * twopc-pg-idem}, {@code jdbc-xa}, {@code raw-disk}, {@code raw-disk-direct}, {@code copy-file}.
  */
 public final class BenchJob {
     static final int PARALLELISM = 2;
@@ -77,7 +78,10 @@ public final class BenchJob {
         try {
             switch (sink) {
                 case "raw-disk":
-                    RawDisk.run(dir, records, intervalMs, result);
+                    RawDisk.run(dir, records, intervalMs, false, result);
+                    break;
+                case "raw-disk-direct":
+                    RawDisk.run(dir, records, intervalMs, true, result);
                     break;
                 case "copy-file":
                     RawDisk.writeCopyFiles(dir, records, PARALLELISM, result);
