@@ -320,10 +320,67 @@ pub struct FsDestination {
 struct OpenFile {
     txn: TransactionId,
     path: PathBuf,
-    out: BufWriter<File>,
+    out: StagedOut,
     len: u64,
     /// `len` when the file was last handed to the background writeback.
     written_back: u64,
+}
+
+/// How the open data file is written: with direct I/O where the file
+/// system allows it (see [`crate::direct_io`]), else through the page
+/// cache, with background writeback.
+enum StagedOut {
+    Cached(BufWriter<File>),
+    #[cfg(target_os = "linux")]
+    Direct(crate::direct_io::DirectWriter),
+}
+
+impl StagedOut {
+    fn open(file: File, path: &Path, len: u64) -> StagedOut {
+        #[cfg(target_os = "linux")]
+        if let Some(direct) = crate::direct_io::DirectWriter::open(path, len) {
+            return StagedOut::Direct(direct);
+        }
+        let _ = (path, len);
+        StagedOut::Cached(BufWriter::with_capacity(WRITE_BUFFER, file))
+    }
+
+    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            StagedOut::Cached(out) => out.write_all(bytes),
+            #[cfg(target_os = "linux")]
+            StagedOut::Direct(out) => out.write_all(bytes),
+        }
+    }
+
+    /// Everything written so far on the disk, data and metadata; then out
+    /// of the page cache.
+    fn seal(&mut self) -> std::io::Result<()> {
+        let file = match self {
+            StagedOut::Cached(out) => {
+                out.flush()?;
+                out.get_ref().sync_all()?;
+                out.get_ref()
+            }
+            #[cfg(target_os = "linux")]
+            StagedOut::Direct(out) => {
+                out.seal()?;
+                out.file()
+            }
+        };
+        drop_from_page_cache(file);
+        Ok(())
+    }
+
+    /// Asks for background writeback of what was written through the page
+    /// cache (direct writes need none).
+    fn request_writeback(&self) {
+        match self {
+            StagedOut::Cached(out) => writeback::request(out.get_ref()),
+            #[cfg(target_os = "linux")]
+            StagedOut::Direct(_) => {}
+        }
+    }
 }
 
 impl FsDestination {
@@ -377,10 +434,11 @@ impl FsDestination {
                 .metadata()
                 .map_err(|e| DestinationError::io("reading size of", &path, e))?
                 .len();
+            let out = StagedOut::open(file, &path, len);
             self.open = Some(OpenFile {
                 txn: txn.clone(),
                 path,
-                out: BufWriter::with_capacity(WRITE_BUFFER, file),
+                out,
                 len,
                 written_back: len,
             });
@@ -393,13 +451,8 @@ impl FsDestination {
         match self.open.take() {
             Some(mut o) if &o.txn == txn => {
                 o.out
-                    .flush()
-                    .map_err(|e| DestinationError::io("flushing", &o.path, e))?;
-                o.out
-                    .get_ref()
-                    .sync_all()
-                    .map_err(|e| DestinationError::io("syncing", &o.path, e))?;
-                drop_from_page_cache(o.out.get_ref());
+                    .seal()
+                    .map_err(|e| DestinationError::io("writing and syncing", &o.path, e))?;
                 Ok(Some(o.len))
             }
             other => {
@@ -465,7 +518,7 @@ impl Destination for FsDestination {
         o.len += written;
         if o.len - o.written_back >= WRITEBACK_EVERY {
             o.written_back = o.len;
-            writeback::request(o.out.get_ref());
+            o.out.request_writeback();
         }
         Ok(())
     }

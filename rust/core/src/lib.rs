@@ -10,6 +10,8 @@ pub mod clock;
 pub mod committer;
 pub mod config;
 pub mod destination;
+#[cfg(target_os = "linux")]
+mod direct_io;
 pub mod envelope;
 pub mod error;
 pub mod fs;

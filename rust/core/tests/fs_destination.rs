@@ -263,12 +263,16 @@ fn a_full_disk_is_reported_as_such_and_loses_nothing_committed() {
     fs::create_dir_all(&staging).unwrap();
     std::os::unix::fs::symlink("/dev/full", staging.join("data")).unwrap();
     d.begin(&open).unwrap();
+    // Several MiB: the write goes through whole chunks (direct I/O, on the
+    // I/O thread) as well as the tail written at prepare.
     let mut buf = Vec::new();
-    push_record(&mut buf, &vec![b'x'; 512 * 1024]);
+    for _ in 0..6 {
+        push_record(&mut buf, &vec![b'x'; 512 * 1024]);
+    }
     let write = d.write(&open.transaction, RecordBatch::parse(&buf).unwrap());
     let err = match write {
         Err(e) => e,
-        Ok(()) => d.prepare(&handle(2, Some(2), 1)).unwrap_err(),
+        Ok(()) => d.prepare(&handle(2, Some(2), 6)).unwrap_err(),
     };
     assert_eq!(err.kind, DestinationErrorKind::StorageFull, "{err}");
     assert!(err.message.contains("disk is full"), "{err}");
@@ -276,6 +280,39 @@ fn a_full_disk_is_reported_as_such_and_loses_nothing_committed() {
         fs::read_to_string(t.0.join(format!("part-{}", kept.transaction))).unwrap(),
         "kept\n"
     );
+}
+
+#[test]
+fn a_transaction_of_many_mib_is_published_byte_for_byte_also_after_a_restart() {
+    let t = TempDir::new("large");
+    // Records of odd sizes, so that records straddle the direct-I/O chunk
+    // boundaries, and numbered, so that a misplaced chunk shows.
+    let records: Vec<String> = (0..60_000)
+        .map(|i| format!("{i:08}-{}", "y".repeat(i % 173)))
+        .collect();
+    let expected: String = records.iter().map(|r| format!("{r}\n")).collect();
+    assert!(expected.len() > 5 * 1024 * 1024, "large enough");
+
+    let mut d = dest(&t.0);
+    let open = handle(1, None, 0);
+    d.begin(&open).unwrap();
+    for chunk in records.chunks(4096) {
+        let mut buf = Vec::new();
+        for r in chunk {
+            push_record(&mut buf, r.as_bytes());
+        }
+        d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
+            .unwrap();
+    }
+    let h = handle(1, Some(1), records.len() as u64);
+    d.prepare(&h).unwrap();
+    // The process "dies" after the prepare; a new one commits.
+    drop(d);
+    let mut d = dest(&t.0);
+    assert_eq!(d.commit(&h, 2).unwrap(), CommitStatus::Committed);
+    let published = fs::read_to_string(t.0.join(format!("part-{}", h.transaction))).unwrap();
+    assert_eq!(published.len(), expected.len());
+    assert!(published == expected, "published content differs");
 }
 
 #[test]

@@ -1,5 +1,6 @@
 package io.twopc.flink;
 
+import io.twopc.flink.internal.LineBreaks;
 import io.twopc.flink.internal.NativeBridge;
 
 import org.apache.flink.api.common.functions.OpenContext;
@@ -75,7 +76,6 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
 
     private static final Pattern TRANSACTION_FIELD = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
     private static final int LENGTH_PREFIX_BYTES = 4;
-    private static final byte NEWLINE = '\n';
 
     private final TwopcSinkOptions options;
     private final SerializationSchema<IN> serializationSchema;
@@ -292,7 +292,7 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
         }
         // Only a directory's LINES files are split at newlines; a COPY CSV row may hold one inside
         // quotes, and a bad row makes COPY fail with a message of its own.
-        if (options.postgres == null && options.recordFormat == RecordFormat.LINES && containsNewline(record)) {
+        if (options.postgres == null && options.recordFormat == RecordFormat.LINES && LineBreaks.containsNewline(record)) {
             throw escalate(new TwopcConfigException(scope + ": a record of " + record.length
                     + " bytes contains a newline, but the record format is LINES (one record per "
                     + "line), so it would read back as several records. Escape newlines in the "
@@ -450,15 +450,6 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
             batch.clear();
         }
         batchRecords = 0;
-    }
-
-    private static boolean containsNewline(byte[] record) {
-        for (byte b : record) {
-            if (b == NEWLINE) {
-                return true;
-            }
-        }
-        return false;
     }
 
     // ------------------------------------------------------------------ helpers
