@@ -136,6 +136,31 @@ impl DirectWriter {
         Ok(())
     }
 
+    /// Appends one record, and a line break after it if `newline`: the
+    /// per-record path, one copy when the record fits the chunk.
+    pub fn write_record(&mut self, record: &[u8], newline: bool) -> io::Result<()> {
+        let n = record.len() + usize::from(newline);
+        if n > CHUNK_BYTES - self.filled {
+            self.write_all(record)?;
+            return if newline {
+                self.write_all(b"\n")
+            } else {
+                Ok(())
+            };
+        }
+        let at = self.filled;
+        let window = self.filling.window();
+        window[at..at + record.len()].copy_from_slice(record);
+        if newline {
+            window[at + record.len()] = b'\n';
+        }
+        self.filled += n;
+        if self.filled == CHUNK_BYTES {
+            self.submit()?;
+        }
+        Ok(())
+    }
+
     /// Hands the full chunk to the I/O thread and takes a free one.
     fn submit(&mut self) -> io::Result<()> {
         let next = match self.spare.pop() {

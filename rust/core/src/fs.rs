@@ -345,11 +345,18 @@ impl StagedOut {
         StagedOut::Cached(BufWriter::with_capacity(WRITE_BUFFER, file))
     }
 
-    fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+    /// Appends a record, and a line break after it if `newline`.
+    fn write_record(&mut self, record: &[u8], newline: bool) -> std::io::Result<()> {
         match self {
-            StagedOut::Cached(out) => out.write_all(bytes),
+            StagedOut::Cached(out) => {
+                out.write_all(record)?;
+                if newline {
+                    out.write_all(b"\n")?;
+                }
+                Ok(())
+            }
             #[cfg(target_os = "linux")]
-            StagedOut::Direct(out) => out.write_all(bytes),
+            StagedOut::Direct(out) => out.write_record(record, newline),
         }
     }
 
@@ -505,15 +512,9 @@ impl Destination for FsDestination {
         let mut written = 0u64;
         for record in batch.iter() {
             o.out
-                .write_all(record)
+                .write_record(record, lines)
                 .map_err(|e| DestinationError::io("writing", &o.path, e))?;
-            written += record.len() as u64;
-            if lines {
-                o.out
-                    .write_all(b"\n")
-                    .map_err(|e| DestinationError::io("writing", &o.path, e))?;
-                written += 1;
-            }
+            written += record.len() as u64 + u64::from(lines);
         }
         o.len += written;
         if o.len - o.written_back >= WRITEBACK_EVERY {
