@@ -5,24 +5,48 @@ mod common;
 
 use std::collections::BTreeSet;
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use common::*;
 use serde_json::Value;
 use twopc_core::{CommitOutcome, FreshStartPolicy, Restore, SinkOptions, TransactionHandle};
 
-/// Commits `records` as one transaction for `checkpoint`.
-fn commit_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+/// An output directory `out` for one test, inside the returned guard, and
+/// the clock its sinks share.
+fn output(tag: &str) -> (TempDir, PathBuf, ShiftClock) {
+    let dir = TempDir::new(tag);
+    let out = dir.path().join("out");
+    (dir, out, ShiftClock::default())
+}
+
+/// Subtask 0 of 1 of sink 'orders' in run 'run-a', the writer of most tests.
+fn orders(out: &Path, clock: &ShiftClock, opts: SinkOptions, restore: Option<&Restore>) -> FsSink {
+    open_sink(out, "orders", "run-a", 0, 1, opts, clock, restore)
+}
+
+/// Begins a transaction and writes `records` to it; it stays open.
+fn write_one(s: &mut FsSink, records: &[&str]) -> TransactionHandle {
     let t = s.begin().unwrap();
     s.write(&t.transaction, &batch(records)).unwrap();
-    let h = s.prepare(&t.transaction, checkpoint).unwrap();
+    t
+}
+
+/// Writes `records` as one transaction and prepares it for `checkpoint`.
+fn prepare_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let t = write_one(s, records);
+    s.prepare(&t.transaction, checkpoint).unwrap()
+}
+
+/// Commits `records` as one transaction for `checkpoint`.
+fn commit_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let h = prepare_one(s, records, checkpoint);
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
     h
 }
 
 struct Messy {
     _dir: TempDir,
-    out: std::path::PathBuf,
+    out: PathBuf,
     t0: TransactionHandle,
     expired: String,
     prepared: TransactionHandle,
@@ -33,11 +57,9 @@ struct Messy {
 /// one transaction left prepared, one left open, a foreign entry in the
 /// staging area, a committed file deleted, and a stray part file.
 fn messy() -> Messy {
-    let dir = TempDir::new("messy");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
+    let (dir, out, clock) = output("messy");
     let opts = SinkOptions::default();
-    let mut s1 = open_sink(&out, "orders", "run-a", 0, 1, opts.clone(), &clock, None);
+    let mut s1 = orders(&out, &clock, opts.clone(), None);
     let t0 = commit_one(&mut s1, &["a", "b", "c"], 1);
     let t1 = commit_one(&mut s1, &["d", "e"], 2);
 
@@ -47,19 +69,9 @@ fn messy() -> Messy {
         checkpoint: 2,
         known: vec![t1.clone()],
     };
-    let mut s2 = open_sink(
-        &out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        opts.clone(),
-        &clock,
-        Some(&restore),
-    );
+    let mut s2 = orders(&out, &clock, opts.clone(), Some(&restore));
     assert_eq!(s2.commit(&t1).unwrap(), CommitOutcome::AlreadyCommitted);
-    let zombie = s1.begin().unwrap();
-    s1.write(&zombie.transaction, &batch(&["zombie"])).unwrap();
+    let zombie = write_one(&mut s1, &["zombie"]);
     clock.shift_ms(opts.retention_ms + 60_000);
     assert_eq!(
         s2.expire_if_due().unwrap(),
@@ -67,11 +79,8 @@ fn messy() -> Messy {
     );
     clock.shift_ms(0);
 
-    let t3 = s2.begin().unwrap();
-    s2.write(&t3.transaction, &batch(&["f"])).unwrap();
-    let prepared = s2.prepare(&t3.transaction, 3).unwrap();
-    let open = s2.begin().unwrap();
-    s2.write(&open.transaction, &batch(&["g", "h"])).unwrap();
+    let prepared = prepare_one(&mut s2, &["f"], 3);
+    let open = write_one(&mut s2, &["g", "h"]);
     drop(s1);
     drop(s2); // a crash: nothing is closed
 
@@ -220,19 +229,8 @@ fn retention_override_flags_staged_transactions_past_it() {
 
 #[test]
 fn clean_directory_needs_nothing() {
-    let dir = TempDir::new("clean");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
-    let mut s = open_sink(
-        &out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &clock,
-        None,
-    );
+    let (_dir, out, clock) = output("clean");
+    let mut s = orders(&out, &clock, SinkOptions::default(), None);
     commit_one(&mut s, &["1", "2"], 1);
     commit_one(&mut s, &["3"], 2);
     let open = s.begin().unwrap();
@@ -254,23 +252,11 @@ fn clean_directory_needs_nothing() {
 
 #[test]
 fn prepared_transaction_of_another_run() {
-    let dir = TempDir::new("runs");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
-    let mut old = open_sink(
-        &out,
-        "events",
-        "run-old",
-        0,
-        1,
-        SinkOptions::default(),
-        &clock,
-        None,
-    );
+    let (_dir, out, clock) = output("runs");
+    let opts = SinkOptions::default();
+    let mut old = open_sink(&out, "events", "run-old", 0, 1, opts, &clock, None);
     commit_one(&mut old, &["1"], 1);
-    let t = old.begin().unwrap();
-    old.write(&t.transaction, &batch(&["2"])).unwrap();
-    let left = old.prepare(&t.transaction, 2).unwrap();
+    let left = prepare_one(&mut old, &["2"], 2);
     drop(old);
     std::thread::sleep(std::time::Duration::from_millis(5));
 
@@ -300,22 +286,18 @@ fn prepared_transaction_of_another_run() {
 
 #[test]
 fn interrupted_commit_is_explained_and_recovery_finishes_it() {
-    let dir = TempDir::new("unfinished");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
+    let (dir, out, clock) = output("unfinished");
     let opts = SinkOptions::default();
-    let mut s = open_sink(&out, "orders", "run-a", 0, 1, opts.clone(), &clock, None);
-    let t = s.begin().unwrap();
-    s.write(&t.transaction, &batch(&["x", "y"])).unwrap();
-    let h = s.prepare(&t.transaction, 1).unwrap();
-    let staging = out.join(format!("_twopc/orders/staging/{}", t.transaction));
+    let mut s = orders(&out, &clock, opts.clone(), None);
+    let h = prepare_one(&mut s, &["x", "y"], 1);
+    let staging = out.join(format!("_twopc/orders/staging/{}", h.transaction));
     let saved = dir.path().join("saved");
     copy_dir(&staging, &saved);
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
     drop(s);
     // Recreate what a crash between the commit record and the publication
     // leaves: the record, and the data still staged.
-    let visible = out.join(format!("part-{}", t.transaction));
+    let visible = out.join(format!("part-{}", h.transaction));
     fs::remove_file(&visible).unwrap();
     copy_dir(&saved, &staging);
 
@@ -331,7 +313,7 @@ fn interrupted_commit_is_explained_and_recovery_finishes_it() {
         checkpoint: 1,
         known: vec![h.clone()],
     };
-    let mut s = open_sink(&out, "orders", "run-a", 0, 1, opts, &clock, Some(&restore));
+    let mut s = orders(&out, &clock, opts, Some(&restore));
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
     assert_eq!(fs::read_to_string(&visible).unwrap(), "x\ny\n");
     let (code, v) = json(&out, &[]);
@@ -340,19 +322,8 @@ fn interrupted_commit_is_explained_and_recovery_finishes_it() {
 
 #[test]
 fn changed_committed_file_is_flagged() {
-    let dir = TempDir::new("changed");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
-    let mut s = open_sink(
-        &out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &clock,
-        None,
-    );
+    let (_dir, out, clock) = output("changed");
+    let mut s = orders(&out, &clock, SinkOptions::default(), None);
     let h = commit_one(&mut s, &["1", "2"], 1);
     fs::write(out.join(format!("part-{}", h.transaction)), "1\n").unwrap();
     let (code, v) = json(&out, &[]);
@@ -370,17 +341,15 @@ fn usage_and_io_errors_exit_2() {
     assert_eq!(o.status.code(), Some(2));
     assert!(stderr(&o).contains("Usage:"));
 
-    let o = twopc(&["--help"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(stdout(&o).contains("twopc inspect <output-dir>"));
-
-    let o = twopc(&["inspect", "--help"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(stdout(&o).contains("--retention-ms N"));
-
-    let o = twopc(&["help", "inspect"]);
-    assert_eq!(o.status.code(), Some(0));
-    assert!(stdout(&o).contains("--retention-ms N"));
+    for (args, needle) in [
+        (&["--help"][..], "twopc inspect <output-dir>"),
+        (&["inspect", "--help"][..], "--retention-ms N"),
+        (&["help", "inspect"][..], "--retention-ms N"),
+    ] {
+        let o = twopc(args);
+        assert_eq!(o.status.code(), Some(0), "{args:?}");
+        assert!(stdout(&o).contains(needle), "{args:?}: {}", stdout(&o));
+    }
 
     for (args, needle) in [
         (&["inspect"][..], "missing <output-dir>"),
@@ -410,19 +379,8 @@ fn usage_and_io_errors_exit_2() {
 
 #[test]
 fn long_scans_report_progress_on_stderr() {
-    let dir = TempDir::new("progress");
-    let out = dir.path().join("out");
-    let clock = ShiftClock::default();
-    let mut s = open_sink(
-        &out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &clock,
-        None,
-    );
+    let (_dir, out, clock) = output("progress");
+    let mut s = orders(&out, &clock, SinkOptions::default(), None);
     commit_one(&mut s, &["1"], 1);
     for i in 0..1000 {
         fs::write(out.join(format!("other-{i}")), "").unwrap();

@@ -4,27 +4,42 @@
 #[macro_use]
 mod common;
 
+use std::ops::Range;
+
 use common::*;
 use twopc_core::committer::CommitOutcome;
 use twopc_core::destination::Destination;
-use twopc_core::Restore;
-use twopc_pg::{CopyFormat, PgMode, PgOptions};
+use twopc_pg::{CopyFormat, PgMode};
 
-fn kv_options(url: &str, table: &str) -> PgOptions {
-    let mut opts = PgOptions::new(
-        twopc_pg::Endpoint::Url(url.to_string()),
-        table,
-        &["k", "v", "n"],
+/// Idempotent into a table of key `k` and its values `v` and `n`.
+fn kv_fixture(url: &str, prefix: &str) -> Fixture {
+    let mut f = Fixture::with_columns(
+        url,
+        prefix,
+        "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL",
     );
-    opts.mode = PgMode::Idempotent {
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
         key_columns: vec!["k".into()],
     };
-    opts
+    f
 }
 
-fn kv(admin: &mut postgres::Client, table: &str) -> Vec<(i64, String, i32)> {
-    admin
-        .query(&format!("SELECT k, v, n FROM {table} ORDER BY k"), &[])
+/// Records of writes `i` to key `i % 50`, so each key is written several
+/// times; the value says which write it was.
+fn kv_records(writes: Range<i32>) -> Vec<String> {
+    writes.map(|i| format!("{}\tv{i}\t{i}", i % 50)).collect()
+}
+
+/// What the table holds when `last` were the last writes, one to each key.
+fn kv_rows_after(last: Range<i32>) -> Vec<(i64, String, i32)> {
+    last.map(|i| ((i % 50) as i64, format!("v{i}"), i))
+        .collect()
+}
+
+fn kv(f: &mut Fixture) -> Vec<(i64, String, i32)> {
+    f.admin
+        .query(&format!("SELECT k, v, n FROM {} ORDER BY k", f.table), &[])
         .unwrap()
         .iter()
         .map(|r| (r.get(0), r.get(1), r.get(2)))
@@ -34,104 +49,59 @@ fn kv(admin: &mut postgres::Client, table: &str) -> Vec<(i64, String, i32)> {
 #[test]
 fn a_replay_rewrites_the_same_rows_and_each_key_keeps_its_last_value() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_kv");
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL)"
-        ))
-        .unwrap();
-    let sink = unique("idem");
-    let opts = kv_options(&url, &table);
+    let mut f = kv_fixture(&url, "kv");
 
-    // Records: key = i % 50, so each key is written several times, within
-    // one batch and across batches; the value says which write it was.
-    let records: Vec<String> = (0..300).map(|i| format!("{}\tv{i}\t{i}", i % 50)).collect();
-    let expected: Vec<(i64, String, i32)> = (250..300)
-        .map(|i| ((i % 50) as i64, format!("v{i}"), i))
-        .collect();
-
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
-    let h = s.begin().unwrap();
-    s.write(&h.transaction, &batch(&records[..120])).unwrap();
+    // Each key is written within one batch and across batches.
+    let records = kv_records(0..300);
+    let mut s = f.open("run1");
+    let h = written(&mut s, &records[..120]);
     // Visible at once, before any checkpoint.
-    assert_eq!(count(&mut admin, &table), 50);
+    assert_eq!(f.count(), 50);
     s.write(&h.transaction, &batch(&records[120..])).unwrap();
     let h = s.prepare(&h.transaction, 1).unwrap();
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    assert_eq!(kv(&mut admin, &table), expected);
+    assert_eq!(kv(&mut f), kv_rows_after(250..300));
     assert!(s.destination().staged().unwrap().is_empty());
 
     // The job fails during checkpoint 2 after writing part of it, restarts
     // from checkpoint 1 and replays: the replayed records overwrite the
     // same keys with the same values; nothing is added.
-    let more: Vec<String> = (300..400)
-        .map(|i| format!("{}\tv{i}\t{i}", i % 50))
-        .collect();
-    let h2 = s.begin().unwrap();
-    s.write(&h2.transaction, &batch(&more[..30])).unwrap();
+    let more = kv_records(300..400);
+    written(&mut s, &more[..30]);
     drop(s);
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![h.clone()],
-    };
-    let mut s = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
+    let mut s = f.open_restored("run1", &restore_from(1, &[&h]));
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    let h3 = s.begin().unwrap();
-    for chunk in more.chunks(40) {
-        s.write(&h3.transaction, &batch(chunk)).unwrap();
-    }
-    let h3 = s.prepare(&h3.transaction, 2).unwrap();
+    let h3 = prepared_in_batches(&mut s, &more, 40, 2);
     s.commit(&h3).unwrap();
-    let expected: Vec<(i64, String, i32)> = (350..400)
-        .map(|i| ((i % 50) as i64, format!("v{i}"), i))
-        .collect();
-    assert_eq!(kv(&mut admin, &table), expected);
+    let expected = kv_rows_after(350..400);
+    assert_eq!(kv(&mut f), expected);
 
     // Replaying everything from the start changes nothing.
-    let mut s = open(&opts, ctx(&sink, "run2", 0, 1), sink_options(), None).unwrap();
+    let mut s = f.open("run2");
     let h = s.begin().unwrap();
     for chunk in records.chunks(64).chain(more.chunks(64)) {
         s.write(&h.transaction, &batch(chunk)).unwrap();
     }
-    assert_eq!(kv(&mut admin, &table), expected);
+    assert_eq!(kv(&mut f), expected);
 }
 
 #[test]
 fn csv_and_a_composite_key_where_every_column_is_key() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_pair");
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (a text, b int, PRIMARY KEY (a, b))"
-        ))
-        .unwrap();
-    let mut opts = PgOptions::new(twopc_pg::Endpoint::Url(url.clone()), &table, &["a", "b"]);
-    opts.copy_format = CopyFormat::Csv;
-    opts.mode = PgMode::Idempotent {
+    let mut f = Fixture::with_columns(&url, "pair", "a text, b int, PRIMARY KEY (a, b)");
+    f.opts.columns = vec!["a".into(), "b".into()];
+    f.opts.copy_format = CopyFormat::Csv;
+    f.opts.mode = PgMode::Idempotent {
         key_columns: vec!["b".into(), "a".into()],
     };
-    let mut s = open(
-        &opts,
-        ctx(&unique("pair"), "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
-    let h = s.begin().unwrap();
+    let mut s = f.open("run1");
     let records = ["\"x,1\",1", "\"x,1\",1", "y,2", "y,2", "y,3"];
+    let h = written(&mut s, &records);
     s.write(&h.transaction, &batch(&records)).unwrap();
-    s.write(&h.transaction, &batch(&records)).unwrap();
-    let rows: Vec<String> = admin
+    let rows: Vec<String> = f
+        .admin
         .query(
-            &format!("SELECT a || '/' || b FROM {table} ORDER BY a, b"),
+            &format!("SELECT a || '/' || b FROM {} ORDER BY a, b", f.table),
             &[],
         )
         .unwrap()
@@ -144,33 +114,16 @@ fn csv_and_a_composite_key_where_every_column_is_key() {
 #[test]
 fn a_session_lost_between_batches_is_reopened() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_idem_lost");
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE {table} (k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL)"
-        ))
-        .unwrap();
-    let opts = kv_options(&url, &table);
-    let mut s = open(
-        &opts,
-        ctx(&unique("idl"), "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
-    let h = s.begin().unwrap();
-    s.write(&h.transaction, &batch(&["1\ta\t1"])).unwrap();
+    let mut f = kv_fixture(&url, "idem_lost");
+    let mut s = f.open("run1");
+    let h = written(&mut s, &["1\ta\t1"]);
     let pid = s.destination().writer_backend_pid().unwrap();
-    admin
-        .execute("SELECT pg_terminate_backend($1)", &[&pid])
-        .unwrap();
-    std::thread::sleep(std::time::Duration::from_millis(200));
+    f.terminate(pid);
     // The batch on the dead session fails (the job would restart and
     // replay); the next one reconnects and recreates the staging table.
     let first = s.write(&h.transaction, &batch(&["2\tb\t2"]));
     if first.is_err() {
         s.write(&h.transaction, &batch(&["2\tb\t2"])).unwrap();
     }
-    assert_eq!(count(&mut admin, &table), 2);
+    assert_eq!(f.count(), 2);
 }

@@ -14,7 +14,6 @@ use std::process::Command;
 
 use common::*;
 use twopc_core::committer::CommitOutcome;
-use twopc_core::Restore;
 
 fn restart_server(url: &str) {
     let status = match std::env::var("TWOPC_PG_RESTART_CMD") {
@@ -39,66 +38,42 @@ fn restart_server(url: &str) {
 #[test]
 fn prepared_transactions_survive_a_server_restart_and_are_committed() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_restart");
-    create_table(&mut admin, &table, "");
-    let sink = unique("restart");
-    let _g = Leftovers {
-        url: url.clone(),
-        sink: sink.clone(),
-    };
-    let opts = options(&url, &table);
+    let mut f = Fixture::new(&url, "restart");
 
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut s = f.open("run1");
     let h1 = prepared(&mut s, &rows(0..100, "a"), 1);
     let h2 = prepared(&mut s, &rows(100..150, "b"), 2);
-    drop(admin);
 
     restart_server(&url);
 
-    let mut admin = common::admin(&url);
+    f.reconnect();
     let mut gids = vec![h1.transaction.to_string(), h2.transaction.to_string()];
     gids.sort();
-    assert_eq!(
-        prepared_gids(&mut admin, &sink),
-        gids,
-        "prepared survive the restart"
-    );
-    assert_eq!(count(&mut admin, &table), 0, "and stay invisible");
-    assert_eq!(side_rows(&mut admin, &sink), gids, "handles too");
+    assert_eq!(f.prepared_gids(), gids, "prepared survive the restart");
+    assert_eq!(f.count(), 0, "and stay invisible");
+    assert_eq!(f.side_rows(), gids, "handles too");
 
     // The running sink's control session died with the server: its commit
     // meets the broken session, and the core's retry reconnects and commits.
     capture_logs();
     assert_eq!(s.commit(&h1).unwrap(), CommitOutcome::Committed);
-    let retried = logged(&format!("commit of transaction {}", h1.transaction));
+    let retried = commit_log(&h1);
     assert!(
         retried.iter().any(|l| l.contains("attempt 1/")),
         "the first attempt must have met the broken session: {retried:?}"
     );
-    assert_eq!(count(&mut admin, &table), 100);
+    assert_eq!(f.count(), 100);
 
     // The job is restored from checkpoint 2 after the restart (new process):
     // recovery commits the prepared transaction by id.
     drop(s);
-    let restore = Restore {
-        checkpoint: 2,
-        known: vec![h1.clone(), h2.clone()],
-    };
-    let mut r = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
+    let mut r = f.open_restored("run1", &restore_from(2, &[&h1, &h2]));
     assert_eq!(r.commit(&h1).unwrap(), CommitOutcome::AlreadyCommitted);
     assert_eq!(r.commit(&h2).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 150);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert_eq!(f.count(), 150);
+    assert!(f.prepared_gids().is_empty());
 
     // The writer session is usable again after the restart.
-    let h3 = prepared(&mut r, &rows(150..160, "c"), 3);
-    assert_eq!(r.commit(&h3).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 160);
+    committed(&mut r, &rows(150..160, "c"), 3);
+    assert_eq!(f.count(), 160);
 }

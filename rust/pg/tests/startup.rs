@@ -21,10 +21,8 @@ fn config_error(opts: &PgOptions, parallelism: u32) -> String {
 #[test]
 fn max_prepared_transactions_zero_is_rejected() {
     let url = server!("TWOPC_PG_URL_NO_2PC");
-    let mut admin = admin(&url);
-    let table = unique("t_no2pc");
-    create_table(&mut admin, &table, "");
-    let msg = config_error(&options(&url, &table), 2);
+    let mut f = Fixture::new(&url, "no2pc");
+    let msg = config_error(&f.opts, 2);
     for needle in [
         "max_prepared_transactions is 0",
         "PREPARE TRANSACTION is disabled",
@@ -34,10 +32,10 @@ fn max_prepared_transactions_zero_is_rejected() {
         assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
     }
     // The idempotent mode needs no prepared transactions.
-    admin
-        .batch_execute(&format!("ALTER TABLE {table} ADD PRIMARY KEY (id)"))
+    f.admin
+        .batch_execute(&format!("ALTER TABLE {} ADD PRIMARY KEY (id)", f.table))
         .unwrap();
-    let mut opts = options(&url, &table);
+    let mut opts = f.opts.clone();
     opts.mode = PgMode::Idempotent {
         key_columns: vec!["id".into()],
     };
@@ -47,10 +45,8 @@ fn max_prepared_transactions_zero_is_rejected() {
 #[test]
 fn max_prepared_transactions_below_the_parallelism_is_rejected() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_par");
-    create_table(&mut admin, &table, "");
-    let msg = config_error(&options(&url, &table), 1000);
+    let f = Fixture::new(&url, "par");
+    let msg = config_error(&f.opts, 1000);
     assert!(
         msg.contains("at most 64 transactions") && msg.contains(">= 1000"),
         "{msg}"
@@ -71,25 +67,24 @@ fn missing_table_is_rejected() {
 #[test]
 fn wrong_columns_are_rejected() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_cols");
-    create_table(&mut admin, &table, ", extra int NOT NULL");
+    let columns = format!("{ID_BODY}, extra int NOT NULL");
+    let f = Fixture::with_columns(&url, "cols", &columns);
 
-    let mut opts = options(&url, &table);
+    let mut opts = f.opts.clone();
     opts.columns = vec!["id".into(), "Body".into()];
     let msg = config_error(&opts, 1);
     assert!(msg.contains("has no column \"Body\""), "{msg}");
     assert!(msg.contains("\"id\", \"body\", \"extra\""), "{msg}");
 
     // NOT NULL without a default and not written: every row would fail.
-    let msg = config_error(&options(&url, &table), 1);
+    let msg = config_error(&f.opts, 1);
     assert!(
         msg.contains("\"extra\" is NOT NULL without a default"),
         "{msg}"
     );
 
     // Idempotent mode without a unique index on the key.
-    let mut opts = options(&url, &table);
+    let mut opts = f.opts.clone();
     opts.columns.push("extra".into());
     opts.mode = PgMode::Idempotent {
         key_columns: vec!["id".into()],
@@ -104,12 +99,11 @@ fn wrong_columns_are_rejected() {
 #[test]
 fn a_user_without_insert_rights_is_rejected() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_rights");
-    create_table(&mut admin, &table, "");
+    let mut f = Fixture::new(&url, "rights");
+    let table = &f.table;
     let role = unique("reader");
     let pw = "reader-pw-5d1e";
-    admin
+    f.admin
         .batch_execute(&format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; GRANT SELECT ON {table} TO {role}"
         ))
@@ -133,7 +127,7 @@ fn a_user_without_insert_rights_is_rejected() {
     );
     opts.password = Some(Password::new(pw));
     let msg = config_error(&opts, 1);
-    let _ = admin.batch_execute(&format!(
+    let _ = f.admin.batch_execute(&format!(
         "REVOKE ALL ON {table} FROM {role}; DROP ROLE {role}"
     ));
     assert!(msg.contains("lacks the INSERT privilege"), "{msg}");
@@ -147,13 +141,11 @@ fn a_user_without_insert_rights_is_rejected() {
 #[test]
 fn the_password_appears_in_no_error_and_no_debug_output() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_pw");
-    create_table(&mut admin, &table, "");
+    let f = Fixture::new(&url, "pw");
 
     // A wrong password: rejected as configuration, password masked.
     let wrong = "wrong-pw-9c7f2";
-    let mut opts = options(&url, &table);
+    let mut opts = f.opts.clone();
     opts.password = Some(Password::new(wrong));
     let msg = config_error(&opts, 1);
     assert!(msg.contains("password authentication failed"), "{msg}");
@@ -163,7 +155,7 @@ fn the_password_appears_in_no_error_and_no_debug_output() {
     // The right password in the URL: never in Debug of the options or of
     // the connected destination.
     let right = postgres::Config::from_str_url(&url);
-    let opts = options(&url, &table);
+    let opts = f.opts.clone();
     let dest = PgDestination::connect(opts.clone(), &ctx(&unique("pw"), "run1", 0, 1)).unwrap();
     for text in [format!("{opts:?}"), format!("{dest:?}")] {
         assert!(!text.contains(&right), "password shown in {text}");
@@ -172,7 +164,10 @@ fn the_password_appears_in_no_error_and_no_debug_output() {
 
     // A URL whose host does not answer: the error (retryable) names no
     // password either.
-    let mut opts = options(&url.replace(&format!(":{}/", port_of(&url)), ":1/"), &table);
+    let mut opts = options(
+        &url.replace(&format!(":{}/", port_of(&url)), ":1/"),
+        &f.table,
+    );
     opts.connect_timeout = std::time::Duration::from_secs(2);
     let err = PgDestination::connect(opts, &ctx(&unique("pw"), "run1", 0, 1)).unwrap_err();
     assert!(matches!(err, TwopcError::Scan { .. }), "{err}");
@@ -182,12 +177,9 @@ fn the_password_appears_in_no_error_and_no_debug_output() {
 #[test]
 fn missing_control_schema_is_rejected() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_ctl");
-    create_table(&mut admin, &table, "");
-    let mut opts = options(&url, &table);
-    opts.control_schema = "no_such_schema_xyz".into();
-    let msg = config_error(&opts, 1);
+    let mut f = Fixture::new(&url, "ctl");
+    f.opts.control_schema = "no_such_schema_xyz".into();
+    let msg = config_error(&f.opts, 1);
     assert!(
         msg.contains("control_schema \"no_such_schema_xyz\" does not exist"),
         "{msg}"

@@ -6,159 +6,98 @@ mod common;
 
 use common::*;
 use twopc_core::committer::{AbortOutcome, CommitOutcome};
-use twopc_core::config::{FreshStartPolicy, RewindPolicy};
+use twopc_core::config::{FreshStartPolicy, RewindPolicy, SinkOptions};
 use twopc_core::destination::{AbortStatus, Destination};
-use twopc_core::{Clock, Restore, SystemClock, TwopcError};
+use twopc_core::{Clock, SystemClock, TransactionHandle, TwopcError};
 use twopc_pg::{CopyFormat, UNKNOWN_RUN};
 
-/// Sets up a table and a sink name, and a guard that rolls back leftovers.
-fn setup(url: &str, prefix: &str) -> (postgres::Client, String, String, Leftovers) {
-    let mut admin = admin(url);
-    let table = unique(&format!("t_{prefix}"));
-    let sink = unique(prefix);
-    create_table(&mut admin, &table, "");
-    let guard = Leftovers {
-        url: url.to_string(),
-        sink: sink.clone(),
-    };
-    (admin, table, sink, guard)
+/// Run 1 commits checkpoints 1 to 3, five rows each, and ends.
+fn three_committed_checkpoints(f: &Fixture) -> Vec<TransactionHandle> {
+    let mut s = f.open("run1");
+    (1..=3u64)
+        .map(|cp| committed(&mut s, &rows(cp as i64 * 10..cp as i64 * 10 + 5, "r"), cp))
+        .collect()
 }
 
 #[test]
 fn prepared_rows_are_invisible_until_commit_and_a_repeat_is_already_committed() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "commit");
-    let opts = options(&url, &table);
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "commit");
+    let mut s = f.open("run1");
 
-    let records = rows(0..250, "a");
-    let h = prepared(&mut s, &records, 1);
+    let h = prepared(&mut s, &rows(0..250, "a"), 1);
     assert_eq!(h.prepared().unwrap().records, 250);
-    assert_eq!(
-        count(&mut admin, &table),
-        0,
-        "prepared rows must be invisible"
-    );
-    assert_eq!(
-        prepared_gids(&mut admin, &sink),
-        vec![h.transaction.to_string()]
-    );
-    assert_eq!(
-        side_rows(&mut admin, &sink),
-        vec![h.transaction.to_string()]
-    );
-    assert!(
-        commit_records(&mut admin, &sink).is_empty(),
-        "record invisible too"
-    );
+    assert_eq!(f.count(), 0, "prepared rows must be invisible");
+    assert_eq!(f.prepared_gids(), [h.transaction.to_string()]);
+    assert_eq!(f.side_rows(), [h.transaction.to_string()]);
+    assert!(f.commit_records().is_empty(), "record invisible too");
 
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 250);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert!(
-        side_rows(&mut admin, &sink).is_empty(),
-        "handle row removed at commit"
-    );
-    assert_eq!(
-        commit_records(&mut admin, &sink),
-        vec![(h.transaction.to_string(), 1)]
-    );
+    assert_eq!(f.count(), 250);
+    assert!(f.prepared_gids().is_empty());
+    assert!(f.side_rows().is_empty(), "handle row removed at commit");
+    assert_eq!(f.commit_records(), [(h.transaction.to_string(), 1)]);
 
     // A repeat (lost response, or recovery) is success, and changes nothing.
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
-    assert_eq!(count(&mut admin, &table), 250);
+    assert_eq!(f.count(), 250);
 
     // The next checkpoint's transaction on the same sessions.
-    let h2 = prepared(&mut s, &rows(250..300, "b"), 2);
-    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 300);
+    committed(&mut s, &rows(250..300, "b"), 2);
+    assert_eq!(f.count(), 300);
 }
 
 #[test]
 fn recovery_commits_restored_prepared_and_aborts_restored_open() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "recover");
-    let opts = options(&url, &table);
+    let mut f = Fixture::new(&url, "recover");
 
     // Run 1 prepares checkpoint 1 and dies before committing it, with
     // checkpoint 2's transaction open and written to.
-    let mut s1 = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut s1 = f.open("run1");
     let h1 = prepared(&mut s1, &rows(0..10, "a"), 1);
-    let open_h = s1.begin().unwrap();
-    s1.write(&open_h.transaction, &batch(&rows(10..20, "b")))
-        .unwrap();
+    let open_h = written(&mut s1, &rows(10..20, "b"));
     drop(s1); // sessions close: the open transaction is rolled back, the prepared one stays
 
-    assert_eq!(
-        prepared_gids(&mut admin, &sink),
-        vec![h1.transaction.to_string()]
-    );
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![h1.clone(), open_h.clone()],
-    };
-    let mut s2 = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
+    assert_eq!(f.prepared_gids(), [h1.transaction.to_string()]);
+    let restore = restore_from(1, &[&h1, &open_h]);
+    let mut s2 = f.open_restored("run1", &restore);
     assert_eq!(s2.commit(&h1).unwrap(), CommitOutcome::Committed);
     assert_eq!(s2.abort(&open_h).unwrap(), AbortOutcome::NothingStaged);
-    assert_eq!(visible(&mut admin, &table).len(), 10);
+    assert_eq!(f.visible().len(), 10);
 
     // A second restore of the same checkpoint re-commits: already committed.
-    let mut s3 = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
+    let mut s3 = f.open_restored("run1", &restore);
     assert_eq!(s3.commit(&h1).unwrap(), CommitOutcome::AlreadyCommitted);
-    assert_eq!(count(&mut admin, &table), 10);
+    assert_eq!(f.count(), 10);
 }
 
 #[test]
 fn closing_aborts_the_open_transaction_and_empty_checkpoints_cost_nothing() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "close");
-    let opts = options(&url, &table);
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "close");
+    let mut s = f.open("run1");
 
-    let h = s.begin().unwrap();
-    s.write(&h.transaction, &batch(&rows(0..5, "x"))).unwrap();
+    let h = written(&mut s, &rows(0..5, "x"));
     assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
-    assert_eq!(count(&mut admin, &table), 0);
+    assert_eq!(f.count(), 0);
 
-    let empty = s.begin().unwrap();
-    let empty = s.prepare(&empty.transaction, 3).unwrap();
-    assert!(
-        prepared_gids(&mut admin, &sink).is_empty(),
-        "nothing prepared"
-    );
+    let empty = prepared(&mut s, NO_ROWS, 3);
+    assert!(f.prepared_gids().is_empty(), "nothing prepared");
     assert_eq!(s.commit(&empty).unwrap(), CommitOutcome::Empty);
 
     // The writer session is reusable after the rollback.
-    let h = prepared(&mut s, &rows(0..3, "y"), 4);
-    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 3);
+    committed(&mut s, &rows(0..3, "y"), 4);
+    assert_eq!(f.count(), 3);
 }
 
 #[test]
 fn rolled_back_by_an_administrator_is_lost_with_evidence() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "lost");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
+    let mut f = Fixture::new(&url, "lost");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..7, "a"), 5);
-    admin
+    f.admin
         .batch_execute(&format!("ROLLBACK PREPARED '{}'", h.transaction))
         .unwrap();
 
@@ -179,78 +118,42 @@ fn rolled_back_by_an_administrator_is_lost_with_evidence() {
     ] {
         assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
     }
-    assert_eq!(count(&mut admin, &table), 0);
+    assert_eq!(f.count(), 0);
 }
 
 #[test]
 fn expired_transaction_is_lost_and_says_it_expired() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "expired");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
+    let mut f = Fixture::new(&url, "expired");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..3, "a"), 2);
     // The retention cleanup's call (the core calls it for staged
     // transactions older than the retention that no subtask protects).
     let now = SystemClock.now_ms();
     s.destination().expire(&h.transaction, now).unwrap();
     s.destination().expire(&h.transaction, now).unwrap(); // repeatable
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert!(side_rows(&mut admin, &sink).is_empty());
+    assert!(f.prepared_gids().is_empty());
+    assert!(f.side_rows().is_empty());
 
     let msg = s.commit(&h).unwrap_err().to_string();
     assert!(msg.contains("is LOST") && msg.contains("EXPIRED"), "{msg}");
     assert!(msg.contains("twopc_expired"), "{msg}");
 }
 
-/// Waits until the backend `pid` is gone, so the test does not depend on
-/// how fast the server acts on the signal.
-fn terminate(admin: &mut postgres::Client, pid: i32) {
-    let ok: bool = admin
-        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
-        .unwrap()
-        .get(0);
-    assert!(ok, "could not terminate backend {pid}");
-    for _ in 0..200 {
-        let alive: i64 = admin
-            .query_one(
-                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
-                &[&pid],
-            )
-            .unwrap()
-            .get(0);
-        if alive == 0 {
-            return;
-        }
-        std::thread::sleep(std::time::Duration::from_millis(10));
-    }
-    panic!("backend {pid} did not exit");
-}
-
 #[test]
 fn backend_terminated_before_commit_prepared_is_retried_and_committed() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "terminated");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
+    let mut f = Fixture::new(&url, "terminated");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..20, "a"), 1);
     let pid = s.destination().control_backend_pid().unwrap();
-    terminate(&mut admin, pid);
+    f.terminate(pid);
 
     // The first COMMIT PREPARED meets the dead session (unknown outcome);
     // the core retries by id, the retry reconnects and commits.
     capture_logs();
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    let retried = logged(&format!("commit of transaction {}", h.transaction));
+    let retried = commit_log(&h);
     assert!(
         retried
             .iter()
@@ -259,40 +162,34 @@ fn backend_terminated_before_commit_prepared_is_retried_and_committed() {
     );
     let new_pid = s.destination().control_backend_pid().unwrap();
     assert_ne!(pid, new_pid, "the control session was reopened");
-    assert_eq!(count(&mut admin, &table), 20);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert_eq!(f.count(), 20);
+    assert!(f.prepared_gids().is_empty());
 }
 
 #[test]
 fn commit_that_landed_before_the_session_died_resolves_as_already_committed() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "landed");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
+    let mut f = Fixture::new(&url, "landed");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..4, "a"), 1);
     // The commit lands (here: by another session), then the sink's session
     // dies before it hears about it: the retry must find the commit record.
-    admin
+    f.admin
         .batch_execute(&format!("COMMIT PREPARED '{}'", h.transaction))
         .unwrap();
     let pid = s.destination().control_backend_pid().unwrap();
-    terminate(&mut admin, pid);
+    f.terminate(pid);
 
     capture_logs();
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::AlreadyCommitted);
-    let retried = logged(&format!("commit of transaction {}", h.transaction));
+    let retried = commit_log(&h);
     assert!(
         retried.iter().any(|l| l.contains("attempt 1/")),
         "the first attempt must have failed: {retried:?}"
     );
-    assert_eq!(count(&mut admin, &table), 4);
+    assert_eq!(f.count(), 4);
     assert!(
-        side_rows(&mut admin, &sink).is_empty(),
+        f.side_rows().is_empty(),
         "the resolving call finishes the cleanup"
     );
 }
@@ -300,41 +197,37 @@ fn commit_that_landed_before_the_session_died_resolves_as_already_committed() {
 #[test]
 fn writer_session_lost_mid_transaction_fails_the_checkpoint_and_recovers() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "writerlost");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
-    let h = s.begin().unwrap();
-    s.write(&h.transaction, &batch(&rows(0..5, "a"))).unwrap();
+    let mut f = Fixture::new(&url, "writerlost");
+    let mut s = f.open("run1");
+    let h = written(&mut s, &rows(0..5, "a"));
     let pid = s.destination().writer_backend_pid().unwrap();
-    terminate(&mut admin, pid);
+    f.terminate(pid);
     // Either the next write or the prepare reports the loss; never a
-    // prepare of a transaction that lost rows.
-    let failed = s.write(&h.transaction, &batch(&rows(5..10, "a"))).is_err()
-        || s.prepare(&h.transaction, 1).is_err();
-    assert!(failed);
-    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    // prepare of a transaction that lost rows. Rows stream into one COPY, so
+    // the write may still be accepted and the loss show only when the COPY
+    // ends, at prepare, which then rolls the transaction back itself.
+    if s.write(&h.transaction, &batch(&rows(5..10, "a"))).is_err() {
+        assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
+    } else {
+        let err = s.prepare(&h.transaction, 1).unwrap_err().to_string();
+        assert!(err.contains(h.transaction.as_str()), "{err}");
+        assert_eq!(s.abort(&h).unwrap(), AbortOutcome::NothingStaged);
+    }
+    assert!(f.prepared_gids().is_empty());
 
-    let h2 = prepared(&mut s, &rows(0..10, "b"), 2);
-    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 10);
+    committed(&mut s, &rows(0..10, "b"), 2);
+    assert_eq!(f.count(), 10);
 }
 
 #[test]
 fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "linger");
-    let opts = options(&url, &table);
+    let mut f = Fixture::new(&url, "linger");
 
     // Run 1 at parallelism 2: checkpoint 1 commits, checkpoint 2 is
     // prepared on both subtasks but never completes.
-    let mut a = open(&opts, ctx(&sink, "run1", 0, 2), sink_options(), None).unwrap();
-    let mut b = open(&opts, ctx(&sink, "run1", 1, 2), sink_options(), None).unwrap();
+    let mut a = f.open_subtask("run1", 0, 2, None);
+    let mut b = f.open_subtask("run1", 1, 2, None);
     let a1 = prepared(&mut a, &rows(0..10, "a1"), 1);
     let b1 = prepared(&mut b, &rows(100..110, "b1"), 1);
     a.commit(&a1).unwrap();
@@ -342,137 +235,97 @@ fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     let a2 = prepared(&mut a, &rows(10..20, "a2"), 2);
     let b2 = prepared(&mut b, &rows(110..120, "b2"), 2);
     drop((a, b));
-    assert_eq!(prepared_gids(&mut admin, &sink).len(), 2);
+    assert_eq!(f.prepared_gids().len(), 2);
 
     // Restore checkpoint 1 at parallelism 1: subtask 0 now owns leftovers
     // of old subtasks 0 and 1. It aborts them once the first checkpoint of
     // its own attempt completes (only then has every subtask recovered).
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![a1.clone(), b1.clone()],
-    };
-    let mut s = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
-    assert_eq!(
-        prepared_gids(&mut admin, &sink).len(),
-        2,
-        "kept until recovery is over"
-    );
+    let mut s = f.open_restored("run1", &restore_from(1, &[&a1, &b1]));
+    assert_eq!(f.prepared_gids().len(), 2, "kept until recovery is over");
     assert_eq!(s.commit(&a1).unwrap(), CommitOutcome::AlreadyCommitted);
     assert_eq!(s.commit(&b1).unwrap(), CommitOutcome::AlreadyCommitted);
-    let first = prepared(&mut s, &rows(20..22, "s"), 2);
-    assert_eq!(s.commit(&first).unwrap(), CommitOutcome::Committed);
-    assert!(
-        prepared_gids(&mut admin, &sink).is_empty(),
-        "a2 and b2 aborted"
-    );
-    assert!(side_rows(&mut admin, &sink).is_empty());
-    assert_eq!(
-        count(&mut admin, &table),
-        22,
-        "checkpoint 1's rows and the new ones only"
-    );
+    let first = committed(&mut s, &rows(20..22, "s"), 2);
+    assert!(f.prepared_gids().is_empty(), "a2 and b2 aborted");
+    assert!(f.side_rows().is_empty());
+    assert_eq!(f.count(), 22, "checkpoint 1's rows and the new ones only");
     let _ = (a2, b2);
 
     // And back up to parallelism 3 from checkpoint 2: a leftover of old
     // subtask 0 belongs to new subtask 0 only; subtasks 1 and 2 leave it
     // alone. (Their own first checkpoints are empty, so they commit nothing
     // that would make the next restore of checkpoint 2 a rewind.)
-    let r2 = Restore {
-        checkpoint: 2,
-        known: vec![first.clone()],
-    };
-    let mut z = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), Some(&r2)).unwrap();
+    let r2 = restore_from(2, &[&first]);
+    let mut z = f.open_restored("run1", &r2);
     let z2 = prepared(&mut z, &rows(30..35, "z"), 3);
     drop(z);
     for i in [1, 2] {
-        let mut t = open(&opts, ctx(&sink, "run1", i, 3), sink_options(), Some(&r2)).unwrap();
-        let own = prepared(&mut t, &Vec::<String>::new(), 3);
+        let mut t = f.open_subtask("run1", i, 3, Some(&r2));
+        let own = prepared(&mut t, NO_ROWS, 3);
         t.commit(&own).unwrap();
-        assert_eq!(
-            prepared_gids(&mut admin, &sink),
-            vec![z2.transaction.to_string()]
-        );
+        assert_eq!(f.prepared_gids(), [z2.transaction.to_string()]);
     }
-    let mut t0 = open(&opts, ctx(&sink, "run1", 0, 3), sink_options(), Some(&r2)).unwrap();
-    let own = prepared(&mut t0, &Vec::<String>::new(), 3);
+    let mut t0 = f.open_subtask("run1", 0, 3, Some(&r2));
+    let own = prepared(&mut t0, NO_ROWS, 3);
     t0.commit(&own).unwrap();
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
+    assert!(f.prepared_gids().is_empty());
 }
 
 #[test]
 fn fresh_start_stops_on_prepared_of_another_run_unless_told_to_abort() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "fresh");
-    let opts = options(&url, &table);
-    let mut old = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "fresh");
+    let mut old = f.open("runA");
     let h = prepared(&mut old, &rows(0..3, "a"), 7);
     drop(old);
 
     // Another run without state: the transaction may hold a completed
     // checkpoint's output, so the job stops and names it (the checkpoint
     // comes from the handle row).
-    let err = open(&opts, ctx(&sink, "runB", 0, 1), sink_options(), None)
-        .err()
-        .expect("fresh start must stop");
+    let err = f.open_refused("runB", sink_options(), None);
     assert!(matches!(err, TwopcError::PreparedOnFreshStart(_)), "{err}");
     let msg = err.to_string();
     assert!(
         msg.contains(&format!("{} (checkpoint 7)", h.transaction)),
         "{msg}"
     );
-    assert_eq!(prepared_gids(&mut admin, &sink).len(), 1, "nothing aborted");
+    assert_eq!(f.prepared_gids().len(), 1, "nothing aborted");
 
     // The operator decides the output is not wanted.
-    let mut abort_opts = sink_options();
-    abort_opts.fresh_start = FreshStartPolicy::AbortPrepared;
-    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "runB", 0, 1)).unwrap();
-    let (_, report) = twopc_core::SubtaskSink::open(
-        dest,
-        SystemClock,
-        ctx(&sink, "runB", 0, 1),
-        abort_opts,
-        None,
-        None,
-    )
-    .unwrap();
+    let abort_prepared = SinkOptions {
+        fresh_start: FreshStartPolicy::AbortPrepared,
+        ..sink_options()
+    };
+    let (_, report) = f.open_reporting("runB", abort_prepared, None);
     assert_eq!(report.aborted, vec![h.transaction.clone()]);
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert_eq!(count(&mut admin, &table), 0);
+    assert!(f.prepared_gids().is_empty());
+    assert_eq!(f.count(), 0);
 }
 
 #[test]
 fn fresh_start_of_the_same_run_aborts_its_own_prepared_transactions() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "samerun");
-    let opts = options(&url, &table);
-    let mut first = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "samerun");
+    let mut first = f.open("runA");
     prepared(&mut first, &rows(0..3, "a"), 1);
     drop(first);
     // A failed attempt before its first checkpoint completed: Flink restarts
     // the same run without state; its prepared transaction is aborted.
-    open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert_eq!(count(&mut admin, &table), 0);
+    f.open("runA");
+    assert!(f.prepared_gids().is_empty());
+    assert_eq!(f.count(), 0);
 }
 
 #[test]
 fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "nohandle");
-    let opts = options(&url, &table);
-    let mut first = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "nohandle");
+    let mut first = f.open("runA");
     let h = prepared(&mut first, &rows(0..3, "a"), 4);
     drop(first);
     // A plain DELETE of the handle row waits: the prepared transaction
     // holds a KEY SHARE lock on it (that is what protects it from the
     // cleanup), so an administrator's delete times out here.
-    let res = admin.batch_execute(&format!(
+    let res = f.admin.batch_execute(&format!(
         "SET lock_timeout = '200ms'; \
          DELETE FROM public.twopc_prepared WHERE transaction_id = '{}'",
         h.transaction
@@ -481,10 +334,10 @@ fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
         res.is_err(),
         "the prepared transaction's lock protects its handle row"
     );
-    admin.batch_execute("RESET lock_timeout").unwrap();
+    f.admin.batch_execute("RESET lock_timeout").unwrap();
     // Damage it instead (updating a non-key column is allowed under a KEY
     // SHARE lock): the handle becomes unreadable.
-    admin
+    f.admin
         .execute(
             "UPDATE public.twopc_prepared SET handle = '\\x00'::bytea WHERE transaction_id = $1",
             &[&h.transaction.as_str()],
@@ -493,17 +346,12 @@ fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
 
     // Even the same run's fresh start, which would abort its own prepared
     // transactions, stops: the run is unknown.
-    let err = open(&opts, ctx(&sink, "runA", 0, 1), sink_options(), None)
-        .err()
-        .expect("must stop");
+    let err = f.open_refused("runA", sink_options(), None);
     assert!(matches!(err, TwopcError::PreparedOnFreshStart(_)), "{err}");
     assert!(err.to_string().contains(h.transaction.as_str()));
-    assert_eq!(prepared_gids(&mut admin, &sink).len(), 1);
+    assert_eq!(f.prepared_gids().len(), 1);
 
-    let staged = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "runA", 0, 1))
-        .unwrap()
-        .staged()
-        .unwrap();
+    let staged = f.destination("runA").staged().unwrap();
     assert_eq!(staged.len(), 1);
     assert_eq!(
         staged[0].prepared.as_ref().unwrap().run.as_str(),
@@ -511,35 +359,24 @@ fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
     );
 
     // A restore that names it still commits it: commit needs only the id.
-    let restore = Restore {
-        checkpoint: 4,
-        known: vec![h.clone()],
-    };
-    let mut s = open(
-        &opts,
-        ctx(&sink, "runA", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .unwrap();
+    let mut s = f.open_restored("runA", &restore_from(4, &[&h]));
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 3);
+    assert_eq!(f.count(), 3);
 }
 
 #[test]
 fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "stale");
-    let opts = options(&url, &table);
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "stale");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..3, "a"), 1);
     // A row of a transaction that never got prepared (PREPARE failed and
     // its cleanup failed too).
-    let ghost = format!("{sink}.0.00000000000000ff.9");
-    admin
+    let ghost = format!("{}.0.00000000000000ff.9", f.sink);
+    f.admin
         .execute(
             "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
-            &[&ghost, &sink],
+            &[&ghost, &f.sink],
         )
         .unwrap();
     let staged = s.destination().staged().unwrap();
@@ -549,57 +386,34 @@ fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
         Some(&h),
         "handle read back whole"
     );
-    assert_eq!(
-        side_rows(&mut admin, &sink),
-        vec![h.transaction.to_string()]
-    );
+    assert_eq!(f.side_rows(), [h.transaction.to_string()]);
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
 }
 
 #[test]
 fn abort_is_repeatable_and_refuses_committed_output() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "abort");
-    let opts = options(&url, &table);
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "abort");
+    let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..3, "a"), 1);
     let d = s.destination();
     assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
     assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
-    let h2 = prepared(&mut s, &rows(0..3, "b"), 2);
-    s.commit(&h2).unwrap();
+    let h2 = committed(&mut s, &rows(0..3, "b"), 2);
     assert_eq!(
         s.destination().abort(&h2.transaction).unwrap(),
         AbortStatus::WasCommitted
     );
-    assert_eq!(visible(&mut admin, &table).len(), 3);
+    assert_eq!(f.visible().len(), 3);
 }
 
 #[test]
 fn rewind_is_detected_from_commit_records() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "rewind");
-    let opts = options(&url, &table);
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
-    let mut handles = Vec::new();
-    for cp in 1..=3u64 {
-        let h = prepared(&mut s, &rows(cp as i64 * 10..cp as i64 * 10 + 5, "r"), cp);
-        s.commit(&h).unwrap();
-        handles.push(h);
-    }
-    drop(s);
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![handles[0].clone()],
-    };
-    let err = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        Some(&restore),
-    )
-    .err()
-    .expect("rewind must stop");
+    let mut f = Fixture::new(&url, "rewind");
+    let handles = three_committed_checkpoints(&f);
+    let restore = restore_from(1, &[&handles[0]]);
+    let err = f.open_refused("run1", sink_options(), Some(&restore));
     assert!(matches!(err, TwopcError::Rewind(_)), "{err}");
     let msg = err.to_string();
     for h in &handles[1..] {
@@ -609,98 +423,62 @@ fn rewind_is_detected_from_commit_records() {
 
     // REPLACE_RANGE without a transaction-id column cannot tell the rows
     // apart: it stops and says how to reconcile by hand.
-    let mut replace = sink_options();
-    replace.rewind = RewindPolicy::ReplaceRange;
-    let err = open(
-        &opts,
-        ctx(&sink, "run1", 0, 1),
-        replace.clone(),
-        Some(&restore),
-    )
-    .err()
-    .expect("cannot retract");
-    let msg = err.to_string();
+    let replace = SinkOptions {
+        rewind: RewindPolicy::ReplaceRange,
+        ..sink_options()
+    };
+    let msg = f.open_refused("run1", replace, Some(&restore)).to_string();
     assert!(
         msg.contains("cannot retract") && msg.contains("DELETE FROM"),
         "{msg}"
     );
-    assert_eq!(count(&mut admin, &table), 15, "nothing removed");
+    assert_eq!(f.count(), 15, "nothing removed");
 }
 
 #[test]
 fn replace_range_retracts_rows_through_the_transaction_id_column() {
     let url = server!();
-    let mut admin = admin(&url);
-    let table = unique("t_retract");
-    let sink = unique("retract");
-    let _g = Leftovers {
-        url: url.clone(),
-        sink: sink.clone(),
-    };
-    create_table(&mut admin, &table, ", txn text NOT NULL");
-    let mut opts = options(&url, &table);
-    opts.transaction_id_column = Some("txn".into());
-
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
-    let mut handles = Vec::new();
-    for cp in 1..=3u64 {
-        let h = prepared(&mut s, &rows(cp as i64 * 10..cp as i64 * 10 + 5, "r"), cp);
-        s.commit(&h).unwrap();
-        handles.push(h);
-    }
-    drop(s);
-    let tagged: i64 = admin
+    let columns = format!("{ID_BODY}, txn text NOT NULL");
+    let mut f = Fixture::with_columns(&url, "retract", &columns);
+    f.opts.transaction_id_column = Some("txn".into());
+    let handles = three_committed_checkpoints(&f);
+    let tagged: i64 = f
+        .admin
         .query_one(
-            &format!("SELECT count(*) FROM {table} WHERE txn = $1"),
+            &format!("SELECT count(*) FROM {} WHERE txn = $1", f.table),
             &[&handles[1].transaction.as_str()],
         )
         .unwrap()
         .get(0);
     assert_eq!(tagged, 5, "each row carries its transaction id");
 
-    let mut replace = sink_options();
-    replace.rewind = RewindPolicy::ReplaceRange;
-    let restore = Restore {
-        checkpoint: 1,
-        known: vec![handles[0].clone()],
+    let replace = SinkOptions {
+        rewind: RewindPolicy::ReplaceRange,
+        ..sink_options()
     };
-    let dest = twopc_pg::PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, 1)).unwrap();
-    let (mut s, report) = twopc_core::SubtaskSink::open(
-        dest,
-        SystemClock,
-        ctx(&sink, "run1", 0, 1),
-        replace,
-        Some(&restore),
-        None,
-    )
-    .unwrap();
+    let restore = restore_from(1, &[&handles[0]]);
+    let (mut s, report) = f.open_reporting("run1", replace, Some(&restore));
     assert_eq!(report.retracted.len(), 2);
+    assert_eq!(f.count(), 5, "only checkpoint 1's rows remain");
     assert_eq!(
-        count(&mut admin, &table),
-        5,
-        "only checkpoint 1's rows remain"
-    );
-    assert_eq!(
-        commit_records(&mut admin, &sink),
-        vec![(handles[0].transaction.to_string(), 1)]
+        f.commit_records(),
+        [(handles[0].transaction.to_string(), 1)]
     );
     // The re-run writes the range again.
     assert_eq!(
         s.commit(&handles[0]).unwrap(),
         CommitOutcome::AlreadyCommitted
     );
-    let h = prepared(&mut s, &rows(20..25, "again"), 2);
-    s.commit(&h).unwrap();
-    assert_eq!(count(&mut admin, &table), 10);
+    committed(&mut s, &rows(20..25, "again"), 2);
+    assert_eq!(f.count(), 10);
 }
 
 #[test]
 fn csv_rows_with_quotes_commas_newlines_and_nulls() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "csv");
-    let mut opts = options(&url, &table);
-    opts.copy_format = CopyFormat::Csv;
-    let mut s = open(&opts, ctx(&sink, "run1", 0, 1), sink_options(), None).unwrap();
+    let mut f = Fixture::new(&url, "csv");
+    f.opts.copy_format = CopyFormat::Csv;
+    let mut s = f.open("run1");
     let records = [
         "1,plain",
         "2,\"with, comma\"",
@@ -708,10 +486,9 @@ fn csv_rows_with_quotes_commas_newlines_and_nulls() {
         "4,\"a \"\"quote\"\"\"",
         "5,",
     ];
-    let h = prepared(&mut s, &records, 1);
-    s.commit(&h).unwrap();
+    committed(&mut s, &records, 1);
     assert_eq!(
-        visible(&mut admin, &table),
+        f.visible(),
         vec![
             "1|plain",
             "2|with, comma",
@@ -725,44 +502,26 @@ fn csv_rows_with_quotes_commas_newlines_and_nulls() {
 #[test]
 fn a_record_that_is_not_one_text_row_fails_the_prepare() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "badrow");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
-    let h = s.begin().unwrap();
+    let mut f = Fixture::new(&url, "badrow");
+    let mut s = f.open("run1");
     // Two rows smuggled into one record by an unescaped line break. The
     // batches of a transaction stream into one COPY, whose row count the
     // server reports when it ends: at prepare.
-    s.write(&h.transaction, &batch(&["1\ta\n2\tb", "3\tc"]))
-        .unwrap();
+    let h = written(&mut s, &["1\ta\n2\tb", "3\tc"]);
     let err = s.prepare(&h.transaction, 1).unwrap_err().to_string();
     assert!(err.contains("3 rows") && err.contains("2 records"), "{err}");
     s.abort(&h).unwrap();
-    assert!(
-        visible(&mut admin, &table).is_empty(),
-        "nothing of it visible"
-    );
+    assert!(f.visible().is_empty(), "nothing of it visible");
     // Text escapes are the schema's business and pass through untouched.
-    let h = prepared(&mut s, &["7\ttab\\there", "8\t\\N"], 2);
-    s.commit(&h).unwrap();
-    assert_eq!(visible(&mut admin, &table), vec!["7|tab\there", "8|<null>"]);
+    committed(&mut s, &["7\ttab\\there", "8\t\\N"], 2);
+    assert_eq!(f.visible(), vec!["7|tab\there", "8|<null>"]);
 }
 
 #[test]
 fn a_rejected_value_in_a_middle_batch_fails_the_prepare_and_the_next_transaction_loads() {
     let url = server!();
-    let (mut admin, table, sink, _g) = setup(&url, "midbatch");
-    let mut s = open(
-        &options(&url, &table),
-        ctx(&sink, "run1", 0, 1),
-        sink_options(),
-        None,
-    )
-    .unwrap();
+    let mut f = Fixture::new(&url, "midbatch");
+    let mut s = f.open("run1");
     // Many batches stream into one COPY; the third carries a value the
     // bigint column rejects.
     let h = s.begin().unwrap();
@@ -787,12 +546,10 @@ fn a_rejected_value_in_a_middle_batch_fails_the_prepare_and_the_next_transaction
         "names the transaction: {err}"
     );
     s.abort(&h).unwrap();
-    assert!(prepared_gids(&mut admin, &sink).is_empty());
-    assert_eq!(count(&mut admin, &table), 0, "nothing of it visible");
+    assert!(f.prepared_gids().is_empty());
+    assert_eq!(f.count(), 0, "nothing of it visible");
 
     // The same session carries the next transaction, again over many batches.
-    let records = rows(0..5000, "y");
-    let h2 = prepared(&mut s, &records, 2);
-    assert_eq!(s.commit(&h2).unwrap(), CommitOutcome::Committed);
-    assert_eq!(count(&mut admin, &table), 5000);
+    committed(&mut s, &rows(0..5000, "y"), 2);
+    assert_eq!(f.count(), 5000);
 }

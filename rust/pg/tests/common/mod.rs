@@ -9,10 +9,11 @@
 use std::str::FromStr;
 
 use postgres::{Client, NoTls};
+use twopc_core::committer::CommitOutcome;
 use twopc_core::config::{RetryPolicy, SinkOptions, SubtaskContext};
 use twopc_core::ids::{random_u64, RunId, SinkId};
 use twopc_core::records::push_record;
-use twopc_core::{Restore, SubtaskSink, SystemClock, TransactionHandle, TwopcError};
+use twopc_core::{Restore, StartupReport, SubtaskSink, SystemClock, TransactionHandle, TwopcError};
 use twopc_pg::{Endpoint, PgDestination, PgOptions};
 
 pub type Sink = SubtaskSink<PgDestination, SystemClock>;
@@ -71,14 +72,8 @@ pub fn options(url: &str, table: &str) -> PgOptions {
     PgOptions::new(Endpoint::Url(url.to_string()), table, &["id", "body"])
 }
 
-/// Creates `name (id bigint, body text)` plus `extra` column definitions.
-pub fn create_table(admin: &mut Client, name: &str, extra: &str) {
-    admin
-        .batch_execute(&format!(
-            "CREATE TABLE {name} (id bigint NOT NULL, body text{extra})"
-        ))
-        .unwrap();
-}
+/// The columns of the tables [`options`] writes to.
+pub const ID_BODY: &str = "id bigint NOT NULL, body text";
 
 pub fn ctx(sink: &str, run: &str, subtask: u32, parallelism: u32) -> SubtaskContext {
     SubtaskContext::new(
@@ -107,8 +102,26 @@ pub fn open(
     sink_options: SinkOptions,
     restore: Option<&Restore>,
 ) -> Result<Sink, TwopcError> {
+    open_reporting(opts, ctx, sink_options, restore).map(|(s, _)| s)
+}
+
+/// [`open`], also returning what start-up did.
+pub fn open_reporting(
+    opts: &PgOptions,
+    ctx: SubtaskContext,
+    sink_options: SinkOptions,
+    restore: Option<&Restore>,
+) -> Result<(Sink, StartupReport), TwopcError> {
     let dest = PgDestination::connect(opts.clone(), &ctx)?;
-    SubtaskSink::open(dest, SystemClock, ctx, sink_options, restore, None).map(|(s, _)| s)
+    SubtaskSink::open(dest, SystemClock, ctx, sink_options, restore, None)
+}
+
+/// The state restored from `checkpoint`, which knew the transactions `known`.
+pub fn restore_from(checkpoint: u64, known: &[&TransactionHandle]) -> Restore {
+    Restore {
+        checkpoint,
+        known: known.iter().map(|&h| h.clone()).collect(),
+    }
 }
 
 /// COPY text rows `<id>\t<body>` for ids in `ids`, bodies tagged with `tag`.
@@ -124,17 +137,48 @@ pub fn batch<S: AsRef<str>>(records: &[S]) -> Vec<u8> {
     b
 }
 
+/// For a transaction without records.
+pub const NO_ROWS: &[&str] = &[];
+
+/// Begins and writes `records` as one batch; the transaction stays open.
+pub fn written<S: AsRef<str>>(sink: &mut Sink, records: &[S]) -> TransactionHandle {
+    let h = sink.begin().unwrap();
+    sink.write(&h.transaction, &batch(records)).unwrap();
+    h
+}
+
 /// Begins, writes `records` in batches of at most 100, prepares.
 pub fn prepared<S: AsRef<str>>(
     sink: &mut Sink,
     records: &[S],
     checkpoint: u64,
 ) -> TransactionHandle {
+    prepared_in_batches(sink, records, 100, checkpoint)
+}
+
+/// Begins, writes `records` in batches of at most `batch_len`, prepares.
+pub fn prepared_in_batches<S: AsRef<str>>(
+    sink: &mut Sink,
+    records: &[S],
+    batch_len: usize,
+    checkpoint: u64,
+) -> TransactionHandle {
     let h = sink.begin().unwrap();
-    for chunk in records.chunks(100) {
+    for chunk in records.chunks(batch_len) {
         sink.write(&h.transaction, &batch(chunk)).unwrap();
     }
     sink.prepare(&h.transaction, checkpoint).unwrap()
+}
+
+/// [`prepared`], then committed by a first, successful commit.
+pub fn committed<S: AsRef<str>>(
+    sink: &mut Sink,
+    records: &[S],
+    checkpoint: u64,
+) -> TransactionHandle {
+    let h = prepared(sink, records, checkpoint);
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
+    h
 }
 
 /// Visible rows of `table` as "id|body", sorted.
@@ -201,6 +245,30 @@ pub fn commit_records(admin: &mut Client, sink: &str) -> Vec<(String, i64)> {
         .collect()
 }
 
+/// Ends the backend `pid` and waits until it is gone, so a test does not
+/// depend on how fast the server acts on the signal.
+pub fn terminate(admin: &mut Client, pid: i32) {
+    let ok: bool = admin
+        .query_one("SELECT pg_terminate_backend($1)", &[&pid])
+        .unwrap()
+        .get(0);
+    assert!(ok, "could not terminate backend {pid}");
+    for _ in 0..200 {
+        let alive: i64 = admin
+            .query_one(
+                "SELECT count(*) FROM pg_stat_activity WHERE pid = $1",
+                &[&pid],
+            )
+            .unwrap()
+            .get(0);
+        if alive == 0 {
+            return;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+    panic!("backend {pid} did not exit");
+}
+
 /// Rolls back whatever this sink left prepared, so a failing test does not
 /// use up the server's prepared-transaction slots for the others.
 pub fn rollback_all(admin: &mut Client, sink: &str) {
@@ -220,6 +288,130 @@ impl Drop for Leftovers {
         if let Ok(mut c) = Client::connect(&self.url, NoTls) {
             rollback_all(&mut c, &self.sink);
         }
+    }
+}
+
+/// One test's table and sink, the admin session to look at them with, and
+/// the guard that rolls back the sink's leftovers however the test ends.
+/// Sinks are subtask 0 of 1 unless a test says otherwise.
+pub struct Fixture {
+    pub url: String,
+    pub admin: Client,
+    /// `t_<prefix>_<random>`.
+    pub table: String,
+    /// `<prefix>_<random>`.
+    pub sink: String,
+    /// What the sinks open with: [`options`] for the table until the test
+    /// changes them.
+    pub opts: PgOptions,
+    _leftovers: Leftovers,
+}
+
+impl Fixture {
+    /// With a table of [`ID_BODY`].
+    pub fn new(url: &str, prefix: &str) -> Self {
+        Self::with_columns(url, prefix, ID_BODY)
+    }
+
+    /// With a table of `columns`, as between the parentheses of CREATE TABLE.
+    pub fn with_columns(url: &str, prefix: &str, columns: &str) -> Self {
+        let mut admin = admin(url);
+        let table = unique(&format!("t_{prefix}"));
+        admin
+            .batch_execute(&format!("CREATE TABLE {table} ({columns})"))
+            .unwrap();
+        let sink = unique(prefix);
+        Fixture {
+            url: url.to_string(),
+            admin,
+            opts: options(url, &table),
+            table,
+            _leftovers: Leftovers {
+                url: url.to_string(),
+                sink: sink.clone(),
+            },
+            sink,
+        }
+    }
+
+    pub fn ctx(&self, run: &str) -> SubtaskContext {
+        ctx(&self.sink, run, 0, 1)
+    }
+
+    /// A fresh start of `run`.
+    pub fn open(&self, run: &str) -> Sink {
+        self.open_subtask(run, 0, 1, None)
+    }
+
+    pub fn open_restored(&self, run: &str, restore: &Restore) -> Sink {
+        self.open_subtask(run, 0, 1, Some(restore))
+    }
+
+    pub fn open_subtask(
+        &self,
+        run: &str,
+        subtask: u32,
+        parallelism: u32,
+        restore: Option<&Restore>,
+    ) -> Sink {
+        let ctx = ctx(&self.sink, run, subtask, parallelism);
+        open(&self.opts, ctx, sink_options(), restore).unwrap()
+    }
+
+    pub fn open_reporting(
+        &self,
+        run: &str,
+        sink_options: SinkOptions,
+        restore: Option<&Restore>,
+    ) -> (Sink, StartupReport) {
+        open_reporting(&self.opts, self.ctx(run), sink_options, restore).unwrap()
+    }
+
+    /// The error that keeps the sink from opening.
+    pub fn open_refused(
+        &self,
+        run: &str,
+        sink_options: SinkOptions,
+        restore: Option<&Restore>,
+    ) -> TwopcError {
+        match open(&self.opts, self.ctx(run), sink_options, restore) {
+            Ok(_) => panic!("the sink opened for {run}, but must not"),
+            Err(e) => e,
+        }
+    }
+
+    /// A connected destination that has done no start-up.
+    pub fn destination(&self, run: &str) -> PgDestination {
+        PgDestination::connect(self.opts.clone(), &self.ctx(run)).unwrap()
+    }
+
+    /// A new admin session, after the server cut the old one.
+    pub fn reconnect(&mut self) {
+        self.admin = admin(&self.url);
+    }
+
+    pub fn count(&mut self) -> i64 {
+        count(&mut self.admin, &self.table)
+    }
+
+    pub fn visible(&mut self) -> Vec<String> {
+        visible(&mut self.admin, &self.table)
+    }
+
+    pub fn prepared_gids(&mut self) -> Vec<String> {
+        prepared_gids(&mut self.admin, &self.sink)
+    }
+
+    pub fn side_rows(&mut self) -> Vec<String> {
+        side_rows(&mut self.admin, &self.sink)
+    }
+
+    pub fn commit_records(&mut self) -> Vec<(String, i64)> {
+        commit_records(&mut self.admin, &self.sink)
+    }
+
+    pub fn terminate(&mut self, pid: i32) {
+        terminate(&mut self.admin, pid)
     }
 }
 
@@ -261,4 +453,10 @@ pub fn logged(needle: &str) -> Vec<String> {
         .filter(|l| l.contains(needle))
         .cloned()
         .collect()
+}
+
+/// Captured lines about committing `h`: where the core logs each failed
+/// attempt (after [`capture_logs`]).
+pub fn commit_log(h: &TransactionHandle) -> Vec<String> {
+    logged(&format!("commit of transaction {}", h.transaction))
 }
