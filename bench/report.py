@@ -20,7 +20,8 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
 LABELS = {
-    "discard": "DiscardingSink (ceiling)",
+    "discard": "DiscardingSink (no serialization)",
+    "discard-serialized": "DiscardingSink after serialization (ceiling)",
     "twopc-fs": "twopc, filesystem",
     "filesink": "Flink FileSink (row format)",
     "twopc-pg-tx": "twopc, PostgreSQL transactional",
@@ -31,7 +32,7 @@ LABELS = {
     "raw-disk-direct": "raw sequential disk write (O_DIRECT)",
     "raw-copy": "psql \\copy",
 }
-MAIN_ORDER = ["discard", "twopc-fs", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
+MAIN_ORDER = ["discard", "discard-serialized", "twopc-fs", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
               "raw-copy"]
 SWEEP = {"twopc-fs": ["twopc-fs@100ms", "twopc-fs", "twopc-fs@10s"],
          "filesink": ["filesink@100ms", "filesink", "filesink@10s"]}
@@ -40,10 +41,12 @@ WARMUP_CHECKPOINTS = 2
 
 # (name, numerator, denominator, target minimum, aim or None)
 RATIOS = [
-    ("twopc-fs / DiscardingSink", "twopc-fs", "discard", 0.8, None),
+    # The ceiling as the brief defines it: "source and serialisation cost only".
+    ("twopc-fs / DiscardingSink after serialization", "twopc-fs", "discard-serialized", 0.8, None),
     ("twopc-fs / FileSink", "twopc-fs", "filesink", 1.0, 1.5),
     ("twopc-pg transactional / JDBC XA", "twopc-pg-tx", "jdbc-xa", 3.0, None),
     ("twopc-pg transactional / raw COPY", "twopc-pg-tx", "raw-copy", 0.7, None),
+    ("twopc-fs / DiscardingSink (no serialization)", "twopc-fs", "discard", None, None),
     ("twopc-fs / raw disk write (page cache)", "twopc-fs", "raw-disk", None, None),
     ("twopc-fs / raw disk write (O_DIRECT)", "twopc-fs", "raw-disk-direct", None, None),
     ("twopc-pg transactional / JDBC XA + reWriteBatchedInserts", "twopc-pg-tx", "jdbc-xa-rewrite", None, None),
@@ -139,7 +142,7 @@ def plot_throughput(res, path):
     meds = [res.med(c, "recordsPerSec") for c in cases]
     lo = [m - min(res.values(c, "recordsPerSec")) for c, m in zip(cases, meds)]
     hi = [max(res.values(c, "recordsPerSec")) - m for c, m in zip(cases, meds)]
-    colors = ["#888888" if c == "discard" else "#bbbbbb" if c.startswith("raw") else
+    colors = ["#888888" if c.startswith("discard") else "#bbbbbb" if c.startswith("raw") else
               "#1f77b4" if c.startswith("twopc") else "#ff7f0e" for c in cases]
     ax.barh([LABELS[c] for c in cases], meds, xerr=[lo, hi], color=colors, capsize=3)
     ax.invert_yaxis()
@@ -359,7 +362,7 @@ def main():
       "N × 100 bytes, or the table holds N distinct ids.")
     sizes = doc["sizes"]
     w(f"* Records per run (sized so that each run lasts several seconds or more at its own rate; a file "
-      f"sink's rate does not depend on the count): DiscardingSink {sizes['discard']:,}; twopc-fs and raw disk "
+      f"sink's rate does not depend on the count): both DiscardingSink cases {sizes['discard']:,}; twopc-fs and raw disk "
       f"{sizes['fs']:,} ({sizes['fs-long']:,} at 10 s checkpoints); FileSink {sizes['filesink']:,} "
       f"({sizes['filesink-long']:,} at 10 s); every PostgreSQL case (both twopc modes, both JDBC XA "
       f"variants, psql) {sizes['pg']:,} rows, the same for all because a row costs more the larger the "
@@ -368,6 +371,11 @@ def main():
       "pays for the previous run's writeback. The PostgreSQL server runs with bulk-load settings "
       "(listed under Machine): with the defaults (`max_wal_size` 1 GB) it checkpoints every few seconds "
       "during a load and logs a hint to raise `max_wal_size`.")
+    w("* **The ceiling**: the brief defines it as DiscardingSink, \"source and serialisation cost only\". "
+      "Flink's `DiscardingSink` drops the record object without turning it into bytes, so the run "
+      "named *DiscardingSink after serialization* feeds each record through the serialization schema "
+      "the byte-writing sinks use (`SimpleStringSchema`: the string's UTF-8 bytes) and drops the "
+      "bytes. The target is read against it; the plain DiscardingSink is shown beside it.")
     w("* **Raw disk write**: the same 100-byte lines (a 1 MB block of them, written repeatedly) by two "
       "threads into two files in the same directory, each fsynced every second and at the end; once "
       "through the page cache (plain `write`), once with O_DIRECT (blocks of 4096 lines, 409,600 bytes, "
@@ -476,7 +484,7 @@ def main():
         w("")
         if dflt:
             w(f"One call per record costs {one:.0f} ns per record; with the default batch, {dflt:.0f} ns "
-              f"(crossing, handle check and the destination's buffered write together): the crossing itself "
+              f"(crossing, handle check and the destination's write together): the crossing itself "
               f"is about {one - dflt:.0f} ns per call, {(one - dflt) / jni['defaultBatchRecords']:.2f} ns per "
               "record when batched.")
             w("")

@@ -46,6 +46,7 @@ final class Sinks {
     static Target prepare(String sink, Path dir, String pgUrl) throws Exception {
         switch (sink) {
             case "discard":
+            case "discard-serialized":
                 return new Target(false);
             case "twopc-fs":
             case "filesink":
@@ -65,6 +66,10 @@ final class Sinks {
         switch (sink) {
             case "discard":
                 stream.addSink(new DiscardingSink<>()).uid("sink").name("discard");
+                break;
+            case "discard-serialized":
+                stream.addSink(new SerializingDiscardingSink(new SimpleStringSchema()))
+                        .uid("sink").name("discard-serialized");
                 break;
             case "twopc-fs":
                 stream.addSink(TwopcSink.<String>builder()
@@ -134,6 +139,7 @@ final class Sinks {
     static String verify(String sink, Path dir, long records, String pgUrl, Target target) throws Exception {
         switch (sink) {
             case "discard":
+            case "discard-serialized":
                 return "ok: nothing to check";
             case "twopc-fs":
             case "filesink":
