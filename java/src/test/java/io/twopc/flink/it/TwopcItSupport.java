@@ -23,8 +23,10 @@ import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobgraph.SavepointRestoreSettings;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
+import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.util.MiniClusterWithClientResource;
 import org.apache.flink.util.CloseableIterator;
 import org.apache.flink.util.SerializedThrowable;
 
@@ -65,6 +67,16 @@ final class TwopcItSupport {
     private TwopcItSupport() {}
 
     // ------------------------------------------------------------------ environment and jobs
+
+    /** One task manager with {@code slots} slots, reporting its metrics to {@code metrics}. */
+    static MiniClusterWithClientResource cluster(InMemoryReporter metrics, int slots) {
+        return new MiniClusterWithClientResource(
+                new MiniClusterResourceConfiguration.Builder()
+                        .setConfiguration(metrics.addToConfiguration(new Configuration()))
+                        .setNumberTaskManagers(1)
+                        .setNumberSlotsPerTaskManager(slots)
+                        .build());
+    }
 
     /** A streaming environment on the test cluster with checkpointing and a bounded restart strategy. */
     static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,

@@ -12,12 +12,10 @@ import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.functions.MapFunction;
 import org.apache.flink.api.java.functions.KeySelector;
 import org.apache.flink.client.program.ClusterClient;
-import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.execution.SuppressRestartsException;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
-import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.util.MiniClusterWithClientResource;
 
@@ -61,12 +59,7 @@ public class TwopcSinkPostgresITCase {
     private static final String PASSWORD_PROPERTY = "twopc.it.postgres.password";
 
     @ClassRule
-    public static final MiniClusterWithClientResource CLUSTER = new MiniClusterWithClientResource(
-            new MiniClusterResourceConfiguration.Builder()
-                    .setConfiguration(METRICS.addToConfiguration(new Configuration()))
-                    .setNumberTaskManagers(1)
-                    .setNumberSlotsPerTaskManager(4)
-                    .build());
+    public static final MiniClusterWithClientResource CLUSTER = cluster(METRICS, 4);
 
     @Rule
     public final TemporaryFolder tmp = new TemporaryFolder();

@@ -7,11 +7,9 @@ import io.twopc.flink.TwopcSink;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.client.program.ClusterClient;
-import org.apache.flink.configuration.Configuration;
 import org.apache.flink.core.execution.SavepointFormatType;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
-import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.util.MiniClusterWithClientResource;
 
@@ -38,12 +36,7 @@ public class TwopcSinkSavepointITCase {
     private static final InMemoryReporter METRICS = InMemoryReporter.createWithRetainedMetrics();
 
     @ClassRule
-    public static final MiniClusterWithClientResource CLUSTER = new MiniClusterWithClientResource(
-            new MiniClusterResourceConfiguration.Builder()
-                    .setConfiguration(METRICS.addToConfiguration(new Configuration()))
-                    .setNumberTaskManagers(1)
-                    .setNumberSlotsPerTaskManager(4)
-                    .build());
+    public static final MiniClusterWithClientResource CLUSTER = cluster(METRICS, 4);
 
     @Rule
     public final TemporaryFolder tmp = new TemporaryFolder();

@@ -8,10 +8,8 @@ import io.twopc.flink.TwopcSinkBuilder;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.serialization.SerializationSchema;
-import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
-import org.apache.flink.runtime.testutils.MiniClusterResourceConfiguration;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.util.MiniClusterWithClientResource;
 
@@ -40,12 +38,7 @@ public class TwopcSinkStartupChecksITCase {
     private static final InMemoryReporter METRICS = InMemoryReporter.createWithRetainedMetrics();
 
     @ClassRule
-    public static final MiniClusterWithClientResource CLUSTER = new MiniClusterWithClientResource(
-            new MiniClusterResourceConfiguration.Builder()
-                    .setConfiguration(METRICS.addToConfiguration(new Configuration()))
-                    .setNumberTaskManagers(1)
-                    .setNumberSlotsPerTaskManager(2)
-                    .build());
+    public static final MiniClusterWithClientResource CLUSTER = cluster(METRICS, 2);
 
     @Rule
     public final TemporaryFolder tmp = new TemporaryFolder();
