@@ -10,8 +10,8 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
-use twopc_core::fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
 use twopc_core::ids::TransactionId;
+use twopc_fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
 
 use crate::timefmt::duration;
 
@@ -358,7 +358,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             &b.transaction,
         ))
     });
-    let decided: BTreeMap<&str, &twopc_core::fs::CommitRecord> = inv
+    let decided: BTreeMap<&str, &twopc_fs::CommitRecord> = inv
         .committed
         .iter()
         .map(|c| (c.handle.transaction.as_str(), c))

@@ -115,7 +115,7 @@ struct Stats {
 
 impl Stats {
     fn observe_leftovers(&mut self, out: &Path) {
-        let Ok(inv) = twopc_core::fs::inventory(out) else {
+        let Ok(inv) = twopc_fs::inventory(out) else {
             return;
         };
         for sink in inv {

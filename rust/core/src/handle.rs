@@ -94,14 +94,14 @@ fn bincode_config() -> impl bincode::config::Config {
 }
 
 /// Encodes any serde value as an envelope body of `kind`.
-pub(crate) fn encode_payload<T: Serialize>(kind: PayloadKind, value: &T) -> Vec<u8> {
+pub fn encode_payload<T: Serialize>(kind: PayloadKind, value: &T) -> Vec<u8> {
     let body = bincode::serde::encode_to_vec(value, bincode_config())
         .expect("encoding plain data structs into a Vec cannot fail");
     envelope::seal(kind, &body)
 }
 
 /// Decodes an envelope of `kind`, requiring the whole body to be consumed.
-pub(crate) fn decode_payload<T: serde::de::DeserializeOwned>(
+pub fn decode_payload<T: serde::de::DeserializeOwned>(
     kind: PayloadKind,
     bytes: &[u8],
 ) -> Result<T, HandleError> {

@@ -10,13 +10,11 @@ pub mod clock;
 pub mod committer;
 pub mod config;
 pub mod destination;
-#[cfg(target_os = "linux")]
-mod direct_io;
 pub mod envelope;
 pub mod error;
-pub mod fs;
 pub mod handle;
 pub mod ids;
+#[cfg(feature = "testing")]
 pub mod memory;
 pub mod records;
 pub mod recovery;

@@ -13,11 +13,11 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use twopc_core::config::validate_retention;
-use twopc_core::fs::{FsDestination, FsOptions, RecordFormat};
 use twopc_core::{
     Destination, FreshStartPolicy, Restore, RetryPolicy, RewindPolicy, RunId, SinkId, SinkOptions,
     SubtaskContext, SubtaskSink, SystemClock, TransactionHandle, TwopcError,
 };
+use twopc_fs::{FsDestination, FsOptions, RecordFormat};
 use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
 
 use crate::args::non_negative;

@@ -35,12 +35,12 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use twopc_core::fs::{FsDestination, FsOptions};
 use twopc_core::records::push_record;
 use twopc_core::{
     CommitOutcome, Restore, RunId, SinkId, SinkOptions, SubtaskContext, SubtaskSink, SystemClock,
     TransactionHandle, TransactionState,
 };
+use twopc_fs::{FsDestination, FsOptions};
 
 const SINK: &str = "crash";
 /// A failover restart keeps Flink's job id, so every attempt is one run.

@@ -6,11 +6,11 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use twopc_core::fs::{FsDestination, FsOptions};
 use twopc_core::records::push_record;
 use twopc_core::{
     Clock, Restore, RunId, SinkId, SinkOptions, SubtaskContext, SubtaskSink, SystemClock,
 };
+use twopc_fs::{FsDestination, FsOptions};
 
 /// A fresh directory under the system temp dir, removed on drop unless the
 /// test panicked (so a failure leaves the evidence behind).

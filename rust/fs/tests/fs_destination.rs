@@ -7,10 +7,10 @@ use std::path::{Path, PathBuf};
 
 use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
 use twopc_core::error::DestinationErrorKind;
-use twopc_core::fs::{FsDestination, FsOptions, RecordFormat};
 use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{random_u64, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::{push_record, RecordBatch};
+use twopc_fs::{FsDestination, FsOptions, RecordFormat};
 
 struct TempDir(PathBuf);
 impl TempDir {
@@ -238,7 +238,7 @@ fn damaged_control_files_give_clear_errors() {
     .unwrap();
     fs::write(t.0.join("_twopc").join("stray-file"), b"x").unwrap();
     assert_eq!(
-        twopc_core::fs::Layout::sinks_in(&t.0).unwrap(),
+        twopc_fs::Layout::sinks_in(&t.0).unwrap(),
         vec![sink()],
         "a file under _twopc is not a sink"
     );

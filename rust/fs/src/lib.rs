@@ -1,5 +1,5 @@
-//! The filesystem destination: a local or mounted directory, the embedded
-//! default.
+//! twopc-fs: the filesystem destination, a local or mounted directory (the
+//! embedded default).
 //!
 //! ```text
 //! <output>/
@@ -23,6 +23,11 @@
 //! interrupted one left, so it can always tell "already committed" from
 //! "lost" without guessing: lost means neither a record nor staged data.
 
+#![forbid(unsafe_code)]
+
+#[cfg(target_os = "linux")]
+mod direct_io;
+
 use std::collections::BTreeMap;
 use std::fs::{self, File, OpenOptions};
 use std::io::{BufWriter, Read, Write};
@@ -30,14 +35,14 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::destination::{
+use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
 };
-use crate::envelope::PayloadKind;
-use crate::error::{ConfigError, DestinationError};
-use crate::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
-use crate::ids::{random_u64, CheckpointId, LineageId, SinkId, TransactionId};
-use crate::records::RecordBatch;
+use twopc_core::envelope::PayloadKind;
+use twopc_core::error::{ConfigError, DestinationError};
+use twopc_core::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
+use twopc_core::ids::{random_u64, CheckpointId, LineageId, SinkId, TransactionId};
+use twopc_core::records::RecordBatch;
 
 /// Directory (under the output directory) holding everything not visible.
 pub const CONTROL_DIR: &str = "_twopc";
@@ -87,7 +92,7 @@ impl FsOptions {
                 "the output directory is empty; set a path",
             ));
         }
-        crate::ids::validate_token("part prefix", &self.part_prefix, 32)?;
+        twopc_core::ids::validate_token("part prefix", &self.part_prefix, 32)?;
         if !self.part_suffix.is_empty() {
             let rest = self.part_suffix.strip_prefix('.').ok_or_else(|| {
                 ConfigError::new(format!(
@@ -95,7 +100,7 @@ impl FsOptions {
                     self.part_suffix
                 ))
             })?;
-            crate::ids::validate_token("part suffix", rest, 16)?;
+            twopc_core::ids::validate_token("part suffix", rest, 16)?;
         }
         Ok(())
     }
@@ -394,7 +399,10 @@ impl FsDestination {
     /// Validates the options and creates the directories.
     pub fn open(options: FsOptions, sink: &SinkId) -> Result<Self, DestinationError> {
         options.validate().map_err(|e| {
-            DestinationError::new(crate::error::DestinationErrorKind::Rejected, e.to_string())
+            DestinationError::new(
+                twopc_core::error::DestinationErrorKind::Rejected,
+                e.to_string(),
+            )
         })?;
         fs::create_dir_all(&options.output_dir).map_err(|e| {
             DestinationError::io("creating output directory", &options.output_dir, e)

@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 
 use twopc_core::destination::CommittedTransaction;
-use twopc_core::fs::{committed_view, FsDestination, FsOptions, Layout};
 use twopc_core::memory::{MemoryDestination, MemoryStore};
 use twopc_core::{CheckpointId, Destination, SinkId, TransactionId};
+use twopc_fs::{committed_view, FsDestination, FsOptions, Layout};
 
 use super::faults::{FaultyDestination, SharedFaults};
 
