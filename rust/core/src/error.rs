@@ -43,14 +43,52 @@ pub enum DestinationErrorKind {
 #[error("{message}")]
 pub struct DestinationError {
     pub kind: DestinationErrorKind,
-    pub message: String,
+    /// Boxed, not a `String`: keeps every `Result<_, TwopcError>` small.
+    pub message: Box<str>,
+    /// Set when the destination can never accept one record of the call
+    /// (a data error: replaying the same record fails the same way). The
+    /// protocol turns it into [`TwopcError::RecordRejected`], which stops the
+    /// job once instead of restarting it in a loop.
+    pub record: Option<Box<RecordFault>>,
+}
+
+/// Which record a destination refused, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RecordFault {
+    /// Where the record is: in the batch of the failing `write` call, or in
+    /// the transaction (a fault found at `prepare`, e.g. when a COPY ends).
+    pub position: RecordPosition,
+    /// The column (or field) that was refused, when the destination knows.
+    pub column: Option<String>,
+    /// The destination's own words, e.g. PostgreSQL's message.
+    pub reason: String,
+    /// The first bytes of the record, escaped and with password-like values
+    /// masked ([`crate::records::preview`]).
+    pub preview: String,
+}
+
+/// The position of a refused record, 0-based.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RecordPosition {
+    InBatch(u64),
+    InTransaction(u64),
 }
 
 impl DestinationError {
     pub fn new(kind: DestinationErrorKind, message: impl Into<String>) -> Self {
         DestinationError {
             kind,
-            message: message.into(),
+            message: message.into().into_boxed_str(),
+            record: None,
+        }
+    }
+
+    /// A record the destination can never accept.
+    pub fn record(fault: RecordFault) -> Self {
+        DestinationError {
+            kind: DestinationErrorKind::Rejected,
+            message: format!("a record was refused: {}", fault.reason).into_boxed_str(),
+            record: Some(Box::new(fault)),
         }
     }
 
@@ -132,6 +170,22 @@ pub struct RewindDetected {
     pub committed_after: Vec<(TransactionId, CheckpointId)>,
 }
 
+/// A record that the destination can never accept. A restart would replay
+/// the same record and fail the same way, so the job stops once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RejectedRecord {
+    pub scope: SinkScope,
+    pub transaction: TransactionId,
+    /// The checkpoint being prepared when the fault was found at prepare;
+    /// `None` when it was found at write (no checkpoint yet).
+    pub checkpoint: Option<CheckpointId>,
+    /// 0-based position of the record in its transaction.
+    pub position: u64,
+    pub column: Option<String>,
+    pub reason: String,
+    pub preview: String,
+}
+
 /// A job started without state found prepared transactions of this sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedOnFreshStart {
@@ -189,6 +243,9 @@ pub enum TwopcError {
     #[error("{}", fresh_start_message(.0))]
     PreparedOnFreshStart(Box<PreparedOnFreshStart>),
 
+    #[error("{}", rejected_record_message(.0))]
+    RecordRejected(Box<RejectedRecord>),
+
     #[error("{scope}: protocol misuse: {message}")]
     Protocol { scope: SinkScope, message: String },
 }
@@ -205,6 +262,7 @@ impl TwopcError {
                 | TwopcError::PreparedOnFreshStart(_)
                 | TwopcError::State { .. }
                 | TwopcError::Config(_)
+                | TwopcError::RecordRejected(_)
         )
     }
 
@@ -221,6 +279,7 @@ impl TwopcError {
             TwopcError::CommitUnresolved(_) => "unresolved",
             TwopcError::Rewind(_) => "rewind",
             TwopcError::PreparedOnFreshStart(_) => "fresh-start",
+            TwopcError::RecordRejected(_) => "record",
             TwopcError::Protocol { .. } => "protocol",
         }
     }
@@ -273,6 +332,25 @@ fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
          or decide with the CLI (`twopc inspect <output>`); or, if their output is not wanted, \
          set the fresh-start policy to ABORT_PREPARED and start again.",
         p.scope, list
+    )
+}
+
+fn rejected_record_message(r: &RejectedRecord) -> String {
+    let when = match r.checkpoint {
+        Some(c) => format!("while preparing it for checkpoint {c}"),
+        None => "while writing".to_string(),
+    };
+    let column = match &r.column {
+        Some(c) => format!(", column {c}"),
+        None => String::new(),
+    };
+    format!(
+        "{}: the destination refused record #{} of transaction {} ({when}{column}): {}. The \
+         record begins: {}. A restart would replay the same record and fail again, so the job \
+         is stopped instead of restarting in a loop; nothing of this transaction becomes \
+         visible. Filter or fix such records before the sink, then restart from the latest \
+         checkpoint.",
+        r.scope, r.position, r.transaction, r.reason, r.preview
     )
 }
 

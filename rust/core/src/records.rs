@@ -104,9 +104,157 @@ pub fn push_record(buf: &mut Vec<u8>, record: &[u8]) {
     buf.extend_from_slice(record);
 }
 
+/// How many bytes of a refused record an error message shows.
+pub const PREVIEW_BYTES: usize = 64;
+
+/// Keys whose values a preview never shows (compared case-insensitively):
+/// a refused record may be a log line or a configuration row, and error
+/// messages end up in logs, the web UI and tickets.
+const SECRET_KEYS: [&str; 8] = [
+    "password",
+    "passwd",
+    "pwd",
+    "secret",
+    "token",
+    "apikey",
+    "api_key",
+    "credential",
+];
+
+/// The first bytes of a record for an error message: printable ASCII as it
+/// is, everything else escaped (`\n`, `\t`, `\0`, `\xNN`), and the values of
+/// password-like keys (`password=...`, `"token": "..."`) and of URL user
+/// information (`scheme://user:secret@host`) replaced by `***`.
+pub fn preview(record: &[u8]) -> String {
+    let shown = &record[..record.len().min(PREVIEW_BYTES)];
+    let masked = mask_secrets(shown);
+    let mut out = String::with_capacity(masked.len() + 8);
+    for &b in &masked {
+        match b {
+            b'\n' => out.push_str("\\n"),
+            b'\r' => out.push_str("\\r"),
+            b'\t' => out.push_str("\\t"),
+            0 => out.push_str("\\0"),
+            b'\\' => out.push_str("\\\\"),
+            0x20..=0x7e => out.push(b as char),
+            _ => out.push_str(&format!("\\x{b:02x}")),
+        }
+    }
+    if record.len() > PREVIEW_BYTES {
+        out.push_str(&format!("... ({} bytes in all)", record.len()));
+    }
+    out
+}
+
+/// Replaces secret values in `bytes` with `***`. A value runs from the
+/// separator after a secret key (`=`, `:`, optionally quoted) to the next
+/// delimiter; URL user information runs from `://` to `@`.
+fn mask_secrets(bytes: &[u8]) -> Vec<u8> {
+    let lower: Vec<u8> = bytes.iter().map(u8::to_ascii_lowercase).collect();
+    let mut hide = vec![false; bytes.len()];
+    for key in SECRET_KEYS {
+        let key = key.as_bytes();
+        let mut from = 0;
+        while let Some(at) = find(&lower[from..], key).map(|i| i + from) {
+            let mut i = at + key.len();
+            // Skip the rest of the key (`password_hash`, `"token"`), then
+            // the separator.
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            while i < bytes.len() && matches!(bytes[i], b'"' | b'\'' | b' ') {
+                i += 1;
+            }
+            if i < bytes.len() && matches!(bytes[i], b'=' | b':') {
+                i += 1;
+                while i < bytes.len() && bytes[i] == b' ' {
+                    i += 1;
+                }
+                // A quoted value ends at its closing quote, a bare one at the
+                // next delimiter.
+                let quote = bytes.get(i).copied().filter(|&q| q == b'"' || q == b'\'');
+                if quote.is_some() {
+                    i += 1;
+                }
+                while i < bytes.len() && !quote.map_or(is_value_end(bytes[i]), |q| bytes[i] == q) {
+                    hide[i] = true;
+                    i += 1;
+                }
+            }
+            from = at + key.len();
+        }
+    }
+    // scheme://user:secret@host
+    let mut from = 0;
+    while let Some(at) = find(&bytes[from..], b"://").map(|i| i + from) {
+        let start = at + 3;
+        let end = bytes[start..]
+            .iter()
+            .position(|&b| b == b'@' || b == b'/' || is_value_end(b))
+            .map(|i| i + start);
+        if let Some(end) = end.filter(|&e| bytes[e] == b'@') {
+            if let Some(colon) = bytes[start..end].iter().position(|&b| b == b':') {
+                for h in &mut hide[start + colon + 1..end] {
+                    *h = true;
+                }
+            }
+        }
+        from = start;
+    }
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if hide[i] {
+            out.extend_from_slice(b"***");
+            while i < bytes.len() && hide[i] {
+                i += 1;
+            }
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn is_value_end(b: u8) -> bool {
+    matches!(
+        b,
+        b'"' | b'\'' | b',' | b';' | b'&' | b' ' | b'\t' | b'\n' | b'\r' | b'}' | b']' | 0
+    )
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn previews_escape_and_mask() {
+        assert_eq!(preview(b"a,b\tc\n\0\xff"), "a,b\\tc\\n\\0\\xff");
+        assert_eq!(
+            preview(b"user=x password=hunter2 z"),
+            "user=x password=*** z"
+        );
+        assert_eq!(
+            preview(b"{\"Token\": \"abc\", \"n\": 1}"),
+            "{\"Token\": \"***\", \"n\": 1}"
+        );
+        assert_eq!(
+            preview(b"postgres://app:s3cret@db/x"),
+            "postgres://app:***@db/x"
+        );
+        assert_eq!(
+            preview(b"pwd:x;db_password='q w'"),
+            "pwd:***;db_password='***'"
+        );
+        let long = vec![b'a'; 100];
+        assert!(preview(&long).ends_with("... (100 bytes in all)"));
+        assert!(!preview(b"api_key=ZZZZ").contains("ZZZZ"));
+    }
 
     #[test]
     fn parses_and_iterates() {

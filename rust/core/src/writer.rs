@@ -11,10 +11,17 @@
 //! At most one transaction is open at a time, as in Flink's
 //! `TwoPhaseCommitSinkFunction`. Prepared transactions belong to the
 //! committer from then on.
+//!
+//! A transaction whose `write` or `prepare` failed part-way is *poisoned*:
+//! the destination may hold some of its records and not others (a buffer
+//! lost with the failed call, a short write), so it can only be aborted.
+//! Preparing it again would publish a transaction that lacks records its
+//! handle counts; the writer refuses that as a protocol error, and the job
+//! restarts from its last checkpoint and replays the records.
 
 use crate::config::SubtaskContext;
 use crate::destination::Destination;
-use crate::error::TwopcError;
+use crate::error::{DestinationError, RecordPosition, RejectedRecord, SinkScope, TwopcError};
 use crate::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use crate::ids::{CheckpointId, LineageId, TransactionId};
 use crate::records::RecordBatch;
@@ -24,6 +31,8 @@ struct OpenTransaction {
     handle: TransactionHandle,
     records: u64,
     bytes: u64,
+    /// Why the transaction can only be aborted (see the module docs).
+    poisoned: Option<String>,
 }
 
 #[derive(Debug)]
@@ -124,11 +133,13 @@ impl Writer {
             handle: handle.clone(),
             records: 0,
             bytes: 0,
+            poisoned: None,
         });
         Ok(handle)
     }
 
-    /// Stages a batch into the open transaction `txn`.
+    /// Stages a batch into the open transaction `txn`. A failure poisons
+    /// the transaction (see the module docs).
     pub fn write<D: Destination>(
         &mut self,
         dest: &mut D,
@@ -136,16 +147,19 @@ impl Writer {
         batch: RecordBatch<'_>,
     ) -> Result<OpenStats, TwopcError> {
         let scope = self.ctx.scope();
-        let open = self.open_mut(txn)?;
+        let open = self.usable_open(txn, "write to")?;
         if !batch.is_empty() {
-            dest.write(txn, batch)
-                .map_err(|source| TwopcError::Destination {
+            if let Err(source) = dest.write(txn, batch) {
+                open.poisoned = Some(format!("a write failed: {source}"));
+                return Err(failure(
                     scope,
-                    action: "writing to",
-                    transaction: txn.clone(),
-                    consequence: RESTART_HINT,
+                    open,
                     source,
-                })?;
+                    None,
+                    "writing to",
+                    RESTART_HINT,
+                ));
+            }
             open.records += batch.len();
             open.bytes += batch.payload_bytes();
         }
@@ -157,8 +171,8 @@ impl Writer {
 
     /// Prepares the open transaction `txn` for `checkpoint`: durable and
     /// invisible. Returns the prepared handle, which the caller stores in
-    /// the checkpoint. On failure the transaction stays open so that it can
-    /// still be aborted.
+    /// the checkpoint. On failure the transaction stays open, poisoned, so
+    /// that it can still be aborted and nothing else.
     pub fn prepare<D: Destination>(
         &mut self,
         dest: &mut D,
@@ -167,7 +181,7 @@ impl Writer {
         now_ms: u64,
     ) -> Result<TransactionHandle, TwopcError> {
         let scope = self.ctx.scope();
-        let open = self.open_mut(txn)?;
+        let open = self.usable_open(txn, "prepare")?;
         let mut handle = open.handle.clone();
         handle.state = TransactionState::Prepared(PreparedInfo {
             checkpoint,
@@ -175,15 +189,20 @@ impl Writer {
             bytes: open.bytes,
             prepared_at_ms: now_ms,
         });
-        dest.prepare(&handle)
-            .map_err(|source| TwopcError::Destination {
+        if let Err(source) = dest.prepare(&handle) {
+            open.poisoned = Some(format!(
+                "its prepare for checkpoint {checkpoint} failed: {source}"
+            ));
+            return Err(failure(
                 scope,
-                action: "preparing",
-                transaction: txn.clone(),
-                consequence: "Checkpoint fails; the job will restart from the previous \
-                     completed checkpoint and replay these records.",
+                open,
                 source,
-            })?;
+                Some(checkpoint),
+                "preparing",
+                "Checkpoint fails; the transaction can only be aborted now, and the job restarts \
+                 from the previous completed checkpoint and replays these records.",
+            ));
+        }
         self.open = None;
         log::debug!(
             "{}: prepared transaction {} for checkpoint {checkpoint} ({} records)",
@@ -218,10 +237,68 @@ impl Writer {
         }
     }
 
+    /// The open transaction `txn`, unless it is poisoned.
+    fn usable_open(
+        &mut self,
+        txn: &TransactionId,
+        what: &str,
+    ) -> Result<&mut OpenTransaction, TwopcError> {
+        let scope = self.ctx.scope();
+        let open = self.open_mut(txn)?;
+        if let Some(why) = &open.poisoned {
+            return Err(TwopcError::Protocol {
+                scope,
+                message: format!(
+                    "refusing to {what} transaction {txn}: it is poisoned because {why}. Some of \
+                     its records may be missing at the destination, so it can only be aborted; \
+                     the job must restart from its last completed checkpoint and replay them"
+                ),
+            });
+        }
+        Ok(open)
+    }
+
     fn misuse(&self, message: String) -> TwopcError {
         TwopcError::Protocol {
             scope: self.ctx.scope(),
             message,
         }
+    }
+}
+
+/// The error of a failed write or prepare: a record the destination can
+/// never accept becomes [`TwopcError::RecordRejected`] (the job stops once);
+/// anything else is a destination failure (the job restarts).
+fn failure(
+    scope: SinkScope,
+    open: &OpenTransaction,
+    source: DestinationError,
+    checkpoint: Option<CheckpointId>,
+    action: &'static str,
+    consequence: &'static str,
+) -> TwopcError {
+    match source.record {
+        Some(fault) => {
+            let position = match fault.position {
+                RecordPosition::InBatch(i) => open.records + i,
+                RecordPosition::InTransaction(i) => i,
+            };
+            TwopcError::RecordRejected(Box::new(RejectedRecord {
+                scope,
+                transaction: open.handle.transaction.clone(),
+                checkpoint,
+                position,
+                column: fault.column,
+                reason: fault.reason,
+                preview: fault.preview,
+            }))
+        }
+        None => TwopcError::Destination {
+            scope,
+            action,
+            transaction: open.handle.transaction.clone(),
+            consequence,
+            source,
+        },
     }
 }

@@ -125,10 +125,18 @@ pub struct CommitRecord {
     pub committed_at_ms: u64,
 }
 
+/// A control file of the filesystem destination, as stored (inside the
+/// versioned envelope, payload kind "manifest").
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-enum FsRecord {
+pub enum ControlFile {
     Prepared(PreparedMarker),
     Committed(CommitRecord),
+}
+
+/// Decodes the bytes of a control file read back from a destination. Any
+/// input, however damaged, gives a typed error, never a panic.
+pub fn decode_control_file(bytes: &[u8]) -> Result<ControlFile, HandleError> {
+    decode_payload::<ControlFile>(PayloadKind::Manifest, bytes)
 }
 
 /// Paths of one sink inside an output directory.
@@ -229,7 +237,7 @@ impl Layout {
             }
             let path = self.committed.join(&name);
             match read_record(&path)? {
-                Some(FsRecord::Committed(c)) => out.push(c),
+                Some(ControlFile::Committed(c)) => out.push(c),
                 _ => {
                     return Err(DestinationError::corrupt(format!(
                         "{} is not a commit record",
@@ -249,8 +257,8 @@ impl Layout {
         let path = self.staging_dir(txn).join(PREPARED_FILE);
         match read_record(&path)? {
             None => Ok(None),
-            Some(FsRecord::Prepared(p)) => Ok(Some(p)),
-            Some(FsRecord::Committed(_)) => Err(DestinationError::corrupt(format!(
+            Some(ControlFile::Prepared(p)) => Ok(Some(p)),
+            Some(ControlFile::Committed(_)) => Err(DestinationError::corrupt(format!(
                 "{} holds a commit record where a prepare marker belongs",
                 path.display()
             ))),
@@ -544,7 +552,7 @@ impl Destination for FsDestination {
             return Ok(()); // empty transaction: nothing staged, nothing to prepare
         };
         let dir = self.layout.staging_dir(txn);
-        let marker = FsRecord::Prepared(PreparedMarker {
+        let marker = ControlFile::Prepared(PreparedMarker {
             handle: handle.clone(),
             data_len,
         });
@@ -627,7 +635,7 @@ impl Destination for FsDestination {
             });
         }
 
-        let record = FsRecord::Committed(CommitRecord {
+        let record = ControlFile::Committed(CommitRecord {
             handle: marker.handle.clone(),
             file: Some(visible_name),
             data_len: marker.data_len,
@@ -695,7 +703,7 @@ impl Destination for FsDestination {
                 continue;
             }
             let path = self.layout.committed.join(&name);
-            if let Some(FsRecord::Committed(r)) = read_record(&path)? {
+            if let Some(ControlFile::Committed(r)) = read_record(&path)? {
                 out.push(committed_view(&r));
             }
         }
@@ -708,7 +716,7 @@ impl Destination for FsDestination {
             committed.checkpoint,
             &committed.transaction,
         ));
-        let Some(FsRecord::Committed(record)) = read_record(&path)? else {
+        let Some(ControlFile::Committed(record)) = read_record(&path)? else {
             return Ok(()); // already retracted
         };
         if let Some(file) = &record.file {
@@ -826,7 +834,7 @@ pub fn committed_view(r: &CommitRecord) -> CommittedTransaction {
     }
 }
 
-fn read_record(path: &Path) -> Result<Option<FsRecord>, DestinationError> {
+fn read_record(path: &Path) -> Result<Option<ControlFile>, DestinationError> {
     let mut bytes = Vec::new();
     match File::open(path) {
         Ok(mut f) => f
@@ -835,7 +843,7 @@ fn read_record(path: &Path) -> Result<Option<FsRecord>, DestinationError> {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(e) => return Err(DestinationError::io("opening", path, e)),
     };
-    decode_payload::<FsRecord>(PayloadKind::Manifest, &bytes)
+    decode_control_file(&bytes)
         .map(Some)
         .map_err(|e: HandleError| {
             DestinationError::corrupt(format!(
