@@ -10,6 +10,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 
 use serde::Serialize;
+use twopc_core::destination::StagedState;
 use twopc_core::ids::TransactionId;
 use twopc_fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
 
@@ -369,7 +370,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         inv.committed
             .iter()
             .map(|c| &c.handle)
-            .chain(inv.staged.iter().filter_map(|s| s.prepared.as_ref()))
+            .chain(inv.staged.iter().filter_map(|s| s.prepared()))
             .max_by_key(|h| h.begun_at_ms)
             .map(|h| h.run.to_string())
     });
@@ -384,11 +385,20 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         // last activity + retention <= now.
         let within = s.last_activity_ms.saturating_add(opts.retention_ms) > opts.now_ms;
         let record = decided.get(txn);
-        let h = s.prepared.as_ref();
+        let claimed = match &s.state {
+            StagedState::Committing(h) => Some(h),
+            _ => None,
+        };
+        let h = s.prepared().or(claimed);
         let entry = StagedEntry {
             transaction: txn.to_string(),
             subtask: s.subtask,
-            state: if h.is_some() { "prepared" } else { "open" },
+            state: match &s.state {
+                StagedState::Open => "open",
+                StagedState::Prepared(_) => "prepared",
+                StagedState::PreparedUnreadable { .. } => "prepared-unreadable",
+                StagedState::Committing(_) => "committing",
+            },
             checkpoint: h.and_then(|h| h.checkpoint()),
             run: h.map(|h| h.run.to_string()),
             lineage: h.map(|h| h.lineage.to_string()),
@@ -396,24 +406,50 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             last_activity_ms: s.last_activity_ms,
             age_ms,
             within_retention: within,
-            commit_decided: record.is_some(),
+            commit_decided: record.is_some() || claimed.is_some(),
         };
         let retention_text = format!(
             "last activity {} ago, past the retention of {}",
             duration(age_ms),
             duration(opts.retention_ms)
         );
-        let staging_dir = layout.staging_dir(&s.transaction);
-        let finding = if let Some(rec) = record {
+        let staging_dir = match &s.state {
+            StagedState::Committing(_) => layout.committing.join(s.transaction.as_str()),
+            _ => layout.staging_dir(&s.transaction),
+        };
+        let finding = if let (Some(h), None) = (claimed, record) {
             unfinished.insert(txn.to_string());
             Some(Finding::new(
                 "commit-unfinished",
                 Some(sink),
                 format!(
-                    "transaction {txn} (checkpoint {}) has a commit record but its data is still \
-                     staged: a commit was interrupted before publishing {}. Restart the job from \
-                     its latest checkpoint; recovery re-commits it and finishes the publication. \
-                     Do not remove {}",
+                    "transaction {txn} (checkpoint {}) was claimed for commit, but the commit \
+                     was interrupted before it was recorded and published. Restart the job from \
+                     its latest checkpoint; recovery finishes the commit. Do not remove it",
+                    h.checkpoint().unwrap_or_default(),
+                ),
+            ))
+        } else if let StagedState::PreparedUnreadable { reason } = &s.state {
+            Some(Finding::new(
+                "prepared-unreadable",
+                Some(sink),
+                format!(
+                    "transaction {txn} is prepared but its prepare marker cannot be used: \
+                     {reason}. Its run and checkpoint are unknown, so a job started without \
+                     state stops on it. Restore the run that prepared it, or remove it by hand \
+                     if its output is not wanted"
+                ),
+            ))
+        } else if let Some(rec) = record {
+            unfinished.insert(txn.to_string());
+            Some(Finding::new(
+                "commit-unfinished",
+                Some(sink),
+                format!(
+                    "transaction {txn} (checkpoint {}) has a commit record but its data is not \
+                     published yet: a commit was interrupted before publishing {}. Restart the \
+                     job from its latest checkpoint; recovery re-commits it and finishes the \
+                     publication. Do not remove {}",
                     rec.handle.checkpoint().unwrap_or_default(),
                     rec.file.as_deref().unwrap_or("its file"),
                     staging_dir.display()

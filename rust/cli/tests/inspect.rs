@@ -63,15 +63,17 @@ fn messy() -> Messy {
     let t0 = commit_one(&mut s1, &["a", "b", "c"], 1);
     let t1 = commit_one(&mut s1, &["d", "e"], 2);
 
-    // A restarted attempt restored from checkpoint 2 while the old attempt
-    // still runs as a zombie and begins another transaction.
+    // The old attempt began another transaction, then died; the restarted
+    // attempt restores checkpoint 2 and, much later, retention cleanup
+    // removes the dead attempt's transaction.
+    let zombie = write_one(&mut s1, &["zombie"]);
+    drop(s1);
     let restore = Restore {
         checkpoint: 2,
         known: vec![t1.clone()],
     };
     let mut s2 = orders(&out, &clock, opts.clone(), Some(&restore));
     assert_eq!(s2.commit(&t1).unwrap(), CommitOutcome::AlreadyCommitted);
-    let zombie = write_one(&mut s1, &["zombie"]);
     clock.shift_ms(opts.retention_ms + 60_000);
     assert_eq!(
         s2.expire_if_due().unwrap(),
@@ -81,7 +83,6 @@ fn messy() -> Messy {
 
     let prepared = prepare_one(&mut s2, &["f"], 3);
     let open = write_one(&mut s2, &["g", "h"]);
-    drop(s1);
     drop(s2); // a crash: nothing is closed
 
     fs::write(out.join("_twopc/orders/staging/notes.txt"), "mine").unwrap();
@@ -260,10 +261,11 @@ fn prepared_transaction_of_another_run() {
     drop(old);
     std::thread::sleep(std::time::Duration::from_millis(5));
 
-    // A new run; its subtask 1 has started (told to abort prepared leftovers
-    // it owns), subtask 0, which owns the leftover, has not.
+    // A new run next to the old one's output; its subtask 1 has started
+    // (told to abort prepared leftovers it owns), subtask 0, which owns the
+    // leftover, has not.
     let opts = SinkOptions {
-        fresh_start: FreshStartPolicy::AbortPrepared,
+        fresh_start: FreshStartPolicy::AppendAndAbortPrepared,
         ..SinkOptions::default()
     };
     let mut new = open_sink(&out, "events", "run-new", 1, 2, opts, &clock, None);
@@ -296,10 +298,13 @@ fn interrupted_commit_is_explained_and_recovery_finishes_it() {
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
     drop(s);
     // Recreate what a crash between the commit record and the publication
-    // leaves: the record, and the data still staged.
+    // leaves: the record, and the data still claimed for the commit.
     let visible = out.join(format!("part-{}", h.transaction));
     fs::remove_file(&visible).unwrap();
-    copy_dir(&saved, &staging);
+    copy_dir(
+        &saved,
+        &out.join(format!("_twopc/orders/committing/{}", h.transaction)),
+    );
 
     let (code, v) = json(&out, &[]);
     assert_eq!(code, 1);

@@ -127,7 +127,7 @@ impl Stats {
             for s in &sink.staged {
                 if decided.contains(&s.transaction) {
                     self.left_commit_unfinished += 1;
-                } else if s.prepared.is_some() {
+                } else if s.is_prepared() {
                     self.left_prepared += 1;
                 } else {
                     self.left_open += 1;

@@ -11,6 +11,14 @@ pub struct SubtaskContext {
     pub run: RunId,
     pub subtask: u32,
     pub parallelism: u32,
+    /// Flink's attempt number of this subtask (0 for the first execution;
+    /// a failover counts up). Tells an earlier attempt that still holds the
+    /// destination from a second live writer.
+    pub attempt: u32,
+    /// Identifies the sink operator: drawn when the sink was built, the
+    /// same in every subtask and attempt of it. Two sinks of one job with
+    /// the same sink id differ here.
+    pub instance: u64,
 }
 
 impl SubtaskContext {
@@ -30,7 +38,28 @@ impl SubtaskContext {
             run,
             subtask,
             parallelism,
+            attempt: 0,
+            instance: 0,
         })
+    }
+
+    /// The same context with Flink's attempt number and the sink operator's
+    /// instance id (see the fields).
+    pub fn with_attempt(mut self, attempt: u32, instance: u64) -> Self {
+        self.attempt = attempt;
+        self.instance = instance;
+        self
+    }
+
+    /// This subtask's claim of ownership at the destination.
+    pub fn owner_claim(&self) -> crate::destination::OwnerClaim {
+        crate::destination::OwnerClaim {
+            sink: self.sink.clone(),
+            subtask: self.subtask,
+            run: self.run.clone(),
+            attempt: self.attempt,
+            instance: self.instance,
+        }
     }
 
     pub fn scope(&self) -> crate::error::SinkScope {
@@ -61,15 +90,38 @@ pub enum RewindPolicy {
     ReplaceRange,
 }
 
-/// What to do when a job starts without state and finds prepared
-/// transactions of this sink left by another run.
+/// What to do when a job starts without state and finds, at the
+/// destination, prepared transactions of this sink left by another run, or
+/// output committed by earlier runs (other lineages).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
 pub enum FreshStartPolicy {
     /// Stop with an error naming them; an operator decides.
     #[default]
     Fail,
-    /// Abort them (the operator has decided their output is not wanted).
+    /// Abort prepared leftovers (the operator has decided their output is
+    /// not wanted); still stop on committed output of earlier runs.
     AbortPrepared,
+    /// Start a new run next to committed output of earlier runs (the
+    /// operator wants both); still stop on prepared leftovers.
+    Append,
+    /// Both of the above.
+    AppendAndAbortPrepared,
+}
+
+impl FreshStartPolicy {
+    pub fn aborts_prepared(self) -> bool {
+        matches!(
+            self,
+            FreshStartPolicy::AbortPrepared | FreshStartPolicy::AppendAndAbortPrepared
+        )
+    }
+
+    pub fn appends(self) -> bool {
+        matches!(
+            self,
+            FreshStartPolicy::Append | FreshStartPolicy::AppendAndAbortPrepared
+        )
+    }
 }
 
 /// Bounded retries of a commit whose outcome is unknown.
@@ -107,6 +159,10 @@ pub struct SinkOptions {
     pub commit_retry: RetryPolicy,
     /// How often, at most, a subtask scans for expired staged transactions.
     pub expiry_scan_interval_ms: u64,
+    /// How long a start waits for an earlier attempt of the same run to
+    /// release this subtask's share of the destination (it is still shutting
+    /// down) before it gives up and lets Flink restart it.
+    pub owner_wait_ms: u64,
 }
 
 impl Default for SinkOptions {
@@ -117,6 +173,7 @@ impl Default for SinkOptions {
             fresh_start: FreshStartPolicy::Fail,
             commit_retry: RetryPolicy::default(),
             expiry_scan_interval_ms: 60_000,
+            owner_wait_ms: 10_000,
         }
     }
 }

@@ -4,8 +4,10 @@
 //! can drive the real protocol against a destination that fails on purpose.
 
 use crate::error::DestinationError;
+use serde::{Deserialize, Serialize};
+
 use crate::handle::TransactionHandle;
-use crate::ids::{CheckpointId, LineageId, TransactionId};
+use crate::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use crate::records::RecordBatch;
 
 /// What a commit call found.
@@ -31,17 +33,114 @@ pub enum AbortStatus {
     WasCommitted,
 }
 
-/// A transaction staged at the destination and not committed.
+/// A transaction staged at the destination and not (fully) committed.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StagedTransaction {
     pub transaction: TransactionId,
     /// Subtask that began it (parsed from the id).
     pub subtask: u32,
     pub attempt_nonce: u64,
-    /// Present once prepared: the handle recorded at prepare time.
-    pub prepared: Option<TransactionHandle>,
+    pub state: StagedState,
     /// When it was last prepared or written, ms since the Unix epoch.
     pub last_activity_ms: u64,
+}
+
+/// What the destination knows about a staged transaction. Facts only: what
+/// each one means for recovery is decided by the protocol (`recovery`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum StagedState {
+    /// Receiving records, or abandoned before its prepare: never part of a
+    /// checkpoint.
+    Open,
+    /// Prepared (durable, invisible); the handle recorded at prepare.
+    Prepared(TransactionHandle),
+    /// Prepared, but the handle recorded with it is missing or unreadable
+    /// (damaged or removed outside twopc): its run and checkpoint are
+    /// unknown, so it may belong to a completed checkpoint.
+    PreparedUnreadable { reason: String },
+    /// A commit was decided (its checkpoint completed) but did not finish:
+    /// the output may not be visible yet. Only a commit may finish it.
+    Committing(TransactionHandle),
+}
+
+impl StagedTransaction {
+    /// The handle recorded at prepare, for a prepared transaction.
+    pub fn prepared(&self) -> Option<&TransactionHandle> {
+        match &self.state {
+            StagedState::Prepared(h) => Some(h),
+            _ => None,
+        }
+    }
+
+    /// True for every state but `Open`: the transaction may hold output of a
+    /// completed checkpoint.
+    pub fn is_prepared(&self) -> bool {
+        !matches!(self.state, StagedState::Open)
+    }
+}
+
+/// Who holds (or asks for) a subtask's share of a sink at a destination. A
+/// live run owns its sink id there: a second live writer for the same sink
+/// and subtask would abort the first one's transactions.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerClaim {
+    pub sink: SinkId,
+    pub subtask: u32,
+    /// The Flink job id.
+    pub run: RunId,
+    /// Flink's attempt number of this subtask: a failover of the same run
+    /// counts up, so an older attempt still closing is told apart from a
+    /// second writer.
+    pub attempt: u32,
+    /// Identifies one sink operator of the job (drawn when the sink was
+    /// built): two sinks with the same sink id in one job differ here.
+    pub instance: u64,
+}
+
+/// What a destination found when asked for ownership.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Ownership {
+    /// This claim holds it now, until the destination is dropped.
+    Acquired,
+    /// Someone else holds it.
+    HeldBy(OwnerInfo),
+}
+
+/// The current holder of a subtask's share, as the destination recorded it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnerInfo {
+    /// The holder's claim, when the destination could read it back.
+    pub claim: Option<OwnerClaim>,
+    /// Where and since when, in words (host, process, session, time).
+    pub holder: String,
+}
+
+/// What a destination knows about one lineage of a sink: the runs connected
+/// by restores that wrote output there.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LineageSummary {
+    pub lineage: LineageId,
+    /// Committed transactions of this lineage (their records).
+    pub committed: u64,
+    /// The latest checkpoint with committed output, and up to a few of its
+    /// transactions.
+    pub last_checkpoint: Option<CheckpointId>,
+    pub last_transactions: Vec<TransactionId>,
+    /// Runs (Flink job ids) seen in its commit records.
+    pub runs: Vec<RunId>,
+    /// How the lineage began, when recorded (older outputs have no record).
+    pub record: Option<LineageRecord>,
+}
+
+/// Written when a run starts without state: it begins a lineage.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LineageRecord {
+    pub lineage: LineageId,
+    pub run: RunId,
+    pub started_at_ms: u64,
+    /// True when it started next to output of other lineages because the
+    /// fresh-start policy allowed appending a new run.
+    pub appended: bool,
 }
 
 /// A committed transaction as recorded by the destination.
@@ -104,8 +203,20 @@ pub trait Destination {
 
     /// Removes a staged transaction that outlived the retention limit and
     /// leaves a durable note that it expired, so a later commit can say why
-    /// it is missing. Repeatable.
+    /// it is missing. Repeatable. Never removes a transaction whose commit
+    /// was decided.
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError>;
+
+    /// Asks for ownership of `claim.subtask`'s share of the sink, held until
+    /// this destination is dropped (a lock that the process's death
+    /// releases: a file lock, a database session's advisory lock).
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError>;
+
+    /// Every lineage with committed output of this sink.
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError>;
+
+    /// Records the start of a lineage (repeatable).
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError>;
 }
 
 /// A boxed destination is a destination, so a caller can choose the kind at
@@ -150,5 +261,14 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
         (**self).expire(txn, now_ms)
+    }
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        (**self).claim_ownership(claim)
+    }
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        (**self).lineages()
+    }
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        (**self).record_lineage(record)
     }
 }

@@ -33,8 +33,12 @@ pub enum DestinationErrorKind {
     Corrupt,
     /// The destination cannot be reached (connection refused, closed).
     Unavailable,
-    /// The destination refused the operation (permissions, constraints).
+    /// The destination refused the operation (constraints, a record).
     Rejected,
+    /// The environment does not allow the operation and a restart will not
+    /// change that: permission denied, a read-only file system, an
+    /// unsupported platform or file system.
+    NotPermitted,
 }
 
 /// A failed destination call. The effect of the call is unknown unless the
@@ -94,18 +98,25 @@ impl DestinationError {
 
     /// Wraps an I/O error with the operation and the path it concerned.
     pub fn io(op: &str, path: &std::path::Path, err: io::Error) -> Self {
-        let kind = if err.kind() == io::ErrorKind::StorageFull
-            || err.raw_os_error() == Some(28 /* ENOSPC */)
-            || err.raw_os_error() == Some(122 /* EDQUOT */)
-        {
-            DestinationErrorKind::StorageFull
-        } else {
-            DestinationErrorKind::Io
+        let kind = match err.raw_os_error() {
+            _ if err.kind() == io::ErrorKind::StorageFull => DestinationErrorKind::StorageFull,
+            Some(28 /* ENOSPC */) | Some(122 /* EDQUOT */) => DestinationErrorKind::StorageFull,
+            Some(1 /* EPERM */) | Some(13 /* EACCES */) | Some(30 /* EROFS */) => {
+                DestinationErrorKind::NotPermitted
+            }
+            _ => DestinationErrorKind::Io,
         };
-        let hint = if kind == DestinationErrorKind::StorageFull {
-            " (the disk is full: free space or move the output directory; staged data is kept and will be retried)"
-        } else {
-            ""
+        let hint = match kind {
+            DestinationErrorKind::StorageFull => {
+                " (the disk is full: free space or move the output directory, then restart the \
+                 job from its last checkpoint; the transaction being written is abandoned and its \
+                 records are replayed)"
+            }
+            DestinationErrorKind::NotPermitted => {
+                " (the process may not do this here: fix the directory's permissions or mount, \
+                 or choose another output directory; a restart alone would fail the same way)"
+            }
+            _ => "",
         };
         DestinationError::new(kind, format!("{op} {}: {err}{hint}", path.display()))
     }
@@ -186,6 +197,30 @@ pub struct RejectedRecord {
     pub preview: String,
 }
 
+/// A job started without state found committed output of this sink from
+/// other lineages (earlier runs): appending would write every record again.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExistingOutput {
+    pub scope: SinkScope,
+    /// The lineages found, latest checkpoint first is not guaranteed; each
+    /// with its runs, its last checkpoint and some of its transactions.
+    pub lineages: Vec<crate::destination::LineageSummary>,
+}
+
+/// Another live run (or another sink of this job) owns this sink id and
+/// subtask at the destination.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OwnershipConflict {
+    pub scope: SinkScope,
+    pub ours: crate::destination::OwnerClaim,
+    pub holder: crate::destination::OwnerInfo,
+    /// What the holder is, in words, and what to do.
+    pub diagnosis: String,
+    /// False when the holder is an earlier attempt of this same run that is
+    /// still shutting down: a restart will find the share free.
+    pub fatal: bool,
+}
+
 /// A job started without state found prepared transactions of this sink.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedOnFreshStart {
@@ -246,41 +281,123 @@ pub enum TwopcError {
     #[error("{}", rejected_record_message(.0))]
     RecordRejected(Box<RejectedRecord>),
 
+    #[error("{}", existing_output_message(.0))]
+    ExistingOutputOnFreshStart(Box<ExistingOutput>),
+
+    #[error("{}", ownership_message(.0))]
+    OwnedElsewhere(Box<OwnershipConflict>),
+
     #[error("{scope}: protocol misuse: {message}")]
     Protocol { scope: SinkScope, message: String },
+}
+
+/// The kinds of [`TwopcError`], for callers that act on the kind: the JNI
+/// bridge picks the Java exception class with an exhaustive match on it, and
+/// the CLI prints [`ErrorKind::name`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ErrorKind {
+    /// Settings that cannot work, or an environment that refuses the sink
+    /// (permissions, a read-only file system): fatal.
+    Config,
+    /// Unreadable checkpoint state, or inconsistent control data at the
+    /// destination: fatal.
+    State,
+    /// A malformed record batch from the caller (a bug).
+    Batch,
+    /// A destination call failed; a restart retries it.
+    Destination,
+    Lost,
+    Unresolved,
+    Rewind,
+    /// A start without state refused: prepared leftovers, or committed
+    /// output of earlier runs.
+    FreshStart,
+    /// A record the destination can never accept: fatal.
+    Record,
+    /// Another run or sink owns this sink id at the destination (fatal), or
+    /// an earlier attempt still does (retryable).
+    Ownership,
+    /// A call the protocol does not allow in the current state.
+    Protocol,
+}
+
+impl ErrorKind {
+    /// A short stable name, e.g. for JSON output.
+    pub fn name(self) -> &'static str {
+        match self {
+            ErrorKind::Config => "config",
+            ErrorKind::State => "state",
+            ErrorKind::Batch => "batch",
+            ErrorKind::Destination => "destination",
+            ErrorKind::Lost => "lost",
+            ErrorKind::Unresolved => "unresolved",
+            ErrorKind::Rewind => "rewind",
+            ErrorKind::FreshStart => "fresh-start",
+            ErrorKind::Record => "record",
+            ErrorKind::Ownership => "ownership",
+            ErrorKind::Protocol => "protocol",
+        }
+    }
+}
+
+impl fmt::Display for ErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
 }
 
 impl TwopcError {
     /// True when restarting the job would not help and could make things
     /// worse: the job must stop and an operator must decide.
     pub fn is_fatal(&self) -> bool {
-        matches!(
-            self,
+        match self {
             TwopcError::Lost(_)
-                | TwopcError::CommitUnresolved(_)
-                | TwopcError::Rewind(_)
-                | TwopcError::PreparedOnFreshStart(_)
-                | TwopcError::State { .. }
-                | TwopcError::Config(_)
-                | TwopcError::RecordRejected(_)
-        )
+            | TwopcError::CommitUnresolved(_)
+            | TwopcError::Rewind(_)
+            | TwopcError::PreparedOnFreshStart(_)
+            | TwopcError::ExistingOutputOnFreshStart(_)
+            | TwopcError::State { .. }
+            | TwopcError::Config(_)
+            | TwopcError::RecordRejected(_) => true,
+            TwopcError::OwnedElsewhere(c) => c.fatal,
+            // A transaction's own failure is cured by a restart, which
+            // replays its records; damaged control data met by a scan is
+            // not, and neither is an environment that refuses the sink.
+            TwopcError::Destination { source, .. } => {
+                source.kind == DestinationErrorKind::NotPermitted
+            }
+            TwopcError::Scan { source, .. } => matches!(
+                source.kind,
+                DestinationErrorKind::NotPermitted | DestinationErrorKind::Corrupt
+            ),
+            TwopcError::Batch { .. } | TwopcError::Protocol { .. } => false,
+        }
     }
 
-    /// A short stable name of the error kind, used by the JNI layer to pick
-    /// the Java exception class and by the CLI's JSON output.
-    pub fn kind(&self) -> &'static str {
+    /// The kind of error (exhaustive, for callers that act on it).
+    pub fn kind(&self) -> ErrorKind {
         match self {
-            TwopcError::Config(_) => "config",
-            TwopcError::State { .. } => "state",
-            TwopcError::Batch { .. } => "batch",
-            TwopcError::Destination { .. } => "destination",
-            TwopcError::Scan { .. } => "destination",
-            TwopcError::Lost(_) => "lost",
-            TwopcError::CommitUnresolved(_) => "unresolved",
-            TwopcError::Rewind(_) => "rewind",
-            TwopcError::PreparedOnFreshStart(_) => "fresh-start",
-            TwopcError::RecordRejected(_) => "record",
-            TwopcError::Protocol { .. } => "protocol",
+            TwopcError::Config(_) => ErrorKind::Config,
+            TwopcError::State { .. } => ErrorKind::State,
+            TwopcError::Batch { .. } => ErrorKind::Batch,
+            TwopcError::Destination { source, .. } | TwopcError::Scan { source, .. }
+                if source.kind == DestinationErrorKind::NotPermitted =>
+            {
+                ErrorKind::Config
+            }
+            TwopcError::Scan { source, .. } if source.kind == DestinationErrorKind::Corrupt => {
+                ErrorKind::State
+            }
+            TwopcError::Destination { .. } | TwopcError::Scan { .. } => ErrorKind::Destination,
+            TwopcError::Lost(_) => ErrorKind::Lost,
+            TwopcError::CommitUnresolved(_) => ErrorKind::Unresolved,
+            TwopcError::Rewind(_) => ErrorKind::Rewind,
+            TwopcError::PreparedOnFreshStart(_) | TwopcError::ExistingOutputOnFreshStart(_) => {
+                ErrorKind::FreshStart
+            }
+            TwopcError::RecordRejected(_) => ErrorKind::Record,
+            TwopcError::OwnedElsewhere(_) => ErrorKind::Ownership,
+            TwopcError::Protocol { .. } => ErrorKind::Protocol,
         }
     }
 }
@@ -351,6 +468,57 @@ fn rejected_record_message(r: &RejectedRecord) -> String {
          visible. Filter or fix such records before the sink, then restart from the latest \
          checkpoint.",
         r.scope, r.position, r.transaction, r.reason, r.preview
+    )
+}
+
+fn existing_output_message(e: &ExistingOutput) -> String {
+    let lineages = e
+        .lineages
+        .iter()
+        .map(|l| {
+            let runs = l
+                .runs
+                .iter()
+                .map(|r| r.as_str())
+                .collect::<Vec<_>>()
+                .join(", ");
+            let last = match l.last_checkpoint {
+                Some(c) => format!(
+                    "last checkpoint {c} ({})",
+                    l.last_transactions
+                        .iter()
+                        .map(|t| t.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                None => "no checkpoint".to_string(),
+            };
+            format!(
+                "lineage {} (runs {}; {} committed transactions; {last})",
+                l.lineage,
+                if runs.is_empty() { "unknown" } else { &runs },
+                l.committed
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("; ");
+    format!(
+        "{}: the job started without restored state, but the destination already holds output \
+         this sink committed in earlier runs: {lineages}. Starting a new run here would write \
+         every record again next to that output. Choose one: restore the earlier run's latest \
+         checkpoint or savepoint (its run and last checkpoint are named above), so the job \
+         continues where it stopped; or remove that output first (`twopc inspect <destination>` \
+         lists it); or, if a new run should add its output next to the old one, set the \
+         fresh-start policy to APPEND (or APPEND_AND_ABORT_PREPARED) and start again.",
+        e.scope
+    )
+}
+
+fn ownership_message(c: &OwnershipConflict) -> String {
+    format!(
+        "{}: this run ({}, attempt {}) cannot own the sink's share for subtask {} at the \
+         destination: {}. {}",
+        c.scope, c.ours.run, c.ours.attempt, c.ours.subtask, c.holder.holder, c.diagnosis
     )
 }
 

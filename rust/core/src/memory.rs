@@ -4,14 +4,16 @@
 //! test decide, per call, whether the call fails before or after its effect.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use crate::error::{DestinationError, DestinationErrorKind};
 use crate::handle::TransactionHandle;
-use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use crate::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use crate::records::RecordBatch;
 
 /// Which destination call a fault applies to.
@@ -24,6 +26,7 @@ pub enum Operation {
     Abort,
     Scan,
     Retract,
+    Claim,
 }
 
 /// What happens to one call.
@@ -49,6 +52,7 @@ struct Staged {
 #[derive(Clone, Debug)]
 struct Committed {
     meta: CommittedTransaction,
+    run: RunId,
     records: Vec<Vec<u8>>,
 }
 
@@ -59,7 +63,13 @@ struct Store {
     expired: BTreeSet<TransactionId>,
     fault: Option<FaultFn>,
     now_ms: u64,
+    /// (sink, subtask) -> the destination view holding it, and its claim.
+    owners: BTreeMap<(SinkId, u32), (u64, OwnerClaim)>,
+    lineages: BTreeMap<(SinkId, LineageId), LineageRecord>,
 }
+
+/// Tells destination views apart, for ownership.
+static NEXT_VIEW: AtomicU64 = AtomicU64::new(1);
 
 /// The shared store; clone it to give several subtasks the same data.
 #[derive(Clone, Default)]
@@ -83,6 +93,7 @@ impl MemoryStore {
         MemoryDestination {
             store: self.clone(),
             sink: sink.clone(),
+            view: NEXT_VIEW.fetch_add(1, Ordering::Relaxed),
         }
     }
 
@@ -147,10 +158,19 @@ impl MemoryStore {
     }
 }
 
-/// One sink's view of a [`MemoryStore`].
+/// One sink's view of a [`MemoryStore`]. Ownership claimed through a view
+/// is released when the view is dropped, as a lock dies with its process.
 pub struct MemoryDestination {
     store: MemoryStore,
     sink: SinkId,
+    view: u64,
+}
+
+impl Drop for MemoryDestination {
+    fn drop(&mut self) {
+        let view = self.view;
+        self.store.lock().owners.retain(|_, (v, _)| *v != view);
+    }
 }
 
 fn injected(op: Operation, txn: &TransactionId, after: bool) -> DestinationError {
@@ -217,7 +237,10 @@ impl Destination for MemoryDestination {
         self.with_fault(Operation::Write, txn, |s| {
             let now = s.now_ms;
             let staged = s.staged.get_mut(txn).ok_or_else(|| {
-                DestinationError::corrupt(format!("transaction {txn} is not staged"))
+                DestinationError::new(
+                    DestinationErrorKind::Unavailable,
+                    format!("the destination no longer has transaction {txn} (it timed out)"),
+                )
             })?;
             staged.records.extend(batch.iter().map(<[u8]>::to_vec));
             staged.last_activity_ms = now;
@@ -229,11 +252,24 @@ impl Destination for MemoryDestination {
         self.with_fault(Operation::Prepare, &handle.transaction, |s| {
             let now = s.now_ms;
             let staged = s.staged.get_mut(&handle.transaction).ok_or_else(|| {
-                DestinationError::corrupt(format!(
-                    "transaction {} is not staged",
-                    handle.transaction
-                ))
+                DestinationError::new(
+                    DestinationErrorKind::Unavailable,
+                    format!(
+                        "the destination no longer has transaction {} (it timed out)",
+                        handle.transaction
+                    ),
+                )
             })?;
+            // What the handle counts must be what is staged: a transaction
+            // that lost records on the way must never be prepared.
+            let counted = handle.prepared().map_or(0, |p| p.records);
+            if staged.records.len() as u64 != counted {
+                return Err(DestinationError::corrupt(format!(
+                    "transaction {} holds {} staged records but its handle counts {counted}",
+                    handle.transaction,
+                    staged.records.len()
+                )));
+            }
             staged.prepared = Some(handle.clone());
             staged.last_activity_ms = now;
             Ok(())
@@ -276,6 +312,7 @@ impl Destination for MemoryDestination {
                 txn.clone(),
                 Committed {
                     meta,
+                    run: handle.run.clone(),
                     records: staged.records,
                 },
             );
@@ -307,7 +344,10 @@ impl Destination for MemoryDestination {
                         transaction: id.clone(),
                         subtask: p.subtask,
                         attempt_nonce: p.attempt_nonce,
-                        prepared: st.prepared.clone(),
+                        state: match &st.prepared {
+                            Some(h) => StagedState::Prepared(h.clone()),
+                            None => StagedState::Open,
+                        },
                         last_activity_ms: st.last_activity_ms,
                     })
                 })
@@ -346,5 +386,69 @@ impl Destination for MemoryDestination {
             s.expired.insert(txn.clone());
         }
         Ok(())
+    }
+
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        let view = self.view;
+        let key = (self.sink.clone(), claim.subtask);
+        let scan = TransactionId::compose(&self.sink, claim.subtask, 0, 0);
+        self.with_fault(Operation::Claim, &scan, |s| match s.owners.get(&key) {
+            Some((holder, held)) if *holder != view => Ok(Ownership::HeldBy(OwnerInfo {
+                claim: Some(held.clone()),
+                holder: format!(
+                    "run {} attempt {} (memory view {holder})",
+                    held.run, held.attempt
+                ),
+            })),
+            _ => {
+                s.owners.insert(key, (view, claim.clone()));
+                Ok(Ownership::Acquired)
+            }
+        })
+    }
+
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let sink = self.sink.clone();
+        self.with_fault(Operation::Scan, &scan, |s| {
+            let mut by: BTreeMap<LineageId, LineageSummary> = BTreeMap::new();
+            for c in s.committed.values() {
+                let Some(p) = TransactionId::parse(c.meta.transaction.as_str()) else {
+                    continue;
+                };
+                if p.sink != sink {
+                    continue;
+                }
+                let l = by.entry(c.meta.lineage).or_insert_with(|| LineageSummary {
+                    lineage: c.meta.lineage,
+                    committed: 0,
+                    last_checkpoint: None,
+                    last_transactions: Vec::new(),
+                    runs: Vec::new(),
+                    record: s.lineages.get(&(sink.clone(), c.meta.lineage)).cloned(),
+                });
+                l.committed += 1;
+                if !l.runs.contains(&c.run) {
+                    l.runs.push(c.run.clone());
+                }
+                if l.last_checkpoint < Some(c.meta.checkpoint) {
+                    l.last_checkpoint = Some(c.meta.checkpoint);
+                    l.last_transactions.clear();
+                }
+                if l.last_checkpoint == Some(c.meta.checkpoint) {
+                    l.last_transactions.push(c.meta.transaction.clone());
+                }
+            }
+            Ok(by.into_values().collect())
+        })
+    }
+
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let key = (self.sink.clone(), record.lineage);
+        self.with_fault(Operation::Scan, &scan, |s| {
+            s.lineages.entry(key).or_insert_with(|| record.clone());
+            Ok(())
+        })
     }
 }

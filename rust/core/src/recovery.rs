@@ -23,14 +23,32 @@
 //! * Fresh start (no restored state for this sink): open transactions are
 //!   aborted (no checkpoint can contain them); prepared ones of this run are
 //!   aborted (a failed attempt before its first checkpoint completed, or
-//!   Flink would have restored it); prepared ones of another run stop the
-//!   job unless [`FreshStartPolicy::AbortPrepared`].
+//!   Flink would have restored it); prepared ones of another run, or whose
+//!   handle is unreadable, stop the job unless the fresh-start policy aborts
+//!   prepared leftovers. Committed output of other lineages (earlier runs)
+//!   stops the job too, unless the policy appends: a new run would write
+//!   every record again next to it.
+//! * A transaction whose commit was decided but did not finish
+//!   ([`StagedState::Committing`]) is only ever committed (rolled forward),
+//!   by whichever start or cleanup meets it, never aborted or expired.
+//! * Ownership: before anything else, a subtask claims its share of the sink
+//!   at the destination. Another live run, or another sink of this job with
+//!   the same sink id, is refused; an earlier attempt of this run that is
+//!   still shutting down is waited for, briefly.
 
 use std::collections::{BTreeSet, HashSet};
 
-use crate::config::{FreshStartPolicy, RewindPolicy, SinkOptions, SubtaskContext};
-use crate::destination::{CommittedTransaction, Destination, StagedTransaction};
-use crate::error::{ConfigError, PreparedOnFreshStart, RewindDetected, TwopcError};
+use crate::clock::Clock;
+use crate::committer::Committer;
+use crate::config::{RewindPolicy, SinkOptions, SubtaskContext};
+use crate::destination::{
+    CommittedTransaction, Destination, LineageRecord, OwnerInfo, Ownership, StagedState,
+    StagedTransaction,
+};
+use crate::error::{
+    ConfigError, ExistingOutput, OwnershipConflict, PreparedOnFreshStart, RewindDetected,
+    TwopcError,
+};
 use crate::handle::{HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, TransactionId};
 
@@ -56,13 +74,16 @@ pub struct StartupReport {
     pub retracted: Vec<CommittedTransaction>,
 }
 
-pub(crate) fn start<D: Destination>(
+pub(crate) fn start<D: Destination, C: Clock>(
     dest: &mut D,
+    clock: &C,
+    committer: &Committer,
     ctx: &SubtaskContext,
     options: &SinkOptions,
     restore: Option<&Restore>,
 ) -> Result<StartupReport, TwopcError> {
     let scope = ctx.scope();
+    claim_ownership(dest, clock, ctx, options)?;
     let restored = match restore {
         Some(r) if !r.known.is_empty() => Some(r),
         _ => None,
@@ -81,7 +102,30 @@ pub(crate) fn start<D: Destination>(
         let staged = dest
             .staged()
             .map_err(scan_err("listing staged transactions at a fresh start"))?;
-        let aborted = fresh_start(dest, ctx, options, &staged)?;
+        refuse_prepared_leftovers(ctx, options, &staged)?;
+        let lineages = dest
+            .lineages()
+            .map_err(scan_err("reading committed lineages at a fresh start"))?;
+        let earlier: Vec<_> = lineages
+            .into_iter()
+            .filter(|l| l.lineage != lineage)
+            .collect();
+        if !earlier.is_empty() && !options.fresh_start.appends() {
+            return Err(TwopcError::ExistingOutputOnFreshStart(Box::new(
+                ExistingOutput {
+                    scope,
+                    lineages: earlier,
+                },
+            )));
+        }
+        let aborted = resolve_leftovers(dest, clock, committer, ctx, &staged)?;
+        dest.record_lineage(&LineageRecord {
+            lineage,
+            run: ctx.run.clone(),
+            started_at_ms: clock.now_ms(),
+            appended: !earlier.is_empty(),
+        })
+        .map_err(scan_err("recording the new lineage"))?;
         return Ok(StartupReport {
             lineage,
             fresh: true,
@@ -125,8 +169,10 @@ pub(crate) fn start<D: Destination>(
 /// attempt and not `protected`. Called once the first checkpoint of this
 /// attempt completed, when every restored transaction has been resolved by
 /// whichever subtask restored it (see the module documentation).
-pub(crate) fn abort_lingering<D: Destination>(
+pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     dest: &mut D,
+    clock: &C,
+    committer: &Committer,
     ctx: &SubtaskContext,
     attempt_nonce: u64,
     protected: &HashSet<TransactionId>,
@@ -144,10 +190,127 @@ pub(crate) fn abort_lingering<D: Destination>(
         {
             continue;
         }
+        if let StagedState::Committing(handle) = &s.state {
+            roll_forward(dest, clock, committer, ctx, handle)?;
+            continue;
+        }
         abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
         aborted.push(s.transaction);
     }
     Ok(aborted)
+}
+
+/// Finishes a commit that was decided (its checkpoint completed) but was
+/// interrupted: committing is the only way forward for it.
+fn roll_forward<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    committer: &Committer,
+    ctx: &SubtaskContext,
+    handle: &TransactionHandle,
+) -> Result<(), TwopcError> {
+    log::info!(
+        "{}: finishing the interrupted commit of transaction {} (checkpoint {})",
+        ctx.scope(),
+        handle.transaction,
+        handle.checkpoint().unwrap_or_default()
+    );
+    committer.commit(dest, clock, handle).map(|_| ())
+}
+
+/// How often a start looks again whether an earlier attempt released the
+/// destination.
+const OWNER_POLL_MS: u64 = 200;
+
+/// Claims this subtask's share of the sink at the destination (see the
+/// module docs), waiting up to `owner_wait_ms` for a holder that may be
+/// shutting down.
+fn claim_ownership<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+) -> Result<(), TwopcError> {
+    let claim = ctx.owner_claim();
+    let deadline = clock.now_ms().saturating_add(options.owner_wait_ms);
+    loop {
+        let holder = match dest.claim_ownership(&claim) {
+            Ok(Ownership::Acquired) => return Ok(()),
+            Ok(Ownership::HeldBy(holder)) => holder,
+            Err(source) => {
+                return Err(TwopcError::Scan {
+                    scope: ctx.scope(),
+                    action: "claiming this subtask's share of the destination",
+                    source,
+                })
+            }
+        };
+        let (diagnosis, fatal, worth_waiting) = diagnose_holder(ctx, &holder);
+        if !worth_waiting || clock.now_ms() >= deadline {
+            return Err(TwopcError::OwnedElsewhere(Box::new(OwnershipConflict {
+                scope: ctx.scope(),
+                ours: claim,
+                holder,
+                diagnosis,
+                fatal,
+            })));
+        }
+        log::info!(
+            "{}: waiting for the destination's share of subtask {} to be released by {}",
+            ctx.scope(),
+            ctx.subtask,
+            holder.holder
+        );
+        clock.sleep_ms(OWNER_POLL_MS);
+    }
+}
+
+/// What a holder is, whether that is fatal, and whether waiting may help.
+fn diagnose_holder(ctx: &SubtaskContext, holder: &OwnerInfo) -> (String, bool, bool) {
+    let sink = &ctx.sink;
+    match &holder.claim {
+        Some(c) if c.run == ctx.run && c.instance != ctx.instance => (
+            format!(
+                "Two sinks of this job use the sink id '{sink}' on the same destination, and \
+                 each would abort the other's transactions. Give each sink its own sink id, or \
+                 write them to different destinations"
+            ),
+            true,
+            false,
+        ),
+        Some(c) if c.run == ctx.run => (
+            format!(
+                "It is another execution of this same subtask (attempt {}; this is attempt {}): \
+                 an earlier attempt that is still shutting down, or one left behind by a \
+                 JobManager failover. Flink restarts this subtask, and once that execution has \
+                 ended it finds the share free",
+                c.attempt, ctx.attempt
+            ),
+            false,
+            true,
+        ),
+        Some(c) => (
+            format!(
+                "Another run ({}) is writing to this destination with the sink id '{sink}'. \
+                 Two live runs must not share a sink id on one destination: each would abort \
+                 the other's transactions. Give this job another sink id, or another \
+                 destination; or stop run {} first (its hold is released when its process \
+                 ends)",
+                c.run, c.run
+            ),
+            true,
+            true,
+        ),
+        None => (
+            format!(
+                "Another process holds it and its owner record cannot be read. If no other job \
+                 writes to this destination with the sink id '{sink}', the hold is released \
+                 when that process ends"
+            ),
+            true,
+            true,
+        ),
+    }
 }
 
 fn check_rewind<D: Destination>(
@@ -217,40 +380,70 @@ fn check_rewind<D: Destination>(
     }
 }
 
-fn fresh_start<D: Destination>(
-    dest: &mut D,
+/// At a fresh start: prepared transactions of another run (or whose handle
+/// cannot be read) may belong to a completed checkpoint of an earlier run
+/// whose state was lost. Stop and name them all, unless the policy says to
+/// abort them. The list is the sink's, every subtask's, since each subtask
+/// lists the whole staging area.
+fn refuse_prepared_leftovers(
     ctx: &SubtaskContext,
     options: &SinkOptions,
     staged: &[StagedTransaction],
-) -> Result<Vec<TransactionId>, TwopcError> {
-    let foreign_prepared: Vec<&StagedTransaction> = staged
-        .iter()
-        .filter(|s| s.prepared.as_ref().is_some_and(|h| h.run != ctx.run))
-        .collect();
-    if !foreign_prepared.is_empty() && options.fresh_start == FreshStartPolicy::Fail {
-        return Err(TwopcError::PreparedOnFreshStart(Box::new(
-            PreparedOnFreshStart {
-                scope: ctx.scope(),
-                prepared: foreign_prepared
-                    .iter()
-                    .map(|s| {
-                        let checkpoint = s.prepared.as_ref().and_then(|h| h.checkpoint());
-                        (s.transaction.clone(), checkpoint.unwrap_or_default())
-                    })
-                    .collect(),
-            },
-        )));
+) -> Result<(), TwopcError> {
+    if options.fresh_start.aborts_prepared() {
+        return Ok(());
     }
+    let foreign: Vec<(TransactionId, CheckpointId)> = staged
+        .iter()
+        .filter_map(|s| match &s.state {
+            StagedState::Prepared(h) if h.run != ctx.run => {
+                Some((s.transaction.clone(), h.checkpoint().unwrap_or_default()))
+            }
+            StagedState::PreparedUnreadable { .. } => Some((s.transaction.clone(), 0)),
+            _ => None,
+        })
+        .collect();
+    if foreign.is_empty() {
+        return Ok(());
+    }
+    Err(TwopcError::PreparedOnFreshStart(Box::new(
+        PreparedOnFreshStart {
+            scope: ctx.scope(),
+            prepared: foreign,
+        },
+    )))
+}
+
+/// At a fresh start, after the refusals: aborts the leftovers this subtask
+/// owns, and finishes the commits that were decided.
+fn resolve_leftovers<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    committer: &Committer,
+    ctx: &SubtaskContext,
+    staged: &[StagedTransaction],
+) -> Result<Vec<TransactionId>, TwopcError> {
     let mut aborted = Vec::new();
     for s in staged.iter().filter(|s| ctx.owns(s.subtask)) {
-        let why = match &s.prepared {
-            None => "fresh start: open transaction of an earlier attempt, never in a checkpoint",
-            Some(h) if h.run == ctx.run => {
+        let why = match &s.state {
+            StagedState::Committing(handle) => {
+                roll_forward(dest, clock, committer, ctx, handle)?;
+                continue;
+            }
+            StagedState::Open => {
+                "fresh start: open transaction of an earlier attempt, never in a checkpoint"
+            }
+            StagedState::Prepared(h) if h.run == ctx.run => {
                 "fresh start: prepared by an earlier attempt of this run before any checkpoint completed"
             }
-            Some(_) => "fresh start: prepared by another run; aborted as configured (ABORT_PREPARED)",
+            StagedState::Prepared(_) | StagedState::PreparedUnreadable { .. } => {
+                "fresh start: prepared by another run; aborted as configured (the fresh-start \
+                 policy aborts prepared leftovers)"
+            }
         };
-        if s.prepared.as_ref().is_some_and(|h| h.run != ctx.run) {
+        if matches!(&s.state, StagedState::Prepared(h) if h.run != ctx.run)
+            || matches!(s.state, StagedState::PreparedUnreadable { .. })
+        {
             log::warn!("{}: aborting {} ({why})", ctx.scope(), s.transaction);
         }
         abort_one(dest, ctx, s, why)?;
@@ -299,6 +492,7 @@ pub(crate) fn expire_stale<D: Destination>(
     for s in staged {
         if !ctx.owns(s.subtask)
             || protected.contains(&s.transaction)
+            || matches!(s.state, StagedState::Committing(_))
             || s.last_activity_ms.saturating_add(retention_ms) > now_ms
         {
             continue;
@@ -308,9 +502,13 @@ pub(crate) fn expire_stale<D: Destination>(
              removing it",
             ctx.scope(),
             s.transaction,
-            match s.prepared.as_ref().and_then(|h| h.checkpoint()) {
-                Some(c) => format!("prepared for checkpoint {c}"),
-                None => "open".to_string(),
+            match &s.state {
+                StagedState::Prepared(h) => format!(
+                    "prepared for checkpoint {}",
+                    h.checkpoint().unwrap_or_default()
+                ),
+                StagedState::PreparedUnreadable { .. } => "prepared, handle unreadable".to_string(),
+                StagedState::Open | StagedState::Committing(_) => "open".to_string(),
             }
         );
         dest.expire(&s.transaction, now_ms)

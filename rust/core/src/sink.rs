@@ -97,14 +97,15 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         attempt_nonce: Option<u64>,
     ) -> Result<(Self, StartupReport), TwopcError> {
         let nonce = attempt_nonce.unwrap_or_else(random_u64);
-        let report = recovery::start(&mut dest, &ctx, &options, restore)?;
+        let committer = Committer::new(ctx.scope(), options.commit_retry);
+        let report = recovery::start(&mut dest, &clock, &committer, &ctx, &options, restore)?;
         let rewind = options.rewind;
         let protected = restore
             .map(|r| r.known.iter().map(|h| h.transaction.clone()).collect())
             .unwrap_or_default();
         let mut sink = SubtaskSink {
             writer: Writer::new(ctx.clone(), report.lineage, nonce),
-            committer: Committer::new(ctx.scope(), options.commit_retry),
+            committer,
             dest,
             clock,
             ctx,
@@ -209,6 +210,8 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         if self.recovery_cleanup_due && handle.attempt_nonce() == self.writer.attempt_nonce() {
             let aborted = recovery::abort_lingering(
                 &mut self.dest,
+                &self.clock,
+                &self.committer,
                 &self.ctx,
                 self.writer.attempt_nonce(),
                 &self.protected,

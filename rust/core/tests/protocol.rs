@@ -315,7 +315,8 @@ fn rewind_is_detected_or_replaced_as_configured() {
     let c2 = prepared(&mut s, &["two"], 2);
     s.commit(&c2).unwrap();
     let open_at_1 = s.begin().unwrap();
-    // A savepoint taken at checkpoint 1 knows c1 (pending) and an open txn.
+    drop(s); // the job is stopped
+             // A savepoint taken at checkpoint 1 knows c1 (pending) and an open txn.
     let savepoint = Restore {
         checkpoint: 1,
         known: vec![c1.clone(), open_at_1],
@@ -372,9 +373,16 @@ fn checkpoint_ids_of_another_lineage_do_not_count_as_rewind() {
     let mut old = open(&store, &clock, ctx("old", 0, 1), options(), None, 1).unwrap();
     let h = prepared(&mut old, &["old"], 50);
     old.commit(&h).unwrap();
-    // A new run (new lineage) restores from its own checkpoint 2.
-    let mut fresh = open(&store, &clock, ctx("new", 0, 1), options(), None, 2).unwrap();
+    drop(old);
+    // A new run (new lineage, appending next to the old output) restores
+    // from its own checkpoint 2.
+    let append = SinkOptions {
+        fresh_start: FreshStartPolicy::Append,
+        ..options()
+    };
+    let mut fresh = open(&store, &clock, ctx("new", 0, 1), append, None, 2).unwrap();
     let mine = prepared(&mut fresh, &["new"], 2);
+    drop(fresh);
     let restore = Restore {
         checkpoint: 2,
         known: vec![mine.clone()],
@@ -409,6 +417,7 @@ fn fresh_start_never_aborts_prepared_transactions_of_another_run_silently() {
     assert_eq!(f.prepared, vec![(p.transaction.clone(), 4)]);
     assert!(err.to_string().contains("ABORT_PREPARED"));
     assert_eq!(store.staged_ids().len(), 2, "nothing removed");
+    drop(old);
 
     let abort = SinkOptions {
         fresh_start: FreshStartPolicy::AbortPrepared,
@@ -423,6 +432,7 @@ fn fresh_start_of_the_same_run_aborts_its_own_earlier_attempt() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
     let mut first = open(&store, &clock, ctx("job", 0, 1), options(), None, 1).unwrap();
     prepared(&mut first, &["a"], 1);
+    drop(first);
     // Failover before checkpoint 1 completed: Flink restarts without state.
     open(&store, &clock, ctx("job", 0, 1), options(), None, 2).unwrap();
     assert!(store.staged_ids().is_empty());
@@ -446,6 +456,11 @@ fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     };
     let mut d = store.destination(&sink_id());
     d.begin(&zombie).unwrap();
+    d.write(
+        &zombie.transaction,
+        twopc_core::records::RecordBatch::parse(&batch(&["z"])).unwrap(),
+    )
+    .unwrap();
     d.prepare(&zombie).unwrap();
 
     clock.0.set(10_000);
@@ -505,4 +520,302 @@ fn write_failures_are_retryable_and_lose_nothing_committed() {
     assert!(!err.is_fatal());
     assert!(err.to_string().contains(h.transaction.as_str()));
     assert_eq!(visible(&store), vec!["a"]);
+}
+
+#[test]
+fn a_transaction_whose_write_or_prepare_failed_can_only_be_aborted() {
+    // A write whose effect is unknown (it failed after part of it landed).
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&["a"])).unwrap();
+    store.set_faults(|op, _| {
+        if op == Operation::Write {
+            Fault::FailAfter
+        } else {
+            Fault::None
+        }
+    });
+    s.write(&h.transaction, &batch(&["b"])).unwrap_err();
+    store.clear_faults();
+    for err in [
+        s.write(&h.transaction, &batch(&["c"])).unwrap_err(),
+        s.prepare(&h.transaction, 1).unwrap_err(),
+    ] {
+        assert!(
+            matches!(&err, TwopcError::Protocol { message, .. } if message.contains("poisoned")),
+            "{err}"
+        );
+        assert!(!err.is_fatal(), "a restart replays the records: {err}");
+    }
+    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
+    assert!(store.staged_ids().is_empty() && visible(&store).is_empty());
+
+    // A prepare that failed: Flink prepares the same transaction again at
+    // the next checkpoint when checkpoint failures are tolerated.
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&["x"])).unwrap();
+    store.set_faults(|op, _| {
+        if op == Operation::Prepare {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    s.prepare(&h.transaction, 2).unwrap_err();
+    store.clear_faults();
+    let err = s.prepare(&h.transaction, 3).unwrap_err();
+    assert!(err.to_string().contains("poisoned"), "{err}");
+    assert!(store.prepared_ids().is_empty(), "never prepared");
+    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::Aborted);
+}
+
+/// A destination that refuses the third record of each batch.
+struct RefusesThird(twopc_core::memory::MemoryDestination);
+
+impl Destination for RefusesThird {
+    fn begin(&mut self, h: &TransactionHandle) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.begin(h)
+    }
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: twopc_core::records::RecordBatch<'_>,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        if let Some(record) = batch.iter().nth(2) {
+            return Err(twopc_core::error::DestinationError::record(
+                twopc_core::error::RecordFault {
+                    position: twopc_core::error::RecordPosition::InBatch(2),
+                    column: Some("amount".into()),
+                    reason: "value out of range".into(),
+                    preview: twopc_core::records::preview(record),
+                },
+            ));
+        }
+        self.0.write(txn, batch)
+    }
+    fn prepare(
+        &mut self,
+        h: &TransactionHandle,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.prepare(h)
+    }
+    fn commit(
+        &mut self,
+        h: &TransactionHandle,
+        now: u64,
+    ) -> Result<twopc_core::destination::CommitStatus, twopc_core::error::DestinationError> {
+        self.0.commit(h, now)
+    }
+    fn abort(
+        &mut self,
+        t: &TransactionId,
+    ) -> Result<twopc_core::destination::AbortStatus, twopc_core::error::DestinationError> {
+        self.0.abort(t)
+    }
+    fn staged(
+        &mut self,
+    ) -> Result<Vec<twopc_core::destination::StagedTransaction>, twopc_core::error::DestinationError>
+    {
+        self.0.staged()
+    }
+    fn committed_after(
+        &mut self,
+        l: twopc_core::LineageId,
+        c: u64,
+    ) -> Result<
+        Vec<twopc_core::destination::CommittedTransaction>,
+        twopc_core::error::DestinationError,
+    > {
+        self.0.committed_after(l, c)
+    }
+    fn retract(
+        &mut self,
+        c: &twopc_core::destination::CommittedTransaction,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.retract(c)
+    }
+    fn expire(
+        &mut self,
+        t: &TransactionId,
+        now: u64,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.expire(t, now)
+    }
+    fn claim_ownership(
+        &mut self,
+        c: &twopc_core::destination::OwnerClaim,
+    ) -> Result<twopc_core::destination::Ownership, twopc_core::error::DestinationError> {
+        self.0.claim_ownership(c)
+    }
+    fn lineages(
+        &mut self,
+    ) -> Result<Vec<twopc_core::destination::LineageSummary>, twopc_core::error::DestinationError>
+    {
+        self.0.lineages()
+    }
+    fn record_lineage(
+        &mut self,
+        r: &twopc_core::destination::LineageRecord,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.record_lineage(r)
+    }
+}
+
+#[test]
+fn a_record_the_destination_can_never_accept_stops_the_job_naming_it() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let dest = RefusesThird(store.destination(&sink_id()));
+    let (mut s, _) =
+        SubtaskSink::open(dest, &clock, ctx("run1", 0, 1), options(), None, Some(1)).unwrap();
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&["1", "2"])).unwrap();
+    let err = s
+        .write(&h.transaction, &batch(&["3", "4", "password=hunter2 5"]))
+        .unwrap_err();
+    let TwopcError::RecordRejected(r) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(
+        r.position, 4,
+        "two earlier records, then index 2 of the batch"
+    );
+    assert_eq!(r.transaction, h.transaction);
+    assert_eq!(r.column.as_deref(), Some("amount"));
+    assert!(err.is_fatal());
+    let text = err.to_string();
+    for needle in [
+        "record #4",
+        h.transaction.as_str(),
+        "column amount",
+        "value out of range",
+        "Filter or fix such records",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from {text}");
+    }
+    assert!(!text.contains("hunter2"), "{text}");
+}
+
+#[test]
+fn a_second_live_owner_is_refused_naming_both_runs() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let live = ctx("runA", 0, 2).with_attempt(0, 7);
+    let first = open(&store, &clock, live, options(), None, 1).unwrap();
+    let quick = SinkOptions {
+        owner_wait_ms: 1_000,
+        ..options()
+    };
+    // Another job with the same sink id: refused after waiting, fatal.
+    let before = clock.now_ms();
+    let err = open(
+        &store,
+        &clock,
+        ctx("runB", 0, 2).with_attempt(0, 9),
+        quick.clone(),
+        None,
+        2,
+    )
+    .err()
+    .unwrap();
+    assert!(clock.now_ms() >= before + 1_000, "it waited for the holder");
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert!(c.fatal && err.is_fatal());
+    let text = err.to_string();
+    assert!(
+        text.contains("runA") && text.contains("runB") && text.contains("another sink id"),
+        "{text}"
+    );
+    // A second sink of the same job: fatal at once.
+    let err = open(
+        &store,
+        &clock,
+        ctx("runA", 0, 2).with_attempt(0, 8),
+        quick.clone(),
+        None,
+        3,
+    )
+    .err()
+    .unwrap();
+    assert!(
+        err.is_fatal() && err.to_string().contains("Two sinks of this job"),
+        "{err}"
+    );
+    // A later attempt of the same subtask while the earlier still runs:
+    // retryable.
+    let err = open(
+        &store,
+        &clock,
+        ctx("runA", 0, 2).with_attempt(1, 7),
+        quick.clone(),
+        None,
+        4,
+    )
+    .err()
+    .unwrap();
+    assert!(!err.is_fatal(), "{err}");
+    // Nothing was touched, and once the holder is gone the share is free.
+    drop(first);
+    open(
+        &store,
+        &clock,
+        ctx("runA", 0, 2).with_attempt(1, 7),
+        quick,
+        None,
+        5,
+    )
+    .unwrap();
+}
+
+#[test]
+fn a_fresh_start_onto_committed_output_of_earlier_runs_stops_unless_appending() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut old = open(&store, &clock, ctx("first", 0, 1), options(), None, 1).unwrap();
+    let c = prepared(&mut old, &["a", "b"], 6);
+    old.commit(&c).unwrap();
+    drop(old);
+    let err = open(&store, &clock, ctx("second", 0, 1), options(), None, 2)
+        .err()
+        .unwrap();
+    let TwopcError::ExistingOutputOnFreshStart(e) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(e.lineages.len(), 1);
+    assert_eq!(e.lineages[0].last_checkpoint, Some(6));
+    assert_eq!(e.lineages[0].last_transactions, vec![c.transaction.clone()]);
+    assert!(err.is_fatal());
+    let text = err.to_string();
+    for needle in [
+        "first",
+        "checkpoint 6",
+        c.transaction.as_str(),
+        "APPEND",
+        "restore",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing from {text}");
+    }
+    assert_eq!(visible(&store), vec!["a", "b"]);
+
+    let append = SinkOptions {
+        fresh_start: FreshStartPolicy::Append,
+        ..options()
+    };
+    let mut new = open(&store, &clock, ctx("second", 0, 1), append, None, 3).unwrap();
+    let mut d = store.destination(&sink_id());
+    let lineages = d.lineages().unwrap();
+    assert_eq!(
+        lineages.len(),
+        1,
+        "only the first run has committed output yet"
+    );
+    let h = prepared(&mut new, &["c"], 1);
+    new.commit(&h).unwrap();
+    let lineages = d.lineages().unwrap();
+    let appended = lineages
+        .iter()
+        .find(|l| l.lineage == new.lineage())
+        .and_then(|l| l.record.clone())
+        .expect("the new lineage is recorded");
+    assert!(appended.appended);
 }

@@ -23,10 +23,9 @@
 //! is opened, or refuses a direct write (`EINVAL`), the file is written
 //! through the page cache instead. The result on disk is the same.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io;
-use std::os::unix::fs::{FileExt, OpenOptionsExt};
-use std::path::Path;
+use std::os::unix::fs::FileExt;
 use std::sync::mpsc::{channel, sync_channel, Receiver, Sender, SyncSender};
 use std::thread::JoinHandle;
 
@@ -80,29 +79,37 @@ pub struct DirectWriter {
 }
 
 impl DirectWriter {
-    /// Opens `path` (which exists and is `len` bytes long) for direct
-    /// appends. `None` when direct I/O is not possible: the file system
-    /// refuses it, `len` is not block-aligned, or no thread can be started.
-    /// The caller then writes through the page cache.
-    pub fn open(path: &Path, len: u64) -> Option<DirectWriter> {
+    /// Starts direct appends to a file that is `len` bytes long (a multiple
+    /// of [`ALIGN`]), given two descriptors of it: `direct`, opened with
+    /// `O_DIRECT`, and `cached`, without. Fails only if no thread can be
+    /// started.
+    pub fn start(direct: File, cached: File, len: u64) -> io::Result<DirectWriter> {
+        Self::start_with(direct, cached, len, false)
+    }
+
+    /// As [`DirectWriter::start`]; `refuse_direct` makes the I/O thread act
+    /// as if the file system refused every direct write with `EINVAL`, so
+    /// the fallback to the page cache can be tested where direct I/O works.
+    pub(crate) fn start_with(
+        direct: File,
+        cached: File,
+        len: u64,
+        refuse_direct: bool,
+    ) -> io::Result<DirectWriter> {
         if len % ALIGN as u64 != 0 {
-            return None;
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("direct appends must start at a block boundary, not at byte {len}"),
+            ));
         }
-        let direct_flag = rustix::fs::OFlags::DIRECT.bits() as i32;
-        let direct = OpenOptions::new()
-            .write(true)
-            .custom_flags(direct_flag)
-            .open(path)
-            .ok()?;
-        let file = OpenOptions::new().write(true).open(path).ok()?;
-        let cached = file.try_clone().ok()?;
+        let file = cached;
+        let for_io = file.try_clone()?;
         let (to_io, jobs) = sync_channel::<(Chunk, u64)>(CHUNKS);
         let (done, from_io) = channel();
         let io = std::thread::Builder::new()
             .name("twopc-direct-io".to_string())
-            .spawn(move || write_chunks(direct, cached, jobs, done))
-            .ok()?;
-        Some(DirectWriter {
+            .spawn(move || write_chunks(direct, for_io, jobs, done, refuse_direct))?;
+        Ok(DirectWriter {
             file,
             filling: Chunk::new(),
             filled: 0,
@@ -228,11 +235,16 @@ fn write_chunks(
     cached: File,
     jobs: Receiver<(Chunk, u64)>,
     done: Sender<(Chunk, io::Result<()>)>,
+    refuse_direct: bool,
 ) {
     let mut use_direct = true;
     for (chunk, offset) in jobs {
         let bytes = chunk.bytes(CHUNK_BYTES);
-        let mut result = if use_direct {
+        let mut result = if use_direct && refuse_direct {
+            Err(io::Error::from_raw_os_error(
+                rustix::io::Errno::INVAL.raw_os_error(),
+            ))
+        } else if use_direct {
             direct.write_all_at(bytes, offset)
         } else {
             cached.write_all_at(bytes, offset)
@@ -257,7 +269,9 @@ fn is_invalid_argument(result: &io::Result<()>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::path::PathBuf;
+    use std::fs::OpenOptions;
+    use std::os::unix::fs::OpenOptionsExt;
+    use std::path::{Path, PathBuf};
 
     /// A fresh directory under `base` (removed at the end of the test).
     struct TempDir(PathBuf);
@@ -283,13 +297,24 @@ mod tests {
             .collect()
     }
 
-    fn write_in_pieces(dir: &Path, total: usize) -> (Option<u64>, Vec<u8>) {
+    /// Opens `path` twice, with and (where the file system refuses
+    /// O_DIRECT) without direct I/O; true when direct I/O was granted.
+    fn descriptors(path: &Path) -> (File, File, bool) {
+        let cached = OpenOptions::new().write(true).open(path).unwrap();
+        let flag = rustix::fs::OFlags::DIRECT.bits() as i32;
+        match OpenOptions::new().write(true).custom_flags(flag).open(path) {
+            Ok(direct) => (direct, cached, true),
+            Err(_) => (cached.try_clone().unwrap(), cached, false),
+        }
+    }
+
+    /// Writes `total` bytes in odd pieces and checks the file is exact.
+    fn write_in_pieces(dir: &Path, total: usize, refuse_direct: bool) -> u64 {
         let path = dir.join("data");
         File::create(&path).unwrap();
         let expected = pattern(total);
-        let Some(mut w) = DirectWriter::open(&path, 0) else {
-            return (None, expected);
-        };
+        let (direct, cached, _) = descriptors(&path);
+        let mut w = DirectWriter::start_with(direct, cached, 0, refuse_direct).unwrap();
         // Odd piece sizes, so pieces straddle chunk boundaries.
         for piece in expected.chunks(100_003) {
             w.write_all(piece).unwrap();
@@ -297,7 +322,7 @@ mod tests {
         let len = w.seal().unwrap();
         drop(w);
         assert_eq!(std::fs::read(&path).unwrap(), expected, "file content");
-        (Some(len), expected)
+        len
     }
 
     #[test]
@@ -305,10 +330,7 @@ mod tests {
         let dir = TempDir::new(&std::env::temp_dir(), "content");
         // More chunks than buffers, plus a tail that is not block-aligned.
         let total = CHUNK_BYTES * (CHUNKS + 4) + 12_345;
-        let (len, expected) = write_in_pieces(&dir.0, total);
-        if let Some(len) = len {
-            assert_eq!(len, expected.len() as u64);
-        }
+        assert_eq!(write_in_pieces(&dir.0, total, false), total as u64);
     }
 
     #[test]
@@ -317,41 +339,44 @@ mod tests {
         for total in [0, 1, ALIGN - 1, ALIGN, CHUNK_BYTES, 2 * CHUNK_BYTES] {
             let sub = dir.0.join(total.to_string());
             std::fs::create_dir_all(&sub).unwrap();
-            if let (Some(len), _) = write_in_pieces(&sub, total) {
-                assert_eq!(len, total as u64);
-            }
+            assert_eq!(write_in_pieces(&sub, total, false), total as u64);
         }
     }
 
     #[test]
-    fn a_file_not_ending_on_a_block_boundary_is_not_opened_for_direct_io() {
-        let dir = TempDir::new(&std::env::temp_dir(), "unaligned");
-        let path = dir.0.join("data");
-        std::fs::write(&path, b"seven b").unwrap();
-        assert!(DirectWriter::open(&path, 7).is_none());
+    fn refused_direct_writes_fall_back_to_the_page_cache() {
+        // EINVAL on a direct write (a file system that takes O_DIRECT at
+        // open but not these writes): the rest goes through the page cache
+        // and the content is exact.
+        let dir = TempDir::new(&std::env::temp_dir(), "einval");
+        let total = CHUNK_BYTES * 3 + 77;
+        assert_eq!(write_in_pieces(&dir.0, total, true), total as u64);
     }
 
     #[test]
-    fn a_missing_file_is_not_opened() {
-        let dir = TempDir::new(&std::env::temp_dir(), "missing");
-        assert!(DirectWriter::open(&dir.0.join("absent"), 0).is_none());
+    fn a_start_off_a_block_boundary_is_refused() {
+        let dir = TempDir::new(&std::env::temp_dir(), "unaligned");
+        let path = dir.0.join("data");
+        std::fs::write(&path, b"seven b").unwrap();
+        let (direct, cached, _) = descriptors(&path);
+        let err = DirectWriter::start(direct, cached, 7)
+            .err()
+            .expect("refused");
+        assert_eq!(err.kind(), io::ErrorKind::InvalidInput);
     }
 
     #[test]
     fn content_is_whole_on_disk_and_on_tmpfs() {
-        // Where the file system refuses O_DIRECT, `open` is None and the
-        // caller writes through the page cache; where it takes it, the
-        // content must be exact.
+        // Whether or not the file system grants O_DIRECT, the content must
+        // be exact.
         for base in [std::env::temp_dir(), PathBuf::from("/dev/shm")] {
             if !base.is_dir() {
                 continue;
             }
             let dir = TempDir::new(&base, "fs-kinds");
-            let (len, _) = write_in_pieces(&dir.0, CHUNK_BYTES + 10);
-            eprintln!(
-                "{}: direct I/O {}",
-                base.display(),
-                if len.is_some() { "used" } else { "refused" }
+            assert_eq!(
+                write_in_pieces(&dir.0, CHUNK_BYTES + 10, false),
+                (CHUNK_BYTES + 10) as u64
             );
         }
     }

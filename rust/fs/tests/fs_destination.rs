@@ -1,139 +1,113 @@
 //! The filesystem destination against a real directory: invisibility of
-//! staged data, durable and repeatable commit, loss detection, retraction,
-//! expiry, damaged files and a full disk.
+//! staged data, durable and repeatable commit, every interrupted state of a
+//! commit, loss detection, retraction, expiry, ownership, lineages, and the
+//! three I/O modes.
+
+mod common;
 
 use std::fs;
-use std::path::{Path, PathBuf};
 
-use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
+use common::*;
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, Destination, LineageRecord, OwnerClaim, Ownership, StagedState,
+};
 use twopc_core::error::DestinationErrorKind;
-use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
-use twopc_core::ids::{random_u64, LineageId, RunId, SinkId, TransactionId};
-use twopc_core::records::{push_record, RecordBatch};
-use twopc_fs::{FsDestination, FsOptions, RecordFormat};
-
-struct TempDir(PathBuf);
-impl TempDir {
-    fn new(name: &str) -> Self {
-        let p = std::env::temp_dir().join(format!("twopc-fs-{name}-{:016x}", random_u64()));
-        fs::create_dir_all(&p).unwrap();
-        TempDir(p)
-    }
-}
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
-
-fn sink() -> SinkId {
-    SinkId::new("clicks").unwrap()
-}
-
-fn dest(dir: &Path) -> FsDestination {
-    FsDestination::open(FsOptions::new(dir), &sink()).unwrap()
-}
-
-fn handle(seq: u64, checkpoint: Option<u64>, records: u64) -> TransactionHandle {
-    TransactionHandle {
-        transaction: TransactionId::compose(&sink(), 0, 0xabcdef, seq),
-        sink: sink(),
-        lineage: LineageId(7),
-        run: RunId::new("job1").unwrap(),
-        subtask: 0,
-        parallelism: 1,
-        begun_at_ms: 0,
-        state: match checkpoint {
-            Some(c) => TransactionState::Prepared(PreparedInfo {
-                checkpoint: c,
-                records,
-                bytes: 0,
-                prepared_at_ms: 0,
-            }),
-            None => TransactionState::Open,
-        },
-    }
-}
-
-fn stage(d: &mut FsDestination, seq: u64, checkpoint: u64, records: &[&str]) -> TransactionHandle {
-    let open = handle(seq, None, 0);
-    d.begin(&open).unwrap();
-    let mut buf = Vec::new();
-    for r in records {
-        push_record(&mut buf, r.as_bytes());
-    }
-    d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
-        .unwrap();
-    let p = handle(seq, Some(checkpoint), records.len() as u64);
-    d.prepare(&p).unwrap();
-    p
-}
-
-/// Names a reader of the output directory would see (hidden ones skipped).
-fn visible_files(dir: &Path) -> Vec<String> {
-    let mut v: Vec<String> = fs::read_dir(dir)
-        .unwrap()
-        .map(|e| e.unwrap().file_name().into_string().unwrap())
-        .filter(|n| !n.starts_with('_') && !n.starts_with('.'))
-        .collect();
-    v.sort();
-    v
-}
+use twopc_core::ids::{LineageId, RunId};
+use twopc_core::records::RecordBatch;
+use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
 
 #[test]
 fn staged_data_is_hidden_and_commit_publishes_one_file() {
-    let t = TempDir::new("publish");
-    let mut d = dest(&t.0);
-    let h = stage(&mut d, 1, 3, &["a", "b"]);
-    assert!(visible_files(&t.0).is_empty());
-    let staged = d.staged().unwrap();
-    assert_eq!(staged.len(), 1);
-    assert_eq!(staged[0].prepared.as_ref().unwrap(), &h);
+    for mode in [IoMode::Auto, IoMode::Direct, IoMode::Buffered] {
+        let t = TempDir::new("publish");
+        let mut d = FsDestination::open(options(&t.0, mode), &sink()).unwrap();
+        let h = stage(&mut d, 1, 3, &["a", "b"]);
+        assert!(visible_files(&t.0).is_empty(), "{mode:?}");
+        let staged = d.staged().unwrap();
+        assert_eq!(staged.len(), 1);
+        assert_eq!(staged[0].prepared(), Some(&h));
 
-    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
-    let files = visible_files(&t.0);
-    assert_eq!(files, vec![format!("part-{}", h.transaction)]);
-    assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
-    assert!(d.staged().unwrap().is_empty());
-    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
-    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
-    assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
+        assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+        let files = visible_files(&t.0);
+        assert_eq!(files, vec![format!("part-{}", h.transaction)]);
+        assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
+        assert!(d.staged().unwrap().is_empty());
+        assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
+        assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
+        assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
+    }
+}
+
+/// The states a crash can leave a commit in, rebuilt by hand from a
+/// prepared transaction: claimed only; claimed and recorded; recorded and
+/// published but not cleaned up.
+#[test]
+fn every_interrupted_commit_is_finished_by_the_next_commit_and_never_aborted() {
+    for stop_after in ["claim", "record", "publish"] {
+        let t = TempDir::new("interrupted");
+        let mut d = dest(&t.0);
+        let h = stage(&mut d, 1, 3, &["x"]);
+        let layout = d.layout();
+        let saved = t.0.join("saved");
+        copy_dir(&layout.staging_dir(&h.transaction), &saved);
+        assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+        let claimed = layout.committing.join(h.transaction.as_str());
+        let record = layout.committed.join(twopc_fs::commit_record_name(
+            LineageId(7),
+            3,
+            &h.transaction,
+        ));
+        let visible = part(&t.0, 1);
+        // Put the state back.
+        copy_dir(&saved, &claimed);
+        match stop_after {
+            "claim" => {
+                fs::remove_file(&record).unwrap();
+                fs::remove_file(&visible).unwrap();
+            }
+            "record" => fs::remove_file(&visible).unwrap(),
+            _ => fs::remove_file(claimed.join("data")).unwrap(),
+        }
+
+        // It is reported as a decided commit, and nothing aborts it.
+        let staged = d.staged().unwrap();
+        assert!(
+            matches!(&staged[..], [s] if matches!(s.state, StagedState::Committing(_))),
+            "{stop_after}: {staged:?}"
+        );
+        assert_eq!(
+            d.abort(&h.transaction).unwrap(),
+            AbortStatus::WasCommitted,
+            "{stop_after}"
+        );
+        d.expire(&h.transaction, 99).unwrap();
+        assert!(claimed.exists(), "{stop_after}: expiry never removes it");
+
+        let expected = if stop_after == "claim" {
+            CommitStatus::Committed
+        } else {
+            CommitStatus::AlreadyCommitted
+        };
+        assert_eq!(d.commit(&h, 6).unwrap(), expected, "{stop_after}");
+        assert_eq!(fs::read_to_string(&visible).unwrap(), "x\n", "{stop_after}");
+        assert!(!claimed.exists(), "{stop_after}");
+        assert!(d.staged().unwrap().is_empty(), "{stop_after}");
+    }
 }
 
 #[test]
-fn a_commit_interrupted_after_its_record_is_finished_by_the_retry() {
-    let t = TempDir::new("interrupted");
+fn a_commit_record_whose_output_is_gone_is_never_already_committed() {
+    let t = TempDir::new("gone");
     let mut d = dest(&t.0);
     let h = stage(&mut d, 1, 3, &["x"]);
-    let staging = d.layout().staging_dir(&h.transaction);
-    let saved = t.0.join("saved-staging");
-    copy_dir(&staging, &saved);
     d.commit(&h, 5).unwrap();
-    // Put the state back to "record written, data not yet renamed".
-    let visible = t.0.join(format!("part-{}", h.transaction));
-    fs::remove_file(&visible).unwrap();
-    copy_dir(&saved, &staging);
-    fs::remove_dir_all(&saved).unwrap();
-
-    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
-    assert_eq!(fs::read_to_string(&visible).unwrap(), "x\n");
-    assert!(!staging.exists());
-    // And an abort of that state would never have undone the decided commit.
-}
-
-#[test]
-fn abort_refuses_to_undo_a_decided_commit() {
-    let t = TempDir::new("abort-decided");
-    let mut d = dest(&t.0);
-    let h = stage(&mut d, 1, 3, &["x"]);
-    let staging = d.layout().staging_dir(&h.transaction);
-    let saved = t.0.join("saved-staging");
-    copy_dir(&staging, &saved);
-    d.commit(&h, 5).unwrap();
-    fs::remove_file(t.0.join(format!("part-{}", h.transaction))).unwrap();
-    copy_dir(&saved, &staging);
-    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::WasCommitted);
-    assert!(staging.exists());
+    fs::remove_file(part(&t.0, 1)).unwrap();
+    match d.commit(&h, 6).unwrap() {
+        CommitStatus::Missing { evidence } => {
+            assert!(evidence.contains("is gone"), "{evidence}")
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[test]
@@ -182,15 +156,63 @@ fn abort_is_repeatable() {
     assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
     assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
     assert!(d.staged().unwrap().is_empty());
+    assert!(
+        fs::read_dir(d.layout().trash).unwrap().next().is_none(),
+        "an abort leaves nothing in the trash"
+    );
     // An open transaction that was written to is aborted as well.
-    let open = handle(2, None, 0);
+    write(&mut d, 2, &["z"]).unwrap();
+    assert_eq!(d.staged().unwrap()[0].state, StagedState::Open);
+    assert_eq!(d.abort(&txn(2)).unwrap(), AbortStatus::Aborted);
+}
+
+#[test]
+fn prepare_refuses_a_handle_that_does_not_count_what_was_staged() {
+    let t = TempDir::new("counts");
+    let mut d = dest(&t.0);
+    write(&mut d, 1, &["a", "b"]).unwrap();
+    // The handle counts one more record than reached the file.
+    let wrong = handle(1, Some(1), &["a", "b", "c"]);
+    let err = d.prepare(&wrong).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    assert!(err.message.contains("it is not prepared"), "{err}");
+    assert_eq!(d.staged().unwrap()[0].state, StagedState::Open);
+    // A second prepare of the same transaction finds nothing open: the
+    // staged data of a failed prepare is never prepared later.
+    let err = d.prepare(&handle(1, Some(2), &["a", "b"])).unwrap_err();
+    assert!(err.message.contains("not open in this writer"), "{err}");
+    assert_eq!(d.abort(&txn(1)).unwrap(), AbortStatus::Aborted);
+}
+
+#[test]
+fn a_record_with_a_line_break_is_refused_in_lines_format_with_its_position() {
+    let t = TempDir::new("lines");
+    let mut d = dest(&t.0);
+    let open = handle(1, None, &[]);
     d.begin(&open).unwrap();
-    let mut buf = Vec::new();
-    push_record(&mut buf, b"z");
+    let buf = batch(&["ok", "fine", "two\nlines", "never written"]);
+    let err = d
+        .write(&open.transaction, RecordBatch::parse(&buf).unwrap())
+        .unwrap_err();
+    let fault = err.record.as_ref().expect("a record fault");
+    assert_eq!(
+        fault.position,
+        twopc_core::error::RecordPosition::InBatch(2)
+    );
+    assert!(fault.reason.contains("line break"), "{}", fault.reason);
+    assert_eq!(fault.preview, "two\\nlines");
+    assert!(
+        d.staged().unwrap().is_empty(),
+        "nothing of the batch was staged"
+    );
+    // RAW format takes any bytes.
+    let raw = FsOptions {
+        format: RecordFormat::Raw,
+        ..FsOptions::new(&t.0)
+    };
+    let mut d = FsDestination::open(raw, &sink()).unwrap();
     d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
         .unwrap();
-    assert_eq!(d.staged().unwrap()[0].prepared, None);
-    assert_eq!(d.abort(&open.transaction).unwrap(), AbortStatus::Aborted);
 }
 
 #[test]
@@ -215,76 +237,79 @@ fn committed_after_and_retract_work_per_lineage() {
 }
 
 #[test]
-fn damaged_control_files_give_clear_errors() {
-    let t = TempDir::new("damaged");
+fn lineages_are_summarised_and_recorded() {
+    let t = TempDir::new("lineages");
     let mut d = dest(&t.0);
-    let h = stage(&mut d, 1, 1, &["x"]);
-    let marker = d.layout().staging_dir(&h.transaction).join("prepared");
-    fs::write(&marker, b"garbage").unwrap();
-    let err = d.staged().unwrap_err();
-    assert_eq!(err.kind, DestinationErrorKind::Corrupt);
-    assert!(
-        err.message.contains("prepared") && err.message.contains("twopc inspect"),
-        "{err}"
-    );
-    // Foreign names in the staging area are ignored, not parsed as ours,
-    // even a file that is named like a transaction.
-    fs::write(
-        d.layout()
-            .staging
-            .join(format!("{}", TransactionId::compose(&sink(), 0, 1, 1))),
-        b"x",
-    )
-    .unwrap();
-    fs::write(t.0.join("_twopc").join("stray-file"), b"x").unwrap();
-    assert_eq!(
-        twopc_fs::Layout::sinks_in(&t.0).unwrap(),
-        vec![sink()],
-        "a file under _twopc is not a sink"
-    );
-    fs::write(d.layout().staging.join("notes.txt"), b"hi").unwrap();
-    fs::write(&marker, b"garbage").unwrap();
-    fs::remove_dir_all(d.layout().staging_dir(&h.transaction)).unwrap();
-    assert!(d.staged().unwrap().is_empty());
-}
-
-#[test]
-fn a_full_disk_is_reported_as_such_and_loses_nothing_committed() {
-    if !Path::new("/dev/full").exists() {
-        eprintln!("skipping: this system has no /dev/full to simulate a full disk");
-        return;
-    }
-    let t = TempDir::new("full");
-    let mut d = dest(&t.0);
-    let kept = stage(&mut d, 1, 1, &["kept"]);
-    d.commit(&kept, 1).unwrap();
-    let open = handle(2, None, 0);
-    let staging = d.layout().staging_dir(&open.transaction);
-    fs::create_dir_all(&staging).unwrap();
-    std::os::unix::fs::symlink("/dev/full", staging.join("data")).unwrap();
-    d.begin(&open).unwrap();
-    // Several MiB: the write goes through whole chunks (direct I/O, on the
-    // I/O thread) as well as the tail written at prepare.
-    let mut buf = Vec::new();
-    for _ in 0..6 {
-        push_record(&mut buf, &vec![b'x'; 512 * 1024]);
-    }
-    let write = d.write(&open.transaction, RecordBatch::parse(&buf).unwrap());
-    let err = match write {
-        Err(e) => e,
-        Ok(()) => d.prepare(&handle(2, Some(2), 6)).unwrap_err(),
+    assert!(d.lineages().unwrap().is_empty());
+    let h1 = stage(&mut d, 1, 4, &["one"]);
+    let h2 = stage(&mut d, 2, 5, &["two"]);
+    d.commit(&h1, 1).unwrap();
+    d.commit(&h2, 2).unwrap();
+    let record = LineageRecord {
+        lineage: LineageId(7),
+        run: RunId::new("job1").unwrap(),
+        started_at_ms: 42,
+        appended: true,
     };
-    assert_eq!(err.kind, DestinationErrorKind::StorageFull, "{err}");
-    assert!(err.message.contains("disk is full"), "{err}");
+    d.record_lineage(&record).unwrap();
+    // Repeatable; the first record stays.
+    d.record_lineage(&LineageRecord {
+        appended: false,
+        ..record.clone()
+    })
+    .unwrap();
+    let l = d.lineages().unwrap();
+    assert_eq!(l.len(), 1);
+    assert_eq!(l[0].lineage, LineageId(7));
+    assert_eq!(l[0].committed, 2);
+    assert_eq!(l[0].last_checkpoint, Some(5));
+    assert_eq!(l[0].last_transactions, vec![h2.transaction.clone()]);
+    assert_eq!(l[0].runs, vec![RunId::new("job1").unwrap()]);
+    assert_eq!(l[0].record.as_ref(), Some(&record));
+}
+
+#[test]
+fn ownership_is_exclusive_per_subtask_and_released_on_drop() {
+    let t = TempDir::new("owner");
+    let claim = |run: &str, subtask, attempt| OwnerClaim {
+        sink: sink(),
+        subtask,
+        run: RunId::new(run).unwrap(),
+        attempt,
+        instance: 0xfeed,
+    };
+    let mut a = dest(&t.0);
     assert_eq!(
-        fs::read_to_string(t.0.join(format!("part-{}", kept.transaction))).unwrap(),
-        "kept\n"
+        a.claim_ownership(&claim("runA", 0, 3)).unwrap(),
+        Ownership::Acquired
+    );
+    let mut b = dest(&t.0);
+    match b.claim_ownership(&claim("runB", 0, 0)).unwrap() {
+        Ownership::HeldBy(info) => {
+            assert_eq!(info.claim, Some(claim("runA", 0, 3)));
+            assert!(
+                info.holder.contains("runA")
+                    && info.holder.contains(&std::process::id().to_string()),
+                "{}",
+                info.holder
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    // Another subtask's share is free.
+    assert_eq!(
+        b.claim_ownership(&claim("runB", 1, 0)).unwrap(),
+        Ownership::Acquired
+    );
+    drop(a);
+    assert_eq!(
+        b.claim_ownership(&claim("runB", 0, 0)).unwrap(),
+        Ownership::Acquired
     );
 }
 
 #[test]
-fn a_transaction_of_many_mib_is_published_byte_for_byte_also_after_a_restart() {
-    let t = TempDir::new("large");
+fn a_transaction_of_many_mib_is_published_byte_for_byte_in_every_mode_also_after_a_restart() {
     // Records of odd sizes, so that records straddle the direct-I/O chunk
     // boundaries, and numbered, so that a misplaced chunk shows.
     let records: Vec<String> = (0..60_000)
@@ -292,27 +317,29 @@ fn a_transaction_of_many_mib_is_published_byte_for_byte_also_after_a_restart() {
         .collect();
     let expected: String = records.iter().map(|r| format!("{r}\n")).collect();
     assert!(expected.len() > 5 * 1024 * 1024, "large enough");
-
-    let mut d = dest(&t.0);
-    let open = handle(1, None, 0);
-    d.begin(&open).unwrap();
-    for chunk in records.chunks(4096) {
-        let mut buf = Vec::new();
-        for r in chunk {
-            push_record(&mut buf, r.as_bytes());
-        }
-        d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
+    let refs: Vec<&str> = records.iter().map(String::as_str).collect();
+    for mode in [IoMode::Auto, IoMode::Direct, IoMode::Buffered] {
+        let t = TempDir::new("large");
+        let mut d = FsDestination::open(options(&t.0, mode), &sink()).unwrap();
+        let open = handle(1, None, &[]);
+        d.begin(&open).unwrap();
+        for chunk in refs.chunks(4096) {
+            d.write(
+                &open.transaction,
+                RecordBatch::parse(&batch(chunk)).unwrap(),
+            )
             .unwrap();
+        }
+        let h = handle(1, Some(1), &refs);
+        d.prepare(&h).unwrap();
+        // The process "dies" after the prepare; a new one commits.
+        drop(d);
+        let mut d = FsDestination::open(options(&t.0, mode), &sink()).unwrap();
+        assert_eq!(d.commit(&h, 2).unwrap(), CommitStatus::Committed);
+        let published = fs::read_to_string(part(&t.0, 1)).unwrap();
+        assert_eq!(published.len(), expected.len(), "{mode:?}");
+        assert!(published == expected, "{mode:?}: published content differs");
     }
-    let h = handle(1, Some(1), records.len() as u64);
-    d.prepare(&h).unwrap();
-    // The process "dies" after the prepare; a new one commits.
-    drop(d);
-    let mut d = dest(&t.0);
-    assert_eq!(d.commit(&h, 2).unwrap(), CommitStatus::Committed);
-    let published = fs::read_to_string(t.0.join(format!("part-{}", h.transaction))).unwrap();
-    assert_eq!(published.len(), expected.len());
-    assert!(published == expected, "published content differs");
 }
 
 #[test]
@@ -330,8 +357,10 @@ fn configuration_names_are_validated() {
             part_suffix: suffix.into(),
             ..FsOptions::new(&t.0)
         };
-        assert!(
-            FsDestination::open(opts, &sink()).is_err(),
+        let err = FsDestination::open(opts, &sink()).err().expect("refused");
+        assert_eq!(
+            err.kind,
+            DestinationErrorKind::NotPermitted,
             "{prefix:?} {suffix:?}"
         );
     }
@@ -341,16 +370,81 @@ fn configuration_names_are_validated() {
         ..FsOptions::new(&t.0)
     };
     let mut d = FsDestination::open(opts, &sink()).unwrap();
-    let h = stage(&mut d, 1, 1, &["ab", "cd"]);
+    write(&mut d, 1, &["ab", "cd"]).unwrap();
+    let h = handle(1, Some(1), &["ab", "cd"]);
+    d.prepare(&h).unwrap();
     d.commit(&h, 1).unwrap();
     let name = format!("part-{}.txt", h.transaction);
     assert_eq!(fs::read_to_string(t.0.join(name)).unwrap(), "abcd");
 }
 
-fn copy_dir(from: &Path, to: &Path) {
+#[test]
+fn direct_mode_is_an_error_only_where_the_file_system_refuses_direct_io() {
+    // Whatever this machine's file system does, the outcome is asserted:
+    // where O_DIRECT works DIRECT mode writes, where it does not the first
+    // write fails with a message naming the mode and the directory.
+    for base in [std::env::temp_dir(), std::path::PathBuf::from("/dev/shm")] {
+        if !base.is_dir() {
+            continue;
+        }
+        let dir = base.join(format!("twopc-direct-probe-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        fs::create_dir_all(&dir).unwrap();
+        let granted = {
+            use std::os::unix::fs::OpenOptionsExt;
+            fs::write(dir.join("probe"), b"").unwrap();
+            fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(0o40000 /* O_DIRECT on x86-64 */)
+                .open(dir.join("probe"))
+                .is_ok()
+        };
+        let mut d = FsDestination::open(options(&dir, IoMode::Direct), &sink()).unwrap();
+        match (write(&mut d, 1, &["x"]), granted) {
+            (Ok(()), true) => {}
+            (Err(e), false) => assert!(e.message.contains("DIRECT"), "{e}"),
+            (result, granted) => panic!("O_DIRECT granted: {granted}, write: {result:?}"),
+        }
+        let _ = fs::remove_dir_all(&dir);
+    }
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
     fs::create_dir_all(to).unwrap();
     for e in fs::read_dir(from).unwrap() {
         let e = e.unwrap();
         fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
+}
+
+#[test]
+fn a_decided_commit_is_finished_by_any_start_never_aborted() {
+    use twopc_core::config::{FreshStartPolicy, SinkOptions, SubtaskContext};
+    use twopc_fs::{IoStep, IoTiming};
+    let t = TempDir::new("roll-forward");
+    let (mut d, faults) = faulty(&t.0, IoMode::Auto);
+    let h = stage(&mut d, 1, 3, &["decided"]);
+    // The claim lands, then the process dies before the commit record.
+    faults.arm(IoStep::Claim, IoTiming::After, 5);
+    d.commit(&h, 1).unwrap_err();
+    drop(d);
+    assert!(visible_files(&t.0).is_empty());
+    // A later run starts without state and is told to abort prepared
+    // leftovers: a decided commit is not a leftover, it is finished.
+    let options = SinkOptions {
+        fresh_start: FreshStartPolicy::AppendAndAbortPrepared,
+        ..SinkOptions::default()
+    };
+    let ctx = SubtaskContext::new(sink(), RunId::new("later").unwrap(), 0, 1).unwrap();
+    let (_sink, report) = twopc_core::SubtaskSink::open(
+        dest(&t.0),
+        twopc_core::SystemClock,
+        ctx,
+        options,
+        None,
+        None,
+    )
+    .unwrap();
+    assert!(report.aborted.is_empty(), "{:?}", report.aborted);
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "decided\n");
 }

@@ -18,6 +18,7 @@ use jni::errors::ErrorPolicy;
 use jni::objects::{JClass, Weak};
 use jni::strings::{JNIStr, JNIString};
 use jni::{jni_str, Env};
+use twopc_core::error::ErrorKind;
 use twopc_core::TwopcError;
 
 /// The Java exception classes the bridge throws.
@@ -31,6 +32,8 @@ pub(crate) enum JavaException {
     FreshStart,
     State,
     Config,
+    RecordRejected,
+    Ownership,
     /// Protocol misuse, unknown or closed sink ids, poisoned sinks.
     IllegalState,
     /// Malformed batches and arguments.
@@ -38,7 +41,7 @@ pub(crate) enum JavaException {
 }
 
 impl JavaException {
-    const ALL: [JavaException; 9] = [
+    const ALL: [JavaException; 11] = [
         JavaException::Twopc,
         JavaException::Lost,
         JavaException::Unresolved,
@@ -46,6 +49,8 @@ impl JavaException {
         JavaException::FreshStart,
         JavaException::State,
         JavaException::Config,
+        JavaException::RecordRejected,
+        JavaException::Ownership,
         JavaException::IllegalState,
         JavaException::IllegalArgument,
     ];
@@ -61,25 +66,32 @@ impl JavaException {
             JavaException::FreshStart => jni_str!("io/twopc/flink/TwopcFreshStartException"),
             JavaException::State => jni_str!("io/twopc/flink/TwopcStateException"),
             JavaException::Config => jni_str!("io/twopc/flink/TwopcConfigException"),
+            JavaException::RecordRejected => {
+                jni_str!("io/twopc/flink/TwopcRecordRejectedException")
+            }
+            JavaException::Ownership => jni_str!("io/twopc/flink/TwopcOwnershipException"),
             JavaException::IllegalState => jni_str!("java/lang/IllegalStateException"),
             JavaException::IllegalArgument => jni_str!("java/lang/IllegalArgumentException"),
         }
     }
 
-    /// The class for a core error, by its stable kind name.
+    /// The class for a core error: an exhaustive match on its kind, so a
+    /// new kind cannot be added without choosing its class here.
     pub(crate) fn for_core(err: &TwopcError) -> Self {
         match err.kind() {
-            "lost" => JavaException::Lost,
-            "unresolved" => JavaException::Unresolved,
-            "rewind" => JavaException::Rewind,
-            "fresh-start" => JavaException::FreshStart,
-            "state" => JavaException::State,
-            "config" => JavaException::Config,
-            "protocol" => JavaException::IllegalState,
-            "batch" => JavaException::IllegalArgument,
-            // "destination" and any kind a later core adds: the retryable
-            // base class. A new fatal kind needs its own arm (and class).
-            _ => JavaException::Twopc,
+            ErrorKind::Lost => JavaException::Lost,
+            ErrorKind::Unresolved => JavaException::Unresolved,
+            ErrorKind::Rewind => JavaException::Rewind,
+            ErrorKind::FreshStart => JavaException::FreshStart,
+            ErrorKind::State => JavaException::State,
+            ErrorKind::Config => JavaException::Config,
+            ErrorKind::Record => JavaException::RecordRejected,
+            // An earlier attempt still shutting down is retryable.
+            ErrorKind::Ownership if err.is_fatal() => JavaException::Ownership,
+            ErrorKind::Ownership => JavaException::Twopc,
+            ErrorKind::Protocol => JavaException::IllegalState,
+            ErrorKind::Batch => JavaException::IllegalArgument,
+            ErrorKind::Destination => JavaException::Twopc,
         }
     }
 }

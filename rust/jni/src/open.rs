@@ -195,6 +195,7 @@ impl FsArgs {
             } else {
                 RecordFormat::Lines
             },
+            io_mode: twopc_fs::IoMode::Auto,
         };
         options.validate()?;
         Ok(options)

@@ -54,14 +54,22 @@
 //! handle.
 //!
 //! A prepared transaction of this sink *without* a readable side row
-//! (deleted or damaged by hand) is reported with a stand-in handle of run
-//! [`UNKNOWN_RUN`] and checkpoint 0, never with `prepared: None`: the core
-//! treats `None` as "open, never in a checkpoint" and would abort it at a
-//! fresh start, which could silently drop output of a completed checkpoint.
-//! With the stand-in, a fresh start stops with the core's "prepared on fresh
-//! start" error (unless ABORT_PREPARED was chosen), and a restore commits it
-//! if its checkpoint names it and otherwise aborts it as lingering, exactly
-//! as for any prepared transaction. A warning explains the stand-in.
+//! (deleted or damaged by hand) is reported as
+//! [`StagedState::PreparedUnreadable`]: its run and checkpoint are unknown,
+//! so it may hold output of a completed checkpoint. The core stops a fresh
+//! start on it (unless the policy aborts prepared leftovers), and a restore
+//! commits it if its checkpoint names it and otherwise aborts it as
+//! lingering, exactly as for any prepared transaction.
+//!
+//! ## Ownership
+//!
+//! The writer session holds a session-level advisory lock per sink and
+//! subtask (`pg_try_advisory_lock`), released by the server when the
+//! session ends, however the process died. The holder's claim (run,
+//! attempt, operator instance, backend pid) is written to `twopc_owners`
+//! so that a refused second owner can be told who holds it. A writer whose
+//! session was reconnected takes the lock again before its next statement,
+//! and fails if someone else took it meanwhile.
 //!
 //! ## A commit with an unknown outcome
 //!
@@ -78,10 +86,11 @@ use std::io::Write;
 use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use twopc_core::error::{ConfigError, DestinationError, DestinationErrorKind, TwopcError};
-use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
+use twopc_core::handle::TransactionHandle;
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::RecordBatch;
 
@@ -92,11 +101,6 @@ use crate::link::{CallError, Link};
 use crate::options::{CopyFormat, PgMode, PgOptions, Secrets};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
-
-/// Run id of the stand-in handle reported for a prepared transaction whose
-/// side row is missing or unreadable (see the module docs). Never a Flink
-/// job id (those are 32 hex digits), so it always counts as another run.
-pub const UNKNOWN_RUN: &str = "twopc-pg-unknown-run";
 
 /// The writer session never has its open transaction cut by the server
 /// for idling between checkpoints: a cut would fail the next checkpoint.
@@ -150,6 +154,29 @@ pub struct PgDestination {
     open: Option<OpenTxn>,
     /// Writer session generation in which the staging table exists.
     stage_generation: Option<u64>,
+    /// The ownership this destination holds (see the module docs).
+    owner: Option<OwnedShare>,
+}
+
+/// The advisory lock held for one sink and subtask, and the writer session
+/// generation that holds it.
+struct OwnedShare {
+    key: i64,
+    generation: u64,
+    subtask: u32,
+}
+
+/// The advisory lock key of a sink's share: a stable 64-bit hash (FNV-1a)
+/// of a fixed tag, the control schema, the sink id and the subtask, so two
+/// sinks, or one sink in two control schemas, never share a key.
+fn owner_lock_key(control_schema: &str, sink: &SinkId, subtask: u32) -> i64 {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    let text = format!("twopc-owner\0{control_schema}\0{sink}\0{subtask}");
+    for b in text.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0000_0100_0000_01b3);
+    }
+    h as i64
 }
 
 impl std::fmt::Debug for PgDestination {
@@ -243,7 +270,86 @@ impl PgDestination {
             writer,
             open: None,
             stage_generation: None,
+            owner: None,
             options,
+        })
+    }
+
+    /// Before the writer session's first statement in a (re)connected
+    /// session: takes the ownership lock again, or fails if another run
+    /// took it while the session was gone.
+    fn ensure_owner(&mut self) -> Result<(), DestinationError> {
+        let Some(share) = &self.owner else {
+            return Ok(());
+        };
+        if share.generation == self.writer.generation() && self.writer.is_connected() {
+            return Ok(());
+        }
+        let key = share.key;
+        let subtask = share.subtask;
+        let got: bool = self.writer.run("taking back the ownership lock", |c| {
+            Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                .get(0))
+        })?;
+        if !got {
+            return Err(self.err(
+                DestinationErrorKind::Unavailable,
+                format!(
+                    "the writer session of sink '{}' subtask {subtask} was reconnected, and \
+                     meanwhile another session took this subtask's ownership lock (see {}); \
+                     the job restarts and its start-up names the owner",
+                    self.sink, self.control_tables.owners
+                ),
+            ));
+        }
+        if let Some(share) = &mut self.owner {
+            share.generation = self.writer.generation();
+        }
+        Ok(())
+    }
+
+    /// Who holds the ownership row of `subtask`, as recorded.
+    fn read_owner(&mut self, subtask: u32) -> Result<OwnerInfo, DestinationError> {
+        let sql = format!(
+            "SELECT run_id, attempt, instance, backend_pid, \
+                    (extract(epoch FROM since) * 1000)::int8 \
+             FROM {} WHERE sink_id = $1 AND subtask = $2",
+            self.control_tables.owners
+        );
+        let sink = self.sink.as_str().to_string();
+        let sub = subtask as i32;
+        let row = self.control.run("reading the owner of this subtask", |c| {
+            Ok(c.query_opt(&sql, &[&sink, &sub])?)
+        })?;
+        let Some(row) = row else {
+            return Ok(OwnerInfo {
+                claim: None,
+                holder: format!(
+                    "another session holds the advisory lock of sink '{}' subtask {subtask}, \
+                     and {} has no row for it",
+                    self.sink, self.control_tables.owners
+                ),
+            });
+        };
+        let run: String = row.get(0);
+        let attempt: i32 = row.get(1);
+        let instance: String = row.get(2);
+        let pid: i32 = row.get(3);
+        let since: i64 = row.get(4);
+        let claim = RunId::new(run.clone()).ok().map(|run| OwnerClaim {
+            sink: self.sink.clone(),
+            subtask,
+            run,
+            attempt: attempt.max(0) as u32,
+            instance: u64::from_str_radix(&instance, 16).unwrap_or(0),
+        });
+        Ok(OwnerInfo {
+            claim,
+            holder: format!(
+                "run {run} (attempt {attempt}) holds it through PostgreSQL backend {pid}, since \
+                 {since} ms after the epoch (see pg_stat_activity and {})",
+                self.control_tables.owners
+            ),
         })
     }
 
@@ -263,14 +369,10 @@ impl PgDestination {
         self.writer.pid()
     }
 
-    /// Quoted names of the commit-record, prepared-handle and tombstone
-    /// tables.
-    pub fn control_table_names(&self) -> [&str; 3] {
-        [
-            &self.control_tables.commit_records,
-            &self.control_tables.prepared,
-            &self.control_tables.expired,
-        ]
+    /// Quoted names of the control tables: commit records, prepared
+    /// handles, tombstones, owners, lineages.
+    pub fn control_table_names(&self) -> [&str; 5] {
+        self.control_tables.all().map(String::as_str)
     }
 
     fn err(&self, kind: DestinationErrorKind, msg: impl AsRef<str>) -> DestinationError {
@@ -371,6 +473,7 @@ impl PgDestination {
                 return Err(self.lost_open(txn));
             }
         } else {
+            self.ensure_owner()?;
             self.writer
                 .run("beginning a transaction", |c| Ok(c.batch_execute("BEGIN")?))?;
             self.open = Some(OpenTxn {
@@ -759,31 +862,31 @@ impl PgDestination {
             };
             let last_activity_ms = prepared_ms.max(0) as u64;
             let decoded = handle.as_deref().map(TransactionHandle::decode);
-            let prepared = match decoded {
-                Some(Ok(h)) if h.transaction == parsed.id && h.prepared().is_some() => h,
+            let state = match decoded {
+                Some(Ok(h)) if h.transaction == parsed.id && h.prepared().is_some() => {
+                    StagedState::Prepared(h)
+                }
                 other => {
                     let why = match other {
                         None => "has no handle row".to_string(),
                         Some(Err(e)) => format!("has an unreadable handle row ({e})"),
                         Some(Ok(h)) => format!("has a handle row for {}", h.transaction),
                     };
-                    log::warn!(
+                    let reason = format!(
                         "prepared transaction {gid} of sink '{}' {why} in {}, so its run and \
-                         checkpoint are unknown. It is reported as prepared by another run \
-                         ('{UNKNOWN_RUN}', checkpoint 0) so that no rule aborts it as if it were \
-                         never in a checkpoint. If its output is wanted, COMMIT PREPARED '{gid}'; \
-                         if not, ROLLBACK PREPARED '{gid}'",
-                        self.sink,
-                        self.control_tables.prepared
+                         checkpoint are unknown. If its output is wanted, COMMIT PREPARED \
+                         '{gid}'; if not, ROLLBACK PREPARED '{gid}'",
+                        self.sink, self.control_tables.prepared
                     );
-                    stand_in_handle(&self.sink, &parsed.id, parsed.subtask, last_activity_ms)
+                    log::warn!("{reason}");
+                    StagedState::PreparedUnreadable { reason }
                 }
             };
             out.push(StagedTransaction {
                 transaction: parsed.id,
                 subtask: parsed.subtask,
                 attempt_nonce: parsed.attempt_nonce,
-                prepared: Some(prepared),
+                state,
                 last_activity_ms,
             });
         }
@@ -917,6 +1020,7 @@ impl PgDestination {
             sql.upsert.clone(),
         );
         let records = batch.len();
+        self.ensure_owner()?;
         // One short transaction per batch: the batch becomes visible whole
         // or not at all.
         let result = self.writer.run("upserting a batch", |c| {
@@ -973,29 +1077,6 @@ fn copy_batch(client: &mut Client, sql: &str, batch: RecordBatch<'_>) -> Result<
     let mut w = client.copy_in(sql)?;
     w.write_all(&copy_rows(batch, None))?;
     Ok(w.finish()?)
-}
-
-fn stand_in_handle(
-    sink: &SinkId,
-    txn: &TransactionId,
-    subtask: u32,
-    prepared_ms: u64,
-) -> TransactionHandle {
-    TransactionHandle {
-        sink: sink.clone(),
-        transaction: txn.clone(),
-        lineage: LineageId(0),
-        run: RunId::new(UNKNOWN_RUN).expect("a valid run id"),
-        subtask,
-        parallelism: subtask.saturating_add(1),
-        begun_at_ms: prepared_ms,
-        state: TransactionState::Prepared(PreparedInfo {
-            checkpoint: 0,
-            records: 0,
-            bytes: 0,
-            prepared_at_ms: prepared_ms,
-        }),
-    }
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64, DestinationError> {
@@ -1162,5 +1243,130 @@ impl Destination for PgDestination {
             ModeSql::Transactional(_) => self.expire_transactional(txn, now_ms),
             ModeSql::Idempotent(_) => Ok(()),
         }
+    }
+
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        let key = owner_lock_key(&self.options.control_schema, &self.sink, claim.subtask);
+        let got: bool = self.writer.run("claiming ownership", |c| {
+            Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                .get(0))
+        })?;
+        if !got {
+            return Ok(Ownership::HeldBy(self.read_owner(claim.subtask)?));
+        }
+        let pid = self.writer.pid().unwrap_or(0);
+        let sql = format!(
+            "INSERT INTO {} (sink_id, subtask, run_id, attempt, instance, backend_pid, since) \
+             VALUES ($1, $2, $3, $4, $5, $6, now()) \
+             ON CONFLICT (sink_id, subtask) DO UPDATE SET run_id = excluded.run_id, \
+               attempt = excluded.attempt, instance = excluded.instance, \
+               backend_pid = excluded.backend_pid, since = excluded.since",
+            self.control_tables.owners
+        );
+        let (sink, sub, run) = (
+            self.sink.as_str().to_string(),
+            claim.subtask as i32,
+            claim.run.as_str().to_string(),
+        );
+        let (attempt, instance) = (claim.attempt as i32, format!("{:016x}", claim.instance));
+        self.control.run("recording the owner", |c| {
+            Ok(c.execute(&sql, &[&sink, &sub, &run, &attempt, &instance, &pid])?)
+        })?;
+        self.owner = Some(OwnedShare {
+            key,
+            generation: self.writer.generation(),
+            subtask: claim.subtask,
+        });
+        Ok(Ownership::Acquired)
+    }
+
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        if self.txn_sql().is_none() {
+            // Idempotent mode keeps no commit records: a replay rewrites
+            // the same keys, so there is nothing a new run could duplicate.
+            return Ok(Vec::new());
+        }
+        let (cr, l) = (
+            &self.control_tables.commit_records,
+            &self.control_tables.lineages,
+        );
+        let summary_sql = format!(
+            "SELECT lineage, count(*), max(checkpoint) FROM {cr} WHERE sink_id = $1 \
+             GROUP BY lineage ORDER BY lineage"
+        );
+        let latest_sql = format!(
+            "SELECT transaction_id, run_id FROM {cr} \
+             WHERE sink_id = $1 AND lineage = $2 AND checkpoint = $3 ORDER BY transaction_id"
+        );
+        let record_sql = format!(
+            "SELECT run_id, (extract(epoch FROM started_at) * 1000)::int8, appended \
+             FROM {l} WHERE sink_id = $1 AND lineage = $2"
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows = self.control.run("reading committed lineages", |c| {
+            let mut out = Vec::new();
+            for row in c.query(&summary_sql, &[&sink])? {
+                let (lineage, count, last): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
+                let latest = c.query(&latest_sql, &[&sink, &lineage, &last])?;
+                let record = c.query_opt(&record_sql, &[&sink, &lineage])?;
+                out.push((lineage, count, last, latest, record));
+            }
+            Ok(out)
+        })?;
+        let mut out = Vec::new();
+        for (lineage, count, last, latest, record) in rows {
+            let lineage = LineageId(lineage as u64);
+            let mut runs: Vec<RunId> = Vec::new();
+            let mut last_transactions = Vec::new();
+            for r in latest {
+                if let Some(t) = TransactionId::parse(r.get::<_, &str>(0)) {
+                    last_transactions.push(t.id);
+                }
+                if let Ok(run) = RunId::new(r.get::<_, String>(1)) {
+                    if !runs.contains(&run) {
+                        runs.push(run);
+                    }
+                }
+            }
+            let record = record.and_then(|r| {
+                Some(LineageRecord {
+                    lineage,
+                    run: RunId::new(r.get::<_, String>(0)).ok()?,
+                    started_at_ms: r.get::<_, i64>(1).max(0) as u64,
+                    appended: r.get(2),
+                })
+            });
+            out.push(LineageSummary {
+                lineage,
+                committed: count.max(0) as u64,
+                last_checkpoint: Some(last.max(0) as u64),
+                last_transactions,
+                runs,
+                record,
+            });
+        }
+        Ok(out)
+    }
+
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        if self.txn_sql().is_none() {
+            return Ok(());
+        }
+        let sql = format!(
+            "INSERT INTO {} (sink_id, lineage, run_id, started_at, appended) \
+             VALUES ($1, $2, $3, to_timestamp($4::float8 / 1000), $5) \
+             ON CONFLICT (sink_id, lineage) DO NOTHING",
+            self.control_tables.lineages
+        );
+        let (sink, lineage, run) = (
+            self.sink.as_str().to_string(),
+            record.lineage.0 as i64,
+            record.run.as_str().to_string(),
+        );
+        let (at, appended) = (record.started_at_ms as f64, record.appended);
+        self.control.run("recording the new lineage", |c| {
+            Ok(c.execute(&sql, &[&sink, &lineage, &run, &at, &appended])?)
+        })?;
+        Ok(())
     }
 }

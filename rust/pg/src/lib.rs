@@ -32,5 +32,5 @@ pub mod options;
 pub mod schema;
 pub mod sql;
 
-pub use destination::{PgDestination, UNKNOWN_RUN};
+pub use destination::PgDestination;
 pub use options::{redact_url, CopyFormat, Endpoint, Password, PgMode, PgOptions};

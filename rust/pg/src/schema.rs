@@ -17,6 +17,8 @@ use crate::sql::{quote_ident, TableName};
 pub const COMMIT_RECORDS_TABLE: &str = "twopc_commit_records";
 pub const PREPARED_TABLE: &str = "twopc_prepared";
 pub const EXPIRED_TABLE: &str = "twopc_expired";
+pub const OWNERS_TABLE: &str = "twopc_owners";
+pub const LINEAGES_TABLE: &str = "twopc_lineages";
 
 /// Oldest server accepted: generated columns (checked below) and
 /// `to_regclass(text)` need 12.
@@ -52,6 +54,8 @@ pub(crate) struct ControlTables {
     pub commit_records: String,
     pub prepared: String,
     pub expired: String,
+    pub owners: String,
+    pub lineages: String,
 }
 
 impl ControlTables {
@@ -62,7 +66,20 @@ impl ControlTables {
             commit_records: q(COMMIT_RECORDS_TABLE),
             prepared: q(PREPARED_TABLE),
             expired: q(EXPIRED_TABLE),
+            owners: q(OWNERS_TABLE),
+            lineages: q(LINEAGES_TABLE),
         }
+    }
+
+    /// Every control table.
+    pub fn all(&self) -> [&String; 5] {
+        [
+            &self.commit_records,
+            &self.prepared,
+            &self.expired,
+            &self.owners,
+            &self.lineages,
+        ]
     }
 
     /// The DDL, also useful to an administrator who creates the tables for
@@ -91,11 +108,31 @@ impl ControlTables {
              \x20   transaction_id text PRIMARY KEY,\n\
              \x20   sink_id text NOT NULL,\n\
              \x20   expired_at timestamptz NOT NULL\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {o} (\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   subtask integer NOT NULL,\n\
+             \x20   run_id text NOT NULL,\n\
+             \x20   attempt integer NOT NULL,\n\
+             \x20   instance text NOT NULL,\n\
+             \x20   backend_pid integer NOT NULL,\n\
+             \x20   since timestamptz NOT NULL,\n\
+             \x20   PRIMARY KEY (sink_id, subtask)\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {l} (\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   lineage bigint NOT NULL,\n\
+             \x20   run_id text NOT NULL,\n\
+             \x20   started_at timestamptz NOT NULL,\n\
+             \x20   appended boolean NOT NULL,\n\
+             \x20   PRIMARY KEY (sink_id, lineage)\n\
              );\n",
             cr = self.commit_records,
             cri = quote_ident("twopc_commit_records_by_lineage"),
             p = self.prepared,
             e = self.expired,
+            o = self.owners,
+            l = self.lineages,
         )
     }
 }
@@ -197,9 +234,9 @@ pub(crate) fn check(
         }
     }
 
-    if transactional {
-        ensure_control_tables(client, control, &user, secrets)?;
-    }
+    // Both modes keep the owner of each subtask's share there (idempotent
+    // mode needs no other control table).
+    ensure_control_tables(client, control, &user, secrets)?;
     Ok(TargetInfo { column_types })
 }
 
@@ -472,7 +509,7 @@ fn ensure_control_tables(
 ) -> Result<(), StartupError> {
     let pg =
         |op: &'static str| move |e: postgres::Error| StartupError::Pg(error::pg(secrets, op, &e));
-    let tables = [&control.commit_records, &control.prepared, &control.expired];
+    let tables = control.all();
     let missing = |client: &mut Client| -> Result<Vec<String>, StartupError> {
         let mut out = Vec::new();
         for t in tables {

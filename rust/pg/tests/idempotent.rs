@@ -77,6 +77,7 @@ fn a_replay_rewrites_the_same_rows_and_each_key_keeps_its_last_value() {
     assert_eq!(kv(&mut f), expected);
 
     // Replaying everything from the start changes nothing.
+    drop(s);
     let mut s = f.open("run2");
     let h = s.begin().unwrap();
     for chunk in records.chunks(64).chain(more.chunks(64)) {
@@ -119,11 +120,17 @@ fn a_session_lost_between_batches_is_reopened() {
     let h = written(&mut s, &["1\ta\t1"]);
     let pid = s.destination().writer_backend_pid().unwrap();
     f.terminate(pid);
-    // The batch on the dead session fails (the job would restart and
-    // replay); the next one reconnects and recreates the staging table.
-    let first = s.write(&h.transaction, &batch(&["2\tb\t2"]));
-    if first.is_err() {
-        s.write(&h.transaction, &batch(&["2\tb\t2"])).unwrap();
-    }
+    // The batch on the dead session fails and its transaction can only be
+    // aborted (the job restarts and replays); the replay's transaction
+    // reconnects, takes the ownership lock again and recreates the staging
+    // table.
+    let h = match s.write(&h.transaction, &batch(&["2\tb\t2"])) {
+        Ok(_) => h,
+        Err(_) => {
+            s.abort(&h).unwrap();
+            written(&mut s, &["1\ta\t1"])
+        }
+    };
+    s.write(&h.transaction, &batch(&["2\tb\t2"])).unwrap();
     assert_eq!(f.count(), 2);
 }

@@ -7,9 +7,9 @@ mod common;
 use common::*;
 use twopc_core::committer::{AbortOutcome, CommitOutcome};
 use twopc_core::config::{FreshStartPolicy, RewindPolicy, SinkOptions};
-use twopc_core::destination::{AbortStatus, Destination};
+use twopc_core::destination::{AbortStatus, Destination, StagedState};
 use twopc_core::{Clock, SystemClock, TransactionHandle, TwopcError};
-use twopc_pg::{CopyFormat, UNKNOWN_RUN};
+use twopc_pg::CopyFormat;
 
 /// Run 1 commits checkpoints 1 to 3, five rows each, and ends.
 fn three_committed_checkpoints(f: &Fixture) -> Vec<TransactionHandle> {
@@ -67,6 +67,7 @@ fn recovery_commits_restored_prepared_and_aborts_restored_open() {
     assert_eq!(f.visible().len(), 10);
 
     // A second restore of the same checkpoint re-commits: already committed.
+    drop(s2);
     let mut s3 = f.open_restored("run1", &restore);
     assert_eq!(s3.commit(&h1).unwrap(), CommitOutcome::AlreadyCommitted);
     assert_eq!(f.count(), 10);
@@ -249,6 +250,7 @@ fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     assert!(f.side_rows().is_empty());
     assert_eq!(f.count(), 22, "checkpoint 1's rows and the new ones only");
     let _ = (a2, b2);
+    drop(s);
 
     // And back up to parallelism 3 from checkpoint 2: a leftover of old
     // subtask 0 belongs to new subtask 0 only; subtasks 1 and 2 leave it
@@ -263,6 +265,7 @@ fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
         let own = prepared(&mut t, NO_ROWS, 3);
         t.commit(&own).unwrap();
         assert_eq!(f.prepared_gids(), [z2.transaction.to_string()]);
+        drop(t);
     }
     let mut t0 = f.open_subtask("run1", 0, 3, Some(&r2));
     let own = prepared(&mut t0, NO_ROWS, 3);
@@ -353,9 +356,11 @@ fn prepared_transaction_without_its_handle_row_is_never_aborted_silently() {
 
     let staged = f.destination("runA").staged().unwrap();
     assert_eq!(staged.len(), 1);
-    assert_eq!(
-        staged[0].prepared.as_ref().unwrap().run.as_str(),
-        UNKNOWN_RUN
+    assert!(
+        matches!(&staged[0].state, StagedState::PreparedUnreadable { reason }
+            if reason.contains(h.transaction.as_str())),
+        "{:?}",
+        staged[0].state
     );
 
     // A restore that names it still commits it: commit needs only the id.
@@ -381,11 +386,7 @@ fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
         .unwrap();
     let staged = s.destination().staged().unwrap();
     assert_eq!(staged.len(), 1);
-    assert_eq!(
-        staged[0].prepared.as_ref(),
-        Some(&h),
-        "handle read back whole"
-    );
+    assert_eq!(staged[0].prepared(), Some(&h), "handle read back whole");
     assert_eq!(f.side_rows(), [h.transaction.to_string()]);
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
 }
@@ -552,4 +553,76 @@ fn a_rejected_value_in_a_middle_batch_fails_the_prepare_and_the_next_transaction
     // The same session carries the next transaction, again over many batches.
     committed(&mut s, &rows(0..5000, "y"), 2);
     assert_eq!(f.count(), 5000);
+}
+
+#[test]
+fn a_second_live_owner_is_refused_and_a_reconnected_writer_takes_its_lock_back() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "owner");
+    let mut s = f.open("run1");
+    let quick = SinkOptions {
+        owner_wait_ms: 300,
+        ..sink_options()
+    };
+    let err = f.open_refused("run2", quick.clone(), None);
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert!(c.fatal);
+    let text = err.to_string();
+    assert!(text.contains("run1") && text.contains("run2"), "{text}");
+    assert!(text.contains("twopc_owners"), "names where to look: {text}");
+
+    // The writer's session dies: the lock goes with it, and the next
+    // transaction takes it back before writing.
+    let h = written(&mut s, &rows(0..2, "a"));
+    let pid = s.destination().writer_backend_pid().unwrap();
+    f.terminate(pid);
+    let _ = s.write(&h.transaction, &batch(&rows(2..3, "a")));
+    s.abort(&h).unwrap();
+    let h = committed(&mut s, &rows(3..5, "b"), 1);
+    assert_eq!(f.count(), 2);
+    let err = f.open_refused("run2", quick.clone(), None);
+    assert!(matches!(err, TwopcError::OwnedElsewhere(_)), "{err}");
+
+    // Once run 1 is gone, its share is free.
+    drop(s);
+    let append = SinkOptions {
+        fresh_start: FreshStartPolicy::Append,
+        ..quick
+    };
+    let _s2 = f.open_reporting("run2", append, None);
+    let _ = h;
+}
+
+#[test]
+fn a_fresh_start_onto_committed_rows_of_an_earlier_run_stops_unless_appending() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "fresh");
+    let mut s = f.open("run1");
+    let h = committed(&mut s, &rows(0..3, "a"), 5);
+    drop(s);
+    let err = f.open_refused("run2", sink_options(), None);
+    let TwopcError::ExistingOutputOnFreshStart(e) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(e.lineages[0].last_checkpoint, Some(5));
+    assert_eq!(e.lineages[0].last_transactions, vec![h.transaction.clone()]);
+    assert_eq!(e.lineages[0].runs[0].as_str(), "run1");
+    assert!(e.lineages[0].record.as_ref().is_some_and(|r| !r.appended));
+    assert_eq!(f.count(), 3);
+
+    let append = SinkOptions {
+        fresh_start: FreshStartPolicy::Append,
+        ..sink_options()
+    };
+    let (mut s2, _) = f.open_reporting("run2", append, None);
+    committed(&mut s2, &rows(3..4, "b"), 1);
+    let lineages = s2.destination().lineages().unwrap();
+    assert_eq!(lineages.len(), 2);
+    assert!(lineages.iter().any(|l| l
+        .record
+        .as_ref()
+        .is_some_and(|r| r.appended && r.run.as_str() == "run2")));
+    assert_eq!(f.count(), 4);
 }

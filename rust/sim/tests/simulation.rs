@@ -83,7 +83,7 @@ fn run_schedule(seed: u64, trace_on: bool) -> (Result<(), String>, Coverage) {
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let backend = FsBackend::new(sink, faults.clone(), seed);
+            let backend = FsBackend::new(sink, faults.clone(), seed, schedule.buffered_io);
             let clock = ManualClock::new(now, None);
             SimulatedJob::new(schedule, backend, clock, faults, rng, trace).run()
         } else {

@@ -3,13 +3,14 @@
 //! readers see and what is still staged.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 
 use twopc_core::destination::CommittedTransaction;
 use twopc_core::memory::{MemoryDestination, MemoryStore};
 use twopc_core::{CheckpointId, Destination, SinkId, TransactionId};
-use twopc_fs::{committed_view, FsDestination, FsOptions, Layout};
+use twopc_fs::{committed_view, FsDestination, FsOptions, IoMode, Layout};
 
-use super::faults::{FaultyDestination, SharedFaults};
+use super::faults::{FaultyDestination, PlanIo, SharedFaults};
 
 pub trait Backend {
     type Dest: Destination;
@@ -92,14 +93,24 @@ pub struct FsBackend {
     dir: PathBuf,
     sink: SinkId,
     faults: SharedFaults,
+    io_mode: IoMode,
 }
 
 impl FsBackend {
-    pub fn new(sink: SinkId, faults: SharedFaults, seed: u64) -> Self {
+    pub fn new(sink: SinkId, faults: SharedFaults, seed: u64, buffered: bool) -> Self {
         let dir = std::env::temp_dir().join(format!("twopc-sim-{}-{seed}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating the simulation's temporary directory");
-        FsBackend { dir, sink, faults }
+        FsBackend {
+            dir,
+            sink,
+            faults,
+            io_mode: if buffered {
+                IoMode::Buffered
+            } else {
+                IoMode::Auto
+            },
+        }
     }
 
     fn layout(&self) -> Layout {
@@ -107,7 +118,10 @@ impl FsBackend {
     }
 
     fn options(&self) -> FsOptions {
-        FsOptions::new(&self.dir)
+        FsOptions {
+            io_mode: self.io_mode,
+            ..FsOptions::new(&self.dir)
+        }
     }
 }
 
@@ -124,9 +138,13 @@ impl Backend for FsBackend {
         "fs"
     }
 
+    /// A destination whose calls may fail as a whole (before or after
+    /// their effect) and whose I/O steps may fail one by one (ENOSPC, EIO).
     fn destination(&self) -> Self::Dest {
-        let fs = FsDestination::open(self.options(), &self.sink)
+        let io = Arc::new(PlanIo::new(self.faults.clone()));
+        let fs = FsDestination::open_with_faults(self.options(), &self.sink, io.clone())
             .expect("opening the filesystem destination");
+        io.activate();
         FaultyDestination::new(fs, self.faults.clone(), &self.sink)
     }
 
@@ -176,7 +194,7 @@ impl Backend for FsBackend {
         staged
             .into_iter()
             .filter_map(|s| {
-                let cp = s.prepared.as_ref().and_then(|h| h.checkpoint())?;
+                let cp = s.prepared().and_then(|h| h.checkpoint())?;
                 Some((s.transaction, cp))
             })
             .collect()

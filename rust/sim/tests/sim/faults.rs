@@ -8,12 +8,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use twopc_core::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    OwnerClaim, Ownership, StagedTransaction,
 };
 use twopc_core::error::{DestinationError, DestinationErrorKind};
 use twopc_core::memory::{Fault, Operation};
 use twopc_core::records::RecordBatch;
 use twopc_core::{CheckpointId, LineageId, SinkId, TransactionHandle, TransactionId};
+
+use twopc_fs::{IoFaults, IoStep, IoTiming};
 
 use super::rng::Rng;
 
@@ -88,6 +91,33 @@ impl FaultPlan {
             }
         }
         fault
+    }
+
+    /// Whether one I/O step of the filesystem destination fails, and how:
+    /// before or after its effect, with ENOSPC or EIO. Shares the budget of
+    /// the call-level faults.
+    pub fn decide_io(&mut self, step: IoStep) -> Option<(IoTiming, i32)> {
+        if !self.enabled || self.budget == 0 || !self.rng.chance(self.rate) {
+            return None;
+        }
+        self.budget -= 1;
+        let timing = if self.rng.chance(0.5) {
+            IoTiming::Before
+        } else {
+            IoTiming::After
+        };
+        let errno = if self.rng.chance(0.5) { 28 } else { 5 };
+        *self
+            .injected
+            .entry(format!(
+                "I/O {step:?} {timing:?} {}",
+                if errno == 28 { "ENOSPC" } else { "EIO" }
+            ))
+            .or_default() += 1;
+        if self.echo {
+            println!("      fault: I/O {step:?} {timing:?} errno {errno}");
+        }
+        Some((timing, errno))
     }
 
     /// The next `n` commit calls fail.
@@ -210,5 +240,73 @@ impl<D: Destination> Destination for FaultyDestination<D> {
     /// either).
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
         self.inner.expire(txn, now_ms)
+    }
+
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Claim, &id, |d| d.claim_ownership(claim))
+    }
+
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.lineages())
+    }
+
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.record_lineage(record))
+    }
+}
+
+/// The plan's I/O faults for the filesystem destination, switched on once a
+/// destination is open (the simulation opens destinations itself).
+pub struct PlanIo {
+    faults: SharedFaults,
+    active: std::sync::atomic::AtomicBool,
+    /// A decision for `step` made at its "before" check and due "after".
+    due_after: Mutex<Option<(IoStep, i32)>>,
+}
+
+impl PlanIo {
+    pub fn new(faults: SharedFaults) -> Self {
+        PlanIo {
+            faults,
+            active: std::sync::atomic::AtomicBool::new(false),
+            due_after: Mutex::new(None),
+        }
+    }
+
+    pub fn activate(&self) {
+        self.active.store(true, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl IoFaults for PlanIo {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        _path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        if !self.active.load(std::sync::atomic::Ordering::SeqCst) {
+            return None;
+        }
+        let mut due = self.due_after.lock().unwrap_or_else(|p| p.into_inner());
+        match timing {
+            IoTiming::Before => match self.faults.lock().decide_io(step)? {
+                (IoTiming::Before, errno) => Some(std::io::Error::from_raw_os_error(errno)),
+                (IoTiming::After, errno) => {
+                    *due = Some((step, errno));
+                    None
+                }
+            },
+            IoTiming::After => match due.take() {
+                Some((s, errno)) if s == step => Some(std::io::Error::from_raw_os_error(errno)),
+                other => {
+                    *due = other;
+                    None
+                }
+            },
+        }
     }
 }

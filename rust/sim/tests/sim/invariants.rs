@@ -202,3 +202,27 @@ pub fn refusal_is_complete(
     }
     Ok(())
 }
+
+/// A start refused because earlier lineages hold committed output names
+/// every one of them, and changed nothing visible.
+pub fn existing_output_is_complete(
+    e: &twopc_core::error::ExistingOutput,
+    expected: &BTreeSet<twopc_core::LineageId>,
+    visible_before: &[Vec<u8>],
+    visible_after: &[Vec<u8>],
+) -> Result<(), String> {
+    let named: BTreeSet<twopc_core::LineageId> = e.lineages.iter().map(|l| l.lineage).collect();
+    if &named != expected {
+        return Err(format!(
+            "EXISTING_OUTPUT names lineages {named:?} but the destination holds output of \
+             {expected:?}"
+        ));
+    }
+    let (mut a, mut b) = (visible_before.to_vec(), visible_after.to_vec());
+    a.sort();
+    b.sort();
+    if a != b {
+        return Err("a start refused for existing output changed the visible output".to_string());
+    }
+    Ok(())
+}

@@ -13,8 +13,9 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use twopc_core::error::LostTransaction;
 use twopc_core::sink::SubtaskSink;
 use twopc_core::{
-    AbortOutcome, CheckpointId, Clock, Destination, FreshStartPolicy, Restore, RewindPolicy, RunId,
-    SinkId, SinkOptions, SubtaskContext, TransactionHandle, TransactionId, TwopcError,
+    AbortOutcome, CheckpointId, Clock, Destination, FreshStartPolicy, LineageId, Restore,
+    RewindPolicy, RunId, SinkId, SinkOptions, SubtaskContext, TransactionHandle, TransactionId,
+    TwopcError,
 };
 
 use super::backend::Backend;
@@ -43,6 +44,9 @@ struct SubtaskRuntime<D: Destination> {
     /// `pendingCommitTransactions`: checkpoint id → pre-committed handle.
     /// Ids only grow within an attempt, so key order is insertion order.
     pending: BTreeMap<CheckpointId, TransactionHandle>,
+    /// The current transaction's prepare failed and the checkpoint failure
+    /// was tolerated: the core must refuse every further use of it.
+    poisoned: bool,
 }
 
 impl<D: Destination> SubtaskRuntime<D> {
@@ -84,6 +88,13 @@ enum Expectation {
     Refusal {
         prepared: BTreeSet<(TransactionId, CheckpointId)>,
     },
+    /// A start without state, not allowed to append, while output of other
+    /// lineages is committed: must stop naming every such lineage, changing
+    /// nothing.
+    ExistingOutput {
+        lineages: BTreeSet<LineageId>,
+        visible_before: Vec<Vec<u8>>,
+    },
 }
 
 /// One submission of the job (one Flink job id).
@@ -105,6 +116,9 @@ struct Run {
 enum AttemptEnd {
     Finished,
     Failed(TwopcError),
+    /// The core refused to use a poisoned transaction again (the expected
+    /// answer): the task fails and Flink restarts it.
+    PoisonRefused(TwopcError),
     Crashed(CrashPoint),
     Operator(OperatorAction),
 }
@@ -230,16 +244,30 @@ impl<B: Backend> SimulatedJob<B> {
         parallelism: usize,
         fresh_start: FreshStartPolicy,
     ) -> Run {
+        let id = self.new_run_id();
+        let lineage = LineageId::of_fresh_run(&id);
         let prepared = self.prepared_set();
-        let expect = if fresh_start == FreshStartPolicy::Fail && !prepared.is_empty() {
+        let earlier: BTreeSet<LineageId> = self
+            .backend
+            .committed()
+            .into_iter()
+            .map(|c| c.lineage)
+            .filter(|l| *l != lineage)
+            .collect();
+        let expect = if !fresh_start.aborts_prepared() && !prepared.is_empty() {
             Expectation::Refusal { prepared }
+        } else if !fresh_start.appends() && !earlier.is_empty() {
+            Expectation::ExistingOutput {
+                lineages: earlier,
+                visible_before: self.backend.visible(),
+            }
         } else {
             // A new lineage begins; the old checkpoints no longer match it.
             self.store.clear();
             Expectation::Proceed
         };
         let run = Run {
-            id: self.new_run_id(),
+            id,
             parallelism,
             options: self.schedule.options(RewindPolicy::Fail, fresh_start),
             latest: None,
@@ -254,13 +282,24 @@ impl<B: Backend> SimulatedJob<B> {
             "submit {} without state (source from offset {start_offset}, parallelism \
              {parallelism}, fresh start {fresh_start:?}){}",
             run.id,
-            if matches!(run.expect, Expectation::Refusal { .. }) {
-                ": prepared transactions exist, expecting a refusal"
-            } else {
-                ""
+            match run.expect {
+                Expectation::Refusal { .. } => ": prepared transactions exist, expecting a refusal",
+                Expectation::ExistingOutput { .. } =>
+                    ": earlier runs' output exists, expecting a refusal",
+                _ => "",
             }
         );
         run
+    }
+
+    /// The policy for a start without state from the visible prefix, which
+    /// the operator chose knowing that earlier runs' output stays: appending.
+    fn appending(abort_prepared: bool) -> FreshStartPolicy {
+        if abort_prepared {
+            FreshStartPolicy::AppendAndAbortPrepared
+        } else {
+            FreshStartPolicy::Append
+        }
     }
 
     /// A submission restoring `from` (a retained checkpoint or savepoint).
@@ -347,9 +386,19 @@ impl<B: Backend> SimulatedJob<B> {
                 let offset = self
                     .visible_prefix()
                     .ok_or("a stateless restart was chosen without a clean prefix")?;
-                self.coverage
-                    .bump(Section::OperatorAction, "restart without state");
-                Ok(self.submit_fresh(offset, parallelism, FreshStartPolicy::Fail))
+                // Half the time the operator forgets that output of the
+                // earlier run exists: the start must refuse, and the operator
+                // then says to append.
+                let policy = if self.chaos.rng.chance(0.5) {
+                    FreshStartPolicy::Fail
+                } else {
+                    FreshStartPolicy::Append
+                };
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    format!("restart without state, fresh start {policy:?}"),
+                );
+                Ok(self.submit_fresh(offset, parallelism, policy))
             }
         }
     }
@@ -436,10 +485,25 @@ impl<B: Backend> SimulatedJob<B> {
                     Ok(Some(self.submit_fresh(
                         offset,
                         parallelism,
-                        FreshStartPolicy::AbortPrepared,
+                        Self::appending(true),
                     )))
                 }
             },
+            TwopcError::ExistingOutputOnFreshStart(_) => {
+                let offset = self
+                    .visible_prefix()
+                    .ok_or("output is not a clean prefix before an APPEND start")?;
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    "after EXISTING_OUTPUT: start again, appending",
+                );
+                let abort_prepared = run.options.fresh_start.aborts_prepared();
+                Ok(Some(self.submit_fresh(
+                    offset,
+                    parallelism,
+                    Self::appending(abort_prepared),
+                )))
+            }
             TwopcError::CommitUnresolved(_) => {
                 let latest = self
                     .store
@@ -489,7 +553,7 @@ impl<B: Backend> SimulatedJob<B> {
                 Ok(Some(self.submit_fresh(
                     offset,
                     parallelism,
-                    FreshStartPolicy::AbortPrepared,
+                    Self::appending(true),
                 )))
             }
             None => {
@@ -538,8 +602,26 @@ impl<B: Backend> SimulatedJob<B> {
                  PREPARED_ON_FRESH_START, but the job {ended}",
                 prepared.len()
             )),
+            (
+                Expectation::ExistingOutput {
+                    lineages,
+                    visible_before,
+                },
+                Some(TwopcError::ExistingOutputOnFreshStart(e)),
+            ) => invariants::existing_output_is_complete(
+                e,
+                lineages,
+                visible_before,
+                &self.backend.visible(),
+            ),
+            (Expectation::ExistingOutput { lineages, .. }, _) => Err(format!(
+                "a start without state, not allowed to append, while {} earlier lineages hold \
+                 committed output must stop with EXISTING_OUTPUT, but the job {ended}",
+                lineages.len()
+            )),
             (Expectation::Proceed, Some(e @ TwopcError::Rewind(_)))
-            | (Expectation::Proceed, Some(e @ TwopcError::PreparedOnFreshStart(_))) => {
+            | (Expectation::Proceed, Some(e @ TwopcError::PreparedOnFreshStart(_)))
+            | (Expectation::Proceed, Some(e @ TwopcError::ExistingOutputOnFreshStart(_))) => {
                 Err(format!("unexpected stop: {e}"))
             }
             (Expectation::Proceed, _) => Ok(()),
@@ -587,6 +669,13 @@ impl<B: Backend> SimulatedJob<B> {
                     }
                     trace!(self.trace, "attempt failed, failover: {e}");
                     self.coverage.bump(Section::Failover, failover_label(&e));
+                }
+                AttemptEnd::PoisonRefused(e) => {
+                    trace!(self.trace, "poisoned transaction refused, failover: {e}");
+                    self.coverage.bump(
+                        Section::Failover,
+                        "a failed prepare's transaction refused when used again",
+                    );
                 }
                 AttemptEnd::Crashed(point) => {
                     trace!(self.trace, "CRASH {}", point.label());
@@ -695,7 +784,8 @@ impl<B: Backend> SimulatedJob<B> {
             run.id.clone(),
             index as u32,
             run.parallelism as u32,
-        )?;
+        )?
+        .with_attempt(run.attempts, 0x5151);
         let nonce = self.chaos.rng.next_u64();
         let (mut sink, report) = SubtaskSink::open(
             self.backend.destination(),
@@ -759,6 +849,7 @@ impl<B: Backend> SimulatedJob<B> {
             sink,
             current,
             pending: BTreeMap::new(),
+            poisoned: false,
         }))
     }
 
@@ -792,6 +883,9 @@ impl<B: Backend> SimulatedJob<B> {
             if self.chaos.expire() {
                 self.expire_one(run.latest.as_ref());
             }
+            if self.chaos.intrude() {
+                self.intruder(run)?;
+            }
             let chunk = self.chaos.rng.between(1, self.schedule.max_chunk);
             let to = (offset + chunk).min(self.source.len());
             let batches = self.source.read(offset, to, subtasks.len());
@@ -801,8 +895,16 @@ impl<B: Backend> SimulatedJob<B> {
                     return Ok(AttemptEnd::Crashed(CrashPoint::DuringWrites));
                 }
                 let rt = &mut subtasks[batch.subtask];
-                if let Err(e) = rt.sink.write(&rt.current.transaction, &batch.bytes) {
-                    return Ok(AttemptEnd::Failed(e));
+                match rt.sink.write(&rt.current.transaction, &batch.bytes) {
+                    Err(e) if rt.poisoned => return Ok(poison_refusal(e)),
+                    Err(e) => return Ok(AttemptEnd::Failed(e)),
+                    Ok(_) if rt.poisoned => {
+                        return Err(format!(
+                            "s{}: a write to {} was accepted after its prepare failed",
+                            rt.index, rt.current.transaction
+                        ))
+                    }
+                    Ok(_) => {}
                 }
                 self.ledger
                     .entry(rt.current.transaction.clone())
@@ -863,7 +965,43 @@ impl<B: Backend> SimulatedJob<B> {
             if n > 0 && self.chaos.crash(CrashPoint::DuringSnapshot) {
                 return Step::End(AttemptEnd::Crashed(CrashPoint::DuringSnapshot));
             }
+            if subtasks[i].poisoned {
+                // Flink's TwoPhaseCommitSinkFunction pre-commits the same
+                // transaction again: the core must refuse it.
+                return match subtasks[i].snapshot(id) {
+                    Err(e) => Step::End(poison_refusal(e)),
+                    Ok(_) => Step::End(AttemptEnd::Failed(TwopcError::Protocol {
+                        scope: subtasks[i].sink.scope(),
+                        message: "SIMULATION VIOLATION: a poisoned transaction was prepared again"
+                            .to_string(),
+                    })),
+                };
+            }
             match subtasks[i].snapshot(id) {
+                Err(e)
+                    if self.schedule.tolerates_failed_checkpoints
+                        && !is_final
+                        && !e.is_fatal()
+                        && matches!(
+                            e,
+                            TwopcError::Destination {
+                                action: "preparing",
+                                ..
+                            }
+                        ) =>
+                {
+                    // A tolerated checkpoint failure: the job keeps running
+                    // with this transaction open, now poisoned.
+                    trace!(
+                        self.trace,
+                        "s{i} snapshot {id} failed, tolerated: {e}; {} is poisoned",
+                        subtasks[i].current.transaction
+                    );
+                    self.coverage
+                        .bump(Section::Protocol, "failed prepare tolerated (poisoned)");
+                    subtasks[i].poisoned = true;
+                    return Step::Continue;
+                }
                 Ok(state) => {
                     trace!(
                         self.trace,
@@ -1076,6 +1214,64 @@ impl<B: Backend> SimulatedJob<B> {
         }
     }
 
+    /// A second writer with this sink id opens while the job runs: another
+    /// job, or another sink of this job. It must be refused before it does
+    /// anything, whatever its policies (here the most destructive ones).
+    fn intruder(&mut self, run: &Run) -> Result<(), String> {
+        let same_job = self.chaos.rng.chance(0.5);
+        let run_id = if same_job {
+            run.id.clone()
+        } else {
+            RunId::new(format!("intruder{:02}", self.submissions)).expect("valid run id")
+        };
+        let subtask = (self.chaos.rng.next_u64() % run.parallelism as u64) as u32;
+        let ctx = SubtaskContext::new(self.sink.clone(), run_id, subtask, run.parallelism as u32)
+            .expect("valid context")
+            .with_attempt(0, 0x1D1D);
+        let mut options = self.schedule.options(
+            RewindPolicy::ReplaceRange,
+            FreshStartPolicy::AppendAndAbortPrepared,
+        );
+        options.owner_wait_ms = 0;
+        let (visible, prepared) = (self.backend.visible(), self.prepared_set());
+        let opened = SubtaskSink::open(
+            self.backend.destination(),
+            self.clock.clone(),
+            ctx,
+            options,
+            None,
+            Some(self.chaos.rng.next_u64()),
+        );
+        let what = if same_job {
+            "a second sink of this job"
+        } else {
+            "a second job"
+        };
+        match opened {
+            Err(TwopcError::OwnedElsewhere(c)) if c.fatal => {
+                trace!(
+                    self.trace,
+                    "{what} with the same sink id was refused: {}",
+                    c.diagnosis
+                );
+            }
+            // Faults may hit the intruder's own claim: it is then refused too.
+            Err(e) if !e.is_fatal() => {
+                trace!(self.trace, "{what} failed to open: {e}");
+            }
+            Err(e) => return Err(format!("{what} was refused with the wrong error: {e}")),
+            Ok(_) => return Err(format!("{what} with the same sink id was admitted")),
+        }
+        if self.backend.visible().len() != visible.len() || self.prepared_set() != prepared {
+            return Err(format!(
+                "{what} changed the destination before it was refused"
+            ));
+        }
+        self.coverage
+            .bump(Section::OperatorAction, format!("intruder refused: {what}"));
+        Ok(())
+    }
+
     fn action_possible(&self, action: OperatorAction) -> bool {
         match action {
             OperatorAction::RestoreSavepoint => !self.store.all().is_empty(),
@@ -1130,13 +1326,28 @@ impl Run {
     }
 }
 
+/// The end of an attempt when a poisoned transaction was used again: the
+/// core's refusal is expected, anything else is a violation (reported as a
+/// protocol error the run loop rejects).
+fn poison_refusal(e: TwopcError) -> AttemptEnd {
+    match &e {
+        TwopcError::Protocol { message, .. } if message.contains("poisoned") => {
+            AttemptEnd::PoisonRefused(e)
+        }
+        _ => AttemptEnd::Failed(e),
+    }
+}
+
 fn stop_label(e: &TwopcError) -> &'static str {
     match e {
         TwopcError::Lost(_) => "LOST (staged output of a completed checkpoint expired)",
         TwopcError::Rewind(_) => "REWIND (restore older than committed output)",
         TwopcError::PreparedOnFreshStart(_) => "PREPARED_ON_FRESH_START (stateless restart)",
+        TwopcError::ExistingOutputOnFreshStart(_) => {
+            "EXISTING_OUTPUT (stateless restart onto earlier output)"
+        }
         TwopcError::CommitUnresolved(_) => "COMMIT_UNRESOLVED (retries exhausted)",
-        other => other.kind(),
+        other => other.kind().name(),
     }
 }
 

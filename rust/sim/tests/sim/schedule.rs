@@ -111,6 +111,18 @@ pub struct Schedule {
     /// Retention shorter than a restart's downtime (memory only): cleanup
     /// must still never remove what a checkpoint needs.
     pub short_retention: bool,
+    /// Checkpoint failures are tolerated (Flink's
+    /// `setTolerableCheckpointFailureNumber` > 0): a failed prepare does not
+    /// fail the attempt, and Flink prepares the same transaction again at
+    /// the next checkpoint, which the core must refuse (it is poisoned).
+    pub tolerates_failed_checkpoints: bool,
+    /// Intruders: a second job (or a second sink of this job) with the same
+    /// sink id trying to open while this one runs.
+    intruder_rate: f64,
+    intruder_budget: u32,
+    /// Filesystem only: I/O of the staged data through direct I/O where
+    /// possible, or through the page cache.
+    pub buffered_io: bool,
 }
 
 impl Schedule {
@@ -155,6 +167,10 @@ impl Schedule {
             commit_attempts: r.range(1, 5) as u32,
             short_retention: false,
             early_checkpoint: false,
+            tolerates_failed_checkpoints: false,
+            intruder_rate: 0.0,
+            intruder_budget: 0,
+            buffered_io: false,
         };
         // Each kind of trouble is present in some schedules only, so that
         // both quiet runs and pile-ups of several kinds occur.
@@ -192,6 +208,13 @@ impl Schedule {
         }
         s.short_retention = !fs && r.chance(0.2);
         s.early_checkpoint = r.chance(0.5);
+        // Drawn last, so the shapes above stay what they were for a seed.
+        s.tolerates_failed_checkpoints = r.chance(0.3);
+        if r.chance(0.1) {
+            s.intruder_rate = r.rate(0.05, 0.2);
+            s.intruder_budget = r.range(1, 2) as u32;
+        }
+        s.buffered_io = fs && r.chance(0.5);
         s
     }
 
@@ -219,7 +242,8 @@ impl Schedule {
              {:?} redistribution, crashes {}x@{:.2}, faults {}x@{:.3}, expiries {}x@{:.2}, \
              lost notifications @{:.2}, declines @{:.2}, savepoint restores {}x@{:.2}, \
              stateless restarts {}x@{:.2}, commit bursts @{:.2}, commit attempts {}, \
-             rescale on failover @{:.2}, short retention {}, early checkpoint {}",
+             rescale on failover @{:.2}, short retention {}, early checkpoint {}, tolerates \
+             failed checkpoints {}, intruders {}x@{:.2}, buffered I/O {}",
             self.records,
             self.parallelism,
             self.max_parallelism,
@@ -242,7 +266,11 @@ impl Schedule {
             self.commit_attempts,
             self.rescale_on_failover_rate,
             self.short_retention,
-            self.early_checkpoint
+            self.early_checkpoint,
+            self.tolerates_failed_checkpoints,
+            self.intruder_budget,
+            self.intruder_rate,
+            self.buffered_io,
         )
     }
 }
@@ -260,6 +288,7 @@ pub struct Chaos {
     /// Set once an operator takes over after a fatal stop: the environment
     /// is fixed, so the job must now run to the end.
     calm: bool,
+    intruders_left: u32,
 }
 
 impl Chaos {
@@ -271,6 +300,7 @@ impl Chaos {
             expiries_left: schedule.expiry_budget,
             savepoints_left: schedule.savepoint_budget,
             stateless_left: schedule.stateless_budget,
+            intruders_left: schedule.intruder_budget,
             calm: false,
             schedule: schedule.clone(),
         }
@@ -298,6 +328,15 @@ impl Chaos {
             return false;
         }
         self.expiries_left -= 1;
+        true
+    }
+
+    /// A second writer with this sink id tries to open now.
+    pub fn intrude(&mut self) -> bool {
+        if self.calm || self.intruders_left == 0 || !self.rng.chance(self.schedule.intruder_rate) {
+            return false;
+        }
+        self.intruders_left -= 1;
         true
     }
 

@@ -1,0 +1,964 @@
+//! [`FsDestination`]: the [`Destination`] trait over a directory.
+//!
+//! ```text
+//! <output>/
+//!   part-<txn-id><suffix>                      committed output, visible
+//!   _twopc/<sink>/
+//!     owners/<subtask>                         lock file of the live writer
+//!     staging/<txn-id>/data                    staged records
+//!     staging/<txn-id>/prepared                prepare marker (handle, length)
+//!     committing/<txn-id>/...                  claimed for commit: decided
+//!     committed/<lineage>-<checkpoint>-<txn>   commit record
+//!     expired/<txn-id>                         tombstone of retention cleanup
+//!     lineages/<lineage>                       how a lineage began
+//!     trash/<txn-id>.<nonce>/...               claimed for removal
+//!     tmp/                                     scratch for atomic writes
+//! ```
+//!
+//! # One atomic step decides
+//!
+//! A commit and an abort of the same transaction can race: two subtasks
+//! during lingering cleanup, two jobs, a retry racing its own lost first
+//! attempt. Each side first *claims* the staging directory with one rename
+//! that never replaces: commit moves it to `committing/`, abort and expiry
+//! to `trash/`. Exactly one rename wins; the loser finds the directory gone
+//! and learns the outcome from where it went. A claim for commit is the
+//! decision to commit (made only for a completed checkpoint): whoever meets
+//! it later finishes the commit, nobody aborts it.
+//!
+//! # Commit
+//!
+//! 1. A commit record exists: the commit was decided and recorded earlier.
+//!    Finish a publication an interruption left, and answer
+//!    `AlreadyCommitted`, but only if the output is there: a record whose
+//!    output is gone is reported as missing, never as success.
+//! 2. Otherwise claim (or find claimed) `committing/<txn>`, check its
+//!    marker and data length against the handle, write the commit record
+//!    durably (never replacing), publish the data under its visible name
+//!    with a rename that never replaces, and remove the claimed directory.
+//!    A file already at the visible name that is not this transaction's own
+//!    output is an error naming it.
+//! 3. Neither staged, claimed nor recorded: `Missing`, with the evidence
+//!    (an expiry tombstone, a removal in the trash, or nothing at all).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    OwnerClaim, Ownership, StagedTransaction,
+};
+use twopc_core::error::{
+    ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition,
+};
+use twopc_core::handle::TransactionHandle;
+use twopc_core::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use twopc_core::records::{preview, RecordBatch};
+
+use crate::control::{encode, CommitRecord, ControlFile, PreparedMarker};
+use crate::dir::{Dir, EntryKind};
+use crate::faults::{FaultHook, IoFaults, IoStep};
+use crate::names::{self, part_name, CONTROL_DIR, DATA_FILE, PREPARED_FILE};
+use crate::ownership;
+use crate::scan::{io_err, Reader};
+use crate::staged::{IoMode, StagedFile};
+
+/// How records are laid out in output files.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum RecordFormat {
+    /// Each record followed by `\n` (what Flink's text line readers expect).
+    #[default]
+    Lines,
+    /// Records written back to back, as the serializer produced them.
+    Raw,
+}
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FsOptions {
+    pub output_dir: std::path::PathBuf,
+    pub part_prefix: String,
+    /// Appended to committed file names, e.g. `.txt`; may be empty.
+    pub part_suffix: String,
+    pub format: RecordFormat,
+    pub io_mode: IoMode,
+}
+
+impl FsOptions {
+    pub fn new(output_dir: impl Into<std::path::PathBuf>) -> Self {
+        FsOptions {
+            output_dir: output_dir.into(),
+            part_prefix: "part".to_string(),
+            part_suffix: String::new(),
+            format: RecordFormat::Lines,
+            io_mode: IoMode::Auto,
+        }
+    }
+
+    /// Checks the names that configuration puts into paths.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if self.output_dir.as_os_str().is_empty() {
+            return Err(ConfigError::new(
+                "the output directory is empty; set a path",
+            ));
+        }
+        twopc_core::ids::validate_token("part prefix", &self.part_prefix, names::MAX_PREFIX_LEN)?;
+        if !self.part_suffix.is_empty() {
+            let rest = self.part_suffix.strip_prefix('.').ok_or_else(|| {
+                ConfigError::new(format!(
+                    "part suffix {:?} must start with '.', e.g. \".txt\"",
+                    self.part_suffix
+                ))
+            })?;
+            twopc_core::ids::validate_token("part suffix", rest, names::MAX_SUFFIX_LEN)?;
+        }
+        Ok(())
+    }
+}
+
+/// The directories of one sink, open.
+struct SinkDirs {
+    staging: Dir,
+    committing: Dir,
+    committed: Dir,
+    expired: Dir,
+    trash: Dir,
+    tmp: Dir,
+    owners: Dir,
+    lineages: Dir,
+}
+
+impl SinkDirs {
+    fn open(output: &Dir, sink: &SinkId) -> std::io::Result<SinkDirs> {
+        let sink_dir = output.ensure_dir(CONTROL_DIR)?.ensure_dir(sink.as_str())?;
+        Ok(SinkDirs {
+            staging: sink_dir.ensure_dir(names::STAGING)?,
+            committing: sink_dir.ensure_dir(names::COMMITTING)?,
+            committed: sink_dir.ensure_dir(names::COMMITTED)?,
+            expired: sink_dir.ensure_dir(names::EXPIRED)?,
+            trash: sink_dir.ensure_dir(names::TRASH)?,
+            tmp: sink_dir.ensure_dir(names::TMP)?,
+            owners: sink_dir.ensure_dir(names::OWNERS)?,
+            lineages: sink_dir.ensure_dir(names::LINEAGES)?,
+        })
+    }
+}
+
+/// The open transaction: its directory and data file.
+struct OpenTxn {
+    txn: TransactionId,
+    dir: Dir,
+    file: StagedFile,
+}
+
+/// The filesystem destination for one sink and one subtask.
+pub struct FsDestination {
+    options: FsOptions,
+    sink: SinkId,
+    output: Dir,
+    dirs: SinkDirs,
+    open: Option<OpenTxn>,
+    /// The owner lock, held while this destination lives.
+    owner: Option<std::fs::File>,
+}
+
+impl FsDestination {
+    /// Validates the options, creates the directories and removes what
+    /// interrupted writes and removals left behind.
+    pub fn open(options: FsOptions, sink: &SinkId) -> Result<Self, DestinationError> {
+        Self::open_with_hook(options, sink, FaultHook::default())
+    }
+
+    /// As [`FsDestination::open`], with injected I/O faults (tests and the
+    /// crash simulation).
+    pub fn open_with_faults(
+        options: FsOptions,
+        sink: &SinkId,
+        faults: Arc<dyn IoFaults>,
+    ) -> Result<Self, DestinationError> {
+        Self::open_with_hook(options, sink, FaultHook::new(faults))
+    }
+
+    fn open_with_hook(
+        options: FsOptions,
+        sink: &SinkId,
+        hook: FaultHook,
+    ) -> Result<Self, DestinationError> {
+        options.validate().map_err(|e| {
+            DestinationError::new(DestinationErrorKind::NotPermitted, e.to_string())
+        })?;
+        let out_path = options.output_dir.clone();
+        std::fs::create_dir_all(&out_path)
+            .map_err(io_err("creating output directory", &out_path))?;
+        let output = Dir::open_path(&out_path, hook)
+            .map_err(io_err("opening output directory", &out_path))?;
+        let dirs = SinkDirs::open(&output, sink).map_err(|e| {
+            DestinationError::io(
+                "creating the control directories under",
+                &out_path.join(CONTROL_DIR).join(sink.as_str()),
+                e,
+            )
+        })?;
+        let dest = FsDestination {
+            options,
+            sink: sink.clone(),
+            output,
+            dirs,
+            open: None,
+            owner: None,
+        };
+        dest.remove_leftovers()?;
+        Ok(dest)
+    }
+
+    /// Visible file name of a transaction.
+    pub fn part_name(&self, txn: &TransactionId) -> String {
+        part_name(&self.options.part_prefix, txn, &self.options.part_suffix)
+    }
+
+    /// The output directory.
+    pub fn output_dir(&self) -> &Path {
+        self.output.path()
+    }
+
+    /// The paths of this sink's control data (for messages and tests).
+    pub fn layout(&self) -> crate::inventory::Layout {
+        crate::inventory::Layout::new(self.output.path(), &self.sink)
+    }
+
+    fn reader(&self) -> Reader<'_> {
+        Reader {
+            sink: &self.sink,
+            output: self.output.path(),
+        }
+    }
+
+    fn read_commit_record(&self, name: &str) -> Result<Option<CommitRecord>, DestinationError> {
+        self.reader().read_commit_record(&self.dirs.committed, name)
+    }
+
+    fn open_txn_dir(&self, dir: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
+        self.reader().open_txn_dir(dir, name)
+    }
+
+    fn corrupt(&self, message: String) -> DestinationError {
+        self.reader().corrupt(message)
+    }
+
+    fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
+        if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
+            return Ok(format!(
+                "its staged data was removed by retention cleanup at {at} ms since the epoch \
+                 (tombstone {})",
+                self.dirs.expired.child(txn.as_str()).display()
+            ));
+        }
+        let trash = &self.dirs.trash;
+        let removed = trash
+            .entries()
+            .map_err(io_err("listing", trash.path()))?
+            .into_iter()
+            .filter_map(|e| e.name)
+            .any(|n| names::parse_trash_name(&n).as_ref() == Some(txn));
+        if removed {
+            return Ok(format!(
+                "it was claimed for removal by an abort or by retention cleanup (its remains are \
+                 in {}), not committed",
+                trash.path().display()
+            ));
+        }
+        Ok(format!(
+            "neither its staged data ({}) nor a commit record exists; it was aborted, or removed \
+             or rolled back outside twopc",
+            self.dirs.staging.child(txn.as_str()).display()
+        ))
+    }
+
+    /// Staged transactions, and names in the staging areas that are not
+    /// this sink's transactions.
+    pub fn scan_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+        self.reader()
+            .scan_staged(Some(&self.dirs.staging), Some(&self.dirs.committing))
+    }
+
+    /// Every commit record of this sink, checked.
+    pub fn commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
+        Ok(self
+            .reader()
+            .scan_commit_records(Some(&self.dirs.committed), |_, _| true)?
+            .0)
+    }
+
+    /// Removes scratch files of interrupted atomic writes (old enough that
+    /// no live writer still uses them) and the trash of interrupted
+    /// removals (claimed, so nobody else wants them).
+    fn remove_leftovers(&self) -> Result<(), DestinationError> {
+        let now = now_ms();
+        let tmp = &self.dirs.tmp;
+        for name in tmp
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", tmp.path()))?
+        {
+            if !name.ends_with(".tmp") {
+                continue;
+            }
+            let Ok(Some(st)) = tmp.stat(&name) else {
+                continue; // removed meanwhile by another subtask
+            };
+            if now.saturating_sub(st.modified_ms) > STALE_SCRATCH_MS {
+                tmp.unlink(&name)
+                    .map_err(io_err("removing", &tmp.child(&name)))?;
+            }
+        }
+        let trash = &self.dirs.trash;
+        for e in trash.entries().map_err(io_err("listing", trash.path()))? {
+            if let Some(name) = e.name.filter(|n| names::parse_trash_name(n).is_some()) {
+                trash
+                    .remove_tree(&name)
+                    .map_err(io_err("removing", &trash.child(&name)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Checks the open transaction's records before any of them is written:
+    /// in LINES format a record must not hold a line break, or readers
+    /// would see two records (or a part of one).
+    fn check_records(&self, batch: &RecordBatch<'_>) -> Result<(), DestinationError> {
+        if self.options.format != RecordFormat::Lines {
+            return Ok(());
+        }
+        for (i, record) in batch.iter().enumerate() {
+            if record.contains(&b'\n') {
+                return Err(DestinationError::record(RecordFault {
+                    position: RecordPosition::InBatch(i as u64),
+                    column: None,
+                    reason: format!(
+                        "the record of {} bytes contains a line break, but the record format is \
+                         LINES (one record per line): readers would split it. Remove line \
+                         breaks in the serialization schema, or use the record format RAW",
+                        record.len()
+                    ),
+                    preview: preview(record),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// The open transaction `txn`'s data file, created with its directory
+    /// on the first write.
+    fn open_txn(&mut self, txn: &TransactionId) -> Result<&mut OpenTxn, DestinationError> {
+        if !matches!(&self.open, Some(o) if &o.txn == txn) {
+            // One transaction is open at a time; a different one means the
+            // previous one was prepared or aborted already.
+            self.open = None;
+            let staging = &self.dirs.staging;
+            let path = staging.child(txn.as_str());
+            // A new directory: anything already there is not ours to write to.
+            staging
+                .create_dir_new(txn.as_str())
+                .map_err(io_err("creating staging directory", &path))?;
+            let dir = staging
+                .open_dir(txn.as_str())
+                .map_err(io_err("opening staging directory", &path))?;
+            let file = StagedFile::create(&dir, self.options.io_mode)
+                .map_err(io_err("creating staged file in", &path))?;
+            self.open = Some(OpenTxn {
+                txn: txn.clone(),
+                dir,
+                file,
+            });
+        }
+        Ok(self.open.as_mut().expect("set above"))
+    }
+
+    /// The commit of a claimed (decided) transaction, from its directory in
+    /// `committing/`.
+    fn finish_claimed(
+        &mut self,
+        handle: &TransactionHandle,
+        claimed: &Dir,
+        now_ms: u64,
+    ) -> Result<Option<CommitStatus>, DestinationError> {
+        let txn = &handle.transaction;
+        let checkpoint = handle.checkpoint().unwrap_or_default();
+        let Some(marker) = self.reader().read_marker(claimed, txn)? else {
+            // A concurrent commit finished and removed it meanwhile: the
+            // caller looks again.
+            if self
+                .open_txn_dir(&self.dirs.committing, txn.as_str())?
+                .is_none()
+            {
+                return Ok(None);
+            }
+            return Ok(Some(CommitStatus::Missing {
+                evidence: format!(
+                    "it was claimed for commit ({}), but its prepare marker is gone",
+                    claimed.path().display()
+                ),
+            }));
+        };
+        if marker.handle.lineage != handle.lineage
+            || marker.handle.checkpoint() != handle.checkpoint()
+            || marker.handle.prepared().map(|p| (p.records, p.bytes))
+                != handle.prepared().map(|p| (p.records, p.bytes))
+        {
+            return Err(self.corrupt(format!(
+                "the prepare marker of {txn} describes lineage {}, checkpoint {:?}, but the \
+                 checkpoint's handle says lineage {}, checkpoint {checkpoint}",
+                marker.handle.lineage,
+                marker.handle.checkpoint(),
+                handle.lineage
+            )));
+        }
+        let record_name = names::commit_record_name(handle.lineage, checkpoint, txn);
+        let visible = self.part_name(txn);
+        let data = claimed
+            .stat(DATA_FILE)
+            .map_err(io_err("reading size of", &claimed.child(DATA_FILE)))?;
+        match data {
+            Some(st) if st.kind == EntryKind::File && st.len == marker.data_len => {}
+            Some(st) if st.kind == EntryKind::File => {
+                return Ok(Some(CommitStatus::Missing {
+                    evidence: format!(
+                        "its staged data file {} has {} bytes but {} were prepared; it was \
+                         truncated or changed",
+                        claimed.child(DATA_FILE).display(),
+                        st.len,
+                        marker.data_len
+                    ),
+                }))
+            }
+            Some(_) => {
+                return Err(self.corrupt(format!(
+                    "{} is not a regular file",
+                    claimed.child(DATA_FILE).display()
+                )))
+            }
+            None => {
+                // Published already by a concurrent commit, or gone.
+                if self.read_commit_record(&record_name)?.is_some() {
+                    return Ok(None);
+                }
+                return Ok(Some(CommitStatus::Missing {
+                    evidence: format!(
+                        "its prepare marker exists but its data file {} is gone",
+                        claimed.child(DATA_FILE).display()
+                    ),
+                }));
+            }
+        }
+        // The record, durable before the output is: a crash in between
+        // leaves a decided commit that the next attempt finishes.
+        let record = ControlFile::Committed(CommitRecord {
+            handle: marker.handle.clone(),
+            file: Some(visible.clone()),
+            data_len: marker.data_len,
+            committed_at_ms: now_ms,
+        });
+        match self.dirs.committed.write_atomically(
+            &self.dirs.tmp,
+            &record_name,
+            &encode(&record),
+            false,
+            IoStep::CommitRecord,
+        ) {
+            Ok(()) => {}
+            // A concurrent commit of the same transaction wrote it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            Err(e) => {
+                return Err(DestinationError::io(
+                    "writing commit record",
+                    &self.dirs.committed.child(&record_name),
+                    e,
+                ))
+            }
+        }
+        self.publish(claimed, &visible, marker.data_len)?;
+        remove_claimed(&self.dirs.committing, txn)?;
+        Ok(Some(CommitStatus::Committed))
+    }
+
+    /// Moves a claimed transaction's data to its visible name, never
+    /// replacing anything there.
+    fn publish(&self, claimed: &Dir, visible: &str, data_len: u64) -> Result<(), DestinationError> {
+        let target = self.output.child(visible);
+        match claimed.rename_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
+            Ok(()) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let ours = same_file(claimed, DATA_FILE, &self.output, visible)
+                    .map_err(io_err("reading", &target))?;
+                if !ours {
+                    return Err(DestinationError::new(
+                        DestinationErrorKind::Corrupt,
+                        format!(
+                            "refusing to publish over {}: a file that is not this transaction's \
+                             output already has its name. Move that file away; the commit is \
+                             decided and recorded, and the next attempt publishes it",
+                            target.display()
+                        ),
+                    ));
+                }
+                // A link-based publish was interrupted after the link: the
+                // data is published, its old name goes.
+                claimed
+                    .unlink(DATA_FILE)
+                    .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                // A concurrent commit published it.
+                let present = self
+                    .output
+                    .stat(visible)
+                    .map_err(io_err("reading", &target))?;
+                if !present.is_some_and(|s| s.kind == EntryKind::File && s.len == data_len) {
+                    return Err(DestinationError::io(
+                        "publishing",
+                        &target,
+                        std::io::Error::from(std::io::ErrorKind::NotFound),
+                    ));
+                }
+            }
+            Err(e) => return Err(DestinationError::io("publishing", &target, e)),
+        }
+        self.output
+            .sync()
+            .map_err(io_err("syncing directory", self.output.path()))
+    }
+
+    /// The answer to a commit whose record exists: finish what an
+    /// interruption left, and report success only if the output is there.
+    fn already_committed(
+        &mut self,
+        handle: &TransactionHandle,
+        record: &CommitRecord,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        if let Some(claimed) = self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
+            if let Some(file) = &record.file {
+                if claimed
+                    .stat(DATA_FILE)
+                    .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
+                    .is_some()
+                {
+                    self.publish(&claimed, file, record.data_len)?;
+                }
+            }
+            remove_claimed(&self.dirs.committing, txn)?;
+        }
+        if let Some(file) = &record.file {
+            let present = self
+                .output
+                .stat(file)
+                .map_err(io_err("reading", &self.output.child(file)))?;
+            if !present.is_some_and(|s| s.kind == EntryKind::File) {
+                return Ok(CommitStatus::Missing {
+                    evidence: format!(
+                        "it was committed at {} ms since the epoch, but its output {} is gone: it \
+                         was removed after the commit",
+                        record.committed_at_ms,
+                        self.output.child(file).display()
+                    ),
+                });
+            }
+        }
+        Ok(CommitStatus::AlreadyCommitted)
+    }
+
+    /// Claims a staged transaction for removal (abort or expiry); true if
+    /// this call claimed it.
+    fn claim_for_removal(&mut self, txn: &TransactionId) -> Result<bool, DestinationError> {
+        if matches!(&self.open, Some(o) if &o.txn == txn) {
+            self.open = None;
+        }
+        let trash_name = names::trash_name(txn);
+        match self.dirs.staging.rename_noreplace(
+            txn.as_str(),
+            &self.dirs.trash,
+            &trash_name,
+            IoStep::Claim,
+        ) {
+            Ok(()) => {
+                self.dirs
+                    .staging
+                    .sync()
+                    .map_err(io_err("syncing directory", self.dirs.staging.path()))?;
+                self.dirs
+                    .trash
+                    .remove_tree(&trash_name)
+                    .map_err(io_err("removing", &self.dirs.trash.child(&trash_name)))?;
+                Ok(true)
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(DestinationError::io(
+                "claiming for removal",
+                &self.dirs.staging.child(txn.as_str()),
+                e,
+            )),
+        }
+    }
+}
+
+/// Scratch files older than this were left by a writer that died during an
+/// atomic write; younger ones may belong to another subtask writing now.
+const STALE_SCRATCH_MS: u64 = 3600 * 1000;
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+fn remove_claimed(committing: &Dir, txn: &TransactionId) -> Result<(), DestinationError> {
+    committing
+        .remove_tree(txn.as_str())
+        .map_err(io_err("removing", &committing.child(txn.as_str())))?;
+    Ok(())
+}
+
+/// True when `a/an` and `b/bn` are the same file (one inode).
+fn same_file(a: &Dir, an: &str, b: &Dir, bn: &str) -> std::io::Result<bool> {
+    Ok(match (a.stat(an)?, b.stat(bn)?) {
+        (Some(x), Some(y)) => x.inode == y.inode,
+        _ => false,
+    })
+}
+
+impl Destination for FsDestination {
+    fn begin(&mut self, _handle: &TransactionHandle) -> Result<(), DestinationError> {
+        // Lazy: the staging directory appears with the first record, so an
+        // empty checkpoint costs no file system operations.
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        self.check_records(&batch)?;
+        let lines = self.options.format == RecordFormat::Lines;
+        let o = self.open_txn(txn)?;
+        o.file
+            .write_records(batch.iter(), lines)
+            .map_err(io_err("writing", o.file.path()))
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        let txn = &handle.transaction;
+        let counted = handle
+            .prepared()
+            .map(|p| (p.records, p.bytes))
+            .unwrap_or((0, 0));
+        let Some(mut open) = self.open.take().filter(|o| &o.txn == txn) else {
+            if counted.0 > 0 {
+                return Err(DestinationError::corrupt(format!(
+                    "the staged data of {txn} ({} records) is not open in this writer at \
+                     prepare ({})",
+                    counted.0,
+                    self.dirs.staging.child(txn.as_str()).display()
+                )));
+            }
+            return Ok(()); // empty: nothing staged, nothing to prepare
+        };
+        let data_len = open
+            .file
+            .seal()
+            .map_err(io_err("writing and syncing", open.file.path()))?;
+        // The durable length must be exactly what the handle counts, or a
+        // commit would publish a file that lacks (or adds) records.
+        let expected = match self.options.format {
+            RecordFormat::Lines => counted.1 + counted.0,
+            RecordFormat::Raw => counted.1,
+        };
+        if data_len != expected {
+            return Err(DestinationError::corrupt(format!(
+                "{} holds {data_len} bytes on the disk, but the {} records of {txn} counted in \
+                 its handle make {expected}; it is not prepared",
+                open.file.path().display(),
+                counted.0
+            )));
+        }
+        let marker = ControlFile::Prepared(PreparedMarker {
+            handle: handle.clone(),
+            data_len,
+        });
+        // Syncs the marker and the transaction directory...
+        open.dir
+            .write_atomically(
+                &self.dirs.tmp,
+                PREPARED_FILE,
+                &encode(&marker),
+                false,
+                IoStep::Marker,
+            )
+            .map_err(io_err(
+                "writing prepare marker",
+                &open.dir.child(PREPARED_FILE),
+            ))?;
+        // ...and this makes the transaction directory's own entry durable.
+        self.dirs
+            .staging
+            .sync()
+            .map_err(io_err("syncing directory", self.dirs.staging.path()))
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        let checkpoint = handle.checkpoint().ok_or_else(|| {
+            DestinationError::corrupt(format!("commit of {txn} without a prepared state"))
+        })?;
+        let record_name = names::commit_record_name(handle.lineage, checkpoint, txn);
+        // A concurrent commit of the same transaction can move things
+        // between the looks below; each round sees a later state.
+        for _ in 0..4 {
+            if let Some(record) = self.read_commit_record(&record_name)? {
+                return self.already_committed(handle, &record);
+            }
+            let claimed = match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
+                Some(d) => d,
+                None => match self.dirs.staging.rename_noreplace(
+                    txn.as_str(),
+                    &self.dirs.committing,
+                    txn.as_str(),
+                    IoStep::Claim,
+                ) {
+                    Ok(()) => {
+                        // The claim is the decision: durable before going on.
+                        for d in [&self.dirs.staging, &self.dirs.committing] {
+                            d.sync().map_err(io_err("syncing directory", d.path()))?;
+                        }
+                        match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
+                            Some(d) => d,
+                            None => continue,
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        // Not staged: committed or claimed meanwhile (look
+                        // again), or gone.
+                        if self.read_commit_record(&record_name)?.is_some()
+                            || self
+                                .open_txn_dir(&self.dirs.committing, txn.as_str())?
+                                .is_some()
+                        {
+                            continue;
+                        }
+                        return Ok(CommitStatus::Missing {
+                            evidence: self.missing_evidence(txn)?,
+                        });
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                    Err(e) => {
+                        return Err(DestinationError::io(
+                            "claiming for commit",
+                            &self.dirs.staging.child(txn.as_str()),
+                            e,
+                        ))
+                    }
+                },
+            };
+            match self.finish_claimed(handle, &claimed, now_ms)? {
+                Some(status) => return Ok(status),
+                None => continue,
+            }
+        }
+        Err(DestinationError::new(
+            DestinationErrorKind::Io,
+            format!(
+                "the commit of {txn} kept racing another commit of it; its outcome is not known \
+                 yet and it is retried by id"
+            ),
+        ))
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        if self.claim_for_removal(txn)? {
+            return Ok(AbortStatus::Aborted);
+        }
+        // Claimed for commit: decided, never undone by an abort. Once a
+        // commit has finished nothing is staged or claimed any more and an
+        // abort finds nothing; the visible output is never touched here.
+        if self
+            .open_txn_dir(&self.dirs.committing, txn.as_str())?
+            .is_some()
+        {
+            return Ok(AbortStatus::WasCommitted);
+        }
+        Ok(AbortStatus::NotFound)
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let (staged, foreign) = self.scan_staged()?;
+        for name in foreign {
+            log::warn!(
+                "ignoring {name} in the staging area: not a transaction of sink '{}'",
+                self.sink
+            );
+        }
+        Ok(staged)
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        let (records, _) = self
+            .reader()
+            .scan_commit_records(Some(&self.dirs.committed), |l, c| {
+                l == lineage && c > checkpoint
+            })?;
+        Ok(records.iter().map(CommitRecord::view).collect())
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        let name = names::commit_record_name(
+            committed.lineage,
+            committed.checkpoint,
+            &committed.transaction,
+        );
+        let Some(record) = self.read_commit_record(&name)? else {
+            return Ok(()); // already retracted
+        };
+        // `read_commit_record` checked the file name: a single component,
+        // this transaction's output name, so nothing else can be removed.
+        if let Some(file) = &record.file {
+            if self
+                .output
+                .unlink(file)
+                .map_err(io_err("removing", &self.output.child(file)))?
+            {
+                self.output
+                    .sync()
+                    .map_err(io_err("syncing directory", self.output.path()))?;
+            }
+        }
+        // Leftovers of an interrupted commit go too.
+        remove_claimed(&self.dirs.committing, &committed.transaction)?;
+        // Two subtasks may retract the same commit at once (each retracts
+        // what the restored state knows); whoever removes the record second
+        // finds it gone, which is the state both wanted.
+        let dir = &self.dirs.committed;
+        dir.unlink(&name)
+            .map_err(io_err("removing", &dir.child(&name)))?;
+        dir.sync().map_err(io_err("syncing directory", dir.path()))
+    }
+
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        if !self.claim_for_removal(txn)? {
+            return Ok(()); // committed, aborted or expired meanwhile
+        }
+        let dir = &self.dirs.expired;
+        match dir.write_atomically(
+            &self.dirs.tmp,
+            txn.as_str(),
+            now_ms.to_string().as_bytes(),
+            false,
+            IoStep::Note,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(DestinationError::io(
+                "writing tombstone",
+                &dir.child(txn.as_str()),
+                e,
+            )),
+        }
+    }
+
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        let (ownership, file) = ownership::claim(&self.dirs.owners, claim).map_err(|e| {
+            let kind = if matches!(
+                e.raw_os_error(),
+                Some(37 /* ENOLCK */) | Some(95 /* EOPNOTSUPP */)
+            ) {
+                DestinationErrorKind::NotPermitted
+            } else {
+                DestinationErrorKind::Io
+            };
+            let mut err = DestinationError::io(
+                "claiming ownership at",
+                &self.dirs.owners.child(&claim.subtask.to_string()),
+                e,
+            );
+            if kind == DestinationErrorKind::NotPermitted {
+                err.kind = kind;
+            }
+            err
+        })?;
+        if file.is_some() {
+            self.owner = file;
+        }
+        Ok(ownership)
+    }
+
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        let dir = &self.dirs.committed;
+        let mut by: std::collections::BTreeMap<LineageId, (u64, CheckpointId)> =
+            std::collections::BTreeMap::new();
+        for name in dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+        {
+            if let Some((l, c, _)) = names::parse_commit_record_name(&name) {
+                let e = by.entry(l).or_insert((0, c));
+                e.0 += 1;
+                e.1 = e.1.max(c);
+            }
+        }
+        let records = self.reader().lineage_records(Some(&self.dirs.lineages))?;
+        let mut out = Vec::new();
+        for (lineage, (count, last)) in by {
+            // The latest checkpoint's records name its transactions and runs.
+            let (latest, _) = self
+                .reader()
+                .scan_commit_records(Some(&self.dirs.committed), |l, c| {
+                    l == lineage && c == last
+                })?;
+            let mut runs = Vec::new();
+            for r in &latest {
+                if !runs.contains(&r.handle.run) {
+                    runs.push(r.handle.run.clone());
+                }
+            }
+            out.push(LineageSummary {
+                lineage,
+                committed: count,
+                last_checkpoint: Some(last),
+                last_transactions: latest
+                    .iter()
+                    .map(|r| r.handle.transaction.clone())
+                    .collect(),
+                runs,
+                record: records.iter().find(|r| r.lineage == lineage).cloned(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        let dir = &self.dirs.lineages;
+        let name = names::lineage_record_name(record.lineage);
+        match dir.write_atomically(
+            &self.dirs.tmp,
+            &name,
+            &encode(&ControlFile::Lineage(record.clone())),
+            false,
+            IoStep::Note,
+        ) {
+            Ok(()) => Ok(()),
+            // Every subtask records it; the first one's record stays.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(DestinationError::io(
+                "writing lineage record",
+                &dir.child(&name),
+                e,
+            )),
+        }
+    }
+}

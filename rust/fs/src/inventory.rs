@@ -1,0 +1,235 @@
+//! Read-only views of an output directory, for tools (`twopc inspect`) and
+//! tests: nothing here creates, changes or removes anything, so it works on
+//! a read-only mount and next to a running job.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use twopc_core::destination::{LineageRecord, StagedTransaction};
+use twopc_core::error::DestinationError;
+use twopc_core::ids::{SinkId, TransactionId};
+
+use crate::control::CommitRecord;
+use crate::dir::{Dir, EntryKind};
+use crate::faults::FaultHook;
+use crate::names::{self, CONTROL_DIR};
+use crate::scan::{io_err, Reader};
+
+/// Paths of one sink inside an output directory (for messages and tests).
+#[derive(Clone, Debug)]
+pub struct Layout {
+    pub output: PathBuf,
+    pub sink: SinkId,
+    pub sink_dir: PathBuf,
+    pub staging: PathBuf,
+    pub committing: PathBuf,
+    pub committed: PathBuf,
+    pub expired: PathBuf,
+    pub owners: PathBuf,
+    pub lineages: PathBuf,
+    pub trash: PathBuf,
+    pub tmp: PathBuf,
+}
+
+impl Layout {
+    pub fn new(output: &Path, sink: &SinkId) -> Self {
+        let sink_dir = output.join(CONTROL_DIR).join(sink.as_str());
+        Layout {
+            output: output.to_path_buf(),
+            sink: sink.clone(),
+            staging: sink_dir.join(names::STAGING),
+            committing: sink_dir.join(names::COMMITTING),
+            committed: sink_dir.join(names::COMMITTED),
+            expired: sink_dir.join(names::EXPIRED),
+            owners: sink_dir.join(names::OWNERS),
+            lineages: sink_dir.join(names::LINEAGES),
+            trash: sink_dir.join(names::TRASH),
+            tmp: sink_dir.join(names::TMP),
+            sink_dir,
+        }
+    }
+
+    pub fn staging_dir(&self, txn: &TransactionId) -> PathBuf {
+        self.staging.join(txn.as_str())
+    }
+
+    /// Sinks that have a control directory under `output`.
+    pub fn sinks_in(output: &Path) -> Result<Vec<SinkId>, DestinationError> {
+        let root = match Dir::open_path(output, FaultHook::default()) {
+            Ok(d) => d,
+            Err(e) => return Err(DestinationError::io("opening", output, e)),
+        };
+        let control = match root.open_dir(CONTROL_DIR) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Vec::new()),
+            Err(e) => return Err(DestinationError::io("opening", &root.child(CONTROL_DIR), e)),
+        };
+        // Only directories are sinks; a stray file or link is not ours.
+        Ok(control
+            .names_of(EntryKind::Dir)
+            .map_err(io_err("listing", control.path()))?
+            .into_iter()
+            .filter_map(|n| SinkId::new(n).ok())
+            .collect())
+    }
+
+    /// The sink's control directories that exist, read-only.
+    fn open(&self) -> Result<SinkDirsView, DestinationError> {
+        let root = Dir::open_path(&self.output, FaultHook::default())
+            .map_err(io_err("opening", &self.output))?;
+        let sink_dir = open_optional(&root, CONTROL_DIR)?
+            .map(|c| open_optional(&c, self.sink.as_str()))
+            .transpose()?
+            .flatten();
+        let sub = |name: &str| -> Result<Option<Dir>, DestinationError> {
+            match &sink_dir {
+                Some(d) => open_optional(d, name),
+                None => Ok(None),
+            }
+        };
+        Ok(SinkDirsView {
+            staging: sub(names::STAGING)?,
+            committing: sub(names::COMMITTING)?,
+            committed: sub(names::COMMITTED)?,
+            expired: sub(names::EXPIRED)?,
+            lineages: sub(names::LINEAGES)?,
+            root,
+        })
+    }
+
+    /// Every commit record of this sink, checked.
+    pub fn read_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
+        let v = self.open()?;
+        let reader = Reader {
+            sink: &self.sink,
+            output: &self.output,
+        };
+        Ok(reader
+            .scan_commit_records(v.committed.as_ref(), |_, _| true)?
+            .0)
+    }
+
+    /// Staged and claimed transactions, and names there that are not this
+    /// sink's transactions.
+    pub fn read_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+        let v = self.open()?;
+        let reader = Reader {
+            sink: &self.sink,
+            output: &self.output,
+        };
+        reader.scan_staged(v.staging.as_ref(), v.committing.as_ref())
+    }
+}
+
+struct SinkDirsView {
+    #[allow(dead_code)] // kept open: the others are opened through it
+    root: Dir,
+    staging: Option<Dir>,
+    committing: Option<Dir>,
+    committed: Option<Dir>,
+    expired: Option<Dir>,
+    lineages: Option<Dir>,
+}
+
+fn open_optional(parent: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
+    match parent.open_dir(name) {
+        Ok(d) => Ok(Some(d)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(DestinationError::io(
+            "opening (it must be a directory of twopc's, not a link)",
+            &parent.child(name),
+            e,
+        )),
+    }
+}
+
+/// Everything `twopc inspect` reports about one sink.
+#[derive(Clone, Debug)]
+pub struct SinkInventory {
+    pub sink: SinkId,
+    pub committed: Vec<CommitRecord>,
+    pub staged: Vec<StagedTransaction>,
+    /// Expired transaction ids and when.
+    pub expired: BTreeMap<String, u64>,
+    /// How each lineage began, where recorded.
+    pub lineages: Vec<LineageRecord>,
+    /// Problems found: names that are not ours, records that fail their
+    /// checks, unreadable files.
+    pub problems: Vec<String>,
+}
+
+/// Reads the whole state of every sink in an output directory.
+pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> {
+    let mut out = Vec::new();
+    for sink in Layout::sinks_in(output)? {
+        let layout = Layout::new(output, &sink);
+        let v = layout.open()?;
+        let reader = Reader {
+            sink: &sink,
+            output,
+        };
+        let mut problems = Vec::new();
+        let committed = match reader.scan_commit_records(v.committed.as_ref(), |_, _| true) {
+            Ok((c, foreign)) => {
+                problems.extend(
+                    foreign
+                        .into_iter()
+                        .map(|f| format!("{f} is not a commit record of this sink")),
+                );
+                c
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        for c in &committed {
+            if let Some(f) = &c.file {
+                let present = v.root.stat(f).ok().flatten();
+                if !present.is_some_and(|s| s.kind == EntryKind::File) {
+                    problems.push(format!(
+                        "committed transaction {} lists {f}, which no longer exists",
+                        c.handle.transaction
+                    ));
+                }
+            }
+        }
+        let staged = match reader.scan_staged(v.staging.as_ref(), v.committing.as_ref()) {
+            Ok((s, foreign)) => {
+                problems.extend(
+                    foreign
+                        .into_iter()
+                        .map(|f| format!("{f} is not a transaction of this sink")),
+                );
+                s
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        let expired = match reader.tombstones(v.expired.as_ref()) {
+            Ok(t) => t.into_iter().collect(),
+            Err(e) => {
+                problems.push(e.to_string());
+                BTreeMap::new()
+            }
+        };
+        let lineages = match reader.lineage_records(v.lineages.as_ref()) {
+            Ok(l) => l,
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
+        out.push(SinkInventory {
+            sink,
+            committed,
+            staged,
+            expired,
+            lineages,
+            problems,
+        });
+    }
+    Ok(out)
+}

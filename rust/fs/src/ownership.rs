@@ -1,0 +1,118 @@
+//! Ownership of a sink's share of an output directory: one lock file per
+//! sink and subtask, `_twopc/<sink>/owners/<subtask>`, locked with
+//! `flock(LOCK_EX|LOCK_NB)` for as long as the writer runs, and holding the
+//! owner's claim in plain text for the next one to read.
+//!
+//! Why a lock and not a lease with heartbeats: the kernel releases a lock
+//! when its process dies, however it dies (kill -9, a crashed JVM), so a
+//! crashed run is taken over at once and safely, with no clock and no
+//! timeout to tune. Two writers in one JVM exclude each other too, because
+//! `flock` locks belong to open files, not processes.
+//!
+//! On NFS, Linux implements `flock` with the server's byte-range locks
+//! (NFSv4, or NFSv3 with lockd): the lock works across clients, and a
+//! client that crashed loses it when its lease with the server expires
+//! (90 s by default), which is when a new run can take over. A mount with
+//! `local_lock=flock` or `nolock` keeps locks on one client only: twopc
+//! then cannot see a writer on another machine, so do not share such a
+//! mount between two jobs with one sink id. A file system without locks
+//! (ENOLCK, EOPNOTSUPP) is refused at open with a message saying so.
+
+use std::fs::File;
+use std::io::{self, Read, Seek, SeekFrom, Write};
+
+use twopc_core::destination::{OwnerClaim, OwnerInfo, Ownership};
+use twopc_core::ids::{RunId, SinkId};
+
+use crate::dir::Dir;
+
+/// Tries to take the lock of `claim.subtask` in `owners`. On success the
+/// returned file holds it (drop it to release).
+pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, Option<File>)> {
+    let name = claim.subtask.to_string();
+    let mut file = owners.open_or_create(&name)?;
+    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => {}
+        Err(rustix::io::Errno::WOULDBLOCK) => {
+            let mut text = String::new();
+            // The holder writes its claim right after locking; an empty or
+            // half-written one reads as unknown.
+            file.read_to_string(&mut text).ok();
+            return Ok((
+                Ownership::HeldBy(OwnerInfo {
+                    claim: parse(&text, &claim.sink, claim.subtask),
+                    holder: describe(&text, owners, &name),
+                }),
+                None,
+            ));
+        }
+        Err(e) => {
+            return Err(io::Error::new(
+                io::Error::from(e).kind(),
+                format!(
+                    "locking {} failed ({e}): this file system does not support file locks, so \
+                     twopc cannot make sure that no second job writes with the same sink id. \
+                     Use a local file system, or NFSv4 (or NFSv3 with lockd) without \
+                     local_lock/nolock",
+                    owners.child(&name).display()
+                ),
+            ))
+        }
+    }
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(render(claim).as_bytes())?;
+    file.sync_data()?;
+    Ok((Ownership::Acquired, Some(file)))
+}
+
+fn render(c: &OwnerClaim) -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_default();
+    let since = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0);
+    format!(
+        "sink={}\nsubtask={}\nrun={}\nattempt={}\ninstance={:016x}\nhost={host}\npid={}\nsince_ms={since}\n",
+        c.sink,
+        c.subtask,
+        c.run,
+        c.attempt,
+        c.instance,
+        std::process::id()
+    )
+}
+
+fn field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
+/// Reads a claim back; `None` when it is not a complete claim for this
+/// sink and subtask.
+fn parse(text: &str, sink: &SinkId, subtask: u32) -> Option<OwnerClaim> {
+    let claim = OwnerClaim {
+        sink: SinkId::new(field(text, "sink")?).ok()?,
+        subtask: field(text, "subtask")?.parse().ok()?,
+        run: RunId::new(field(text, "run")?).ok()?,
+        attempt: field(text, "attempt")?.parse().ok()?,
+        instance: u64::from_str_radix(field(text, "instance")?, 16).ok()?,
+    };
+    (&claim.sink == sink && claim.subtask == subtask).then_some(claim)
+}
+
+fn describe(text: &str, owners: &Dir, name: &str) -> String {
+    let path = owners.child(name);
+    match (field(text, "run"), field(text, "host"), field(text, "pid")) {
+        (Some(run), Some(host), Some(pid)) => format!(
+            "run {run} (attempt {}) holds it from host {host}, process {pid}, since {} ms after \
+             the epoch (lock file {})",
+            field(text, "attempt").unwrap_or("?"),
+            field(text, "since_ms").unwrap_or("?"),
+            path.display()
+        ),
+        _ => format!("a process holds the lock file {}", path.display()),
+    }
+}

@@ -1,0 +1,288 @@
+//! Hostile bytes and planted links in every place the filesystem
+//! destination reads back: nothing outside the output directory is ever
+//! written, published, overwritten or deleted, and every refusal says what
+//! it found.
+
+mod common;
+
+use std::fs;
+use std::os::unix::fs::symlink;
+
+use common::*;
+use twopc_core::destination::{CommitStatus, Destination, StagedState};
+use twopc_core::envelope::PayloadKind;
+use twopc_core::error::DestinationErrorKind;
+use twopc_core::handle::encode_payload;
+use twopc_core::ids::LineageId;
+use twopc_fs::{commit_record_name, CommitRecord, ControlFile, PreparedMarker};
+
+fn forge(file: &ControlFile) -> Vec<u8> {
+    encode_payload(PayloadKind::Manifest, file)
+}
+
+#[test]
+fn a_link_planted_at_the_next_staging_directory_is_never_followed() {
+    let t = TempDir::new("link-staging");
+    let outside = TempDir::new("outside");
+    let mut d = dest(&t.0);
+    let staging = d.layout().staging_dir(&txn(1));
+    symlink(&outside.0, &staging).unwrap();
+    let err = write(&mut d, 1, &["secret"]).unwrap_err();
+    assert!(
+        err.message.contains(staging.to_str().unwrap()),
+        "the error names the path: {err}"
+    );
+    assert!(
+        fs::read_dir(&outside.0).unwrap().next().is_none(),
+        "nothing was written through the link"
+    );
+}
+
+#[test]
+fn a_link_planted_at_the_data_file_is_never_followed() {
+    let t = TempDir::new("link-data");
+    let outside = TempDir::new("outside");
+    let target = outside.0.join("victim");
+    fs::write(&target, b"keep").unwrap();
+    let mut d = dest(&t.0);
+    // The staging directory of a transaction exists already (someone
+    // created it and put a link inside): the sink refuses to use it.
+    let staging = d.layout().staging_dir(&txn(1));
+    fs::create_dir_all(&staging).unwrap();
+    symlink(&target, staging.join("data")).unwrap();
+    write(&mut d, 1, &["x"]).unwrap_err();
+    assert_eq!(fs::read(&target).unwrap(), b"keep");
+}
+
+#[test]
+fn a_linked_control_directory_is_refused_at_open() {
+    let t = TempDir::new("link-control");
+    let outside = TempDir::new("outside");
+    symlink(&outside.0, t.0.join("_twopc")).unwrap();
+    let err = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.0), &sink())
+        .err()
+        .expect("refused");
+    assert!(err.message.contains("_twopc"), "{err}");
+    assert!(fs::read_dir(&outside.0).unwrap().next().is_none());
+}
+
+#[test]
+fn an_existing_file_at_the_visible_name_is_never_overwritten() {
+    let t = TempDir::new("occupied");
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 1, &["ours"]);
+    fs::write(part(&t.0, 1), b"theirs").unwrap();
+    let err = d.commit(&h, 1).unwrap_err();
+    assert!(
+        err.message.contains("refusing to publish over")
+            && err.message.contains(part(&t.0, 1).to_str().unwrap()),
+        "{err}"
+    );
+    assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"theirs");
+    // Once the operator moves it away, the decided commit publishes.
+    fs::rename(part(&t.0, 1), t.0.join("moved")).unwrap();
+    assert_eq!(d.commit(&h, 2).unwrap(), CommitStatus::AlreadyCommitted);
+    assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"ours\n");
+}
+
+#[test]
+fn a_link_at_the_visible_name_is_not_replaced_nor_followed() {
+    let t = TempDir::new("occupied-link");
+    let outside = TempDir::new("outside");
+    let victim = outside.0.join("victim");
+    fs::write(&victim, b"keep").unwrap();
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 1, &["ours"]);
+    symlink(&victim, part(&t.0, 1)).unwrap();
+    d.commit(&h, 1).unwrap_err();
+    assert_eq!(fs::read(&victim).unwrap(), b"keep");
+    assert!(fs::symlink_metadata(part(&t.0, 1))
+        .unwrap()
+        .file_type()
+        .is_symlink());
+}
+
+#[test]
+fn a_forged_commit_record_never_makes_a_rewind_delete_outside_the_output() {
+    let t = TempDir::new("forged-record");
+    let outside = TempDir::new("outside");
+    let victim = outside.0.join("victim");
+    fs::write(&victim, b"keep").unwrap();
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 2, &["x"]);
+    d.commit(&h, 1).unwrap();
+    let name = commit_record_name(LineageId(7), 2, &h.transaction);
+    let path = d.layout().committed.join(&name);
+    for file in [
+        victim.to_str().unwrap().to_string(),
+        format!("../{}", victim.file_name().unwrap().to_str().unwrap()),
+        format!("part-{}", txn(9)),
+        format!("a/part-{}", h.transaction),
+    ] {
+        let forged = ControlFile::Committed(CommitRecord {
+            handle: h.clone(),
+            file: Some(file.clone()),
+            data_len: 2,
+            committed_at_ms: 1,
+        });
+        fs::write(&path, forge(&forged)).unwrap();
+        let later = d.committed_after(LineageId(7), 1);
+        let err = later.unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{file}: {err}");
+        assert!(
+            err.message.contains("does not name") || err.message.contains("output file name"),
+            "{file}: {err}"
+        );
+        let view = twopc_fs::committed_view(&CommitRecord {
+            handle: h.clone(),
+            file: Some(file.clone()),
+            data_len: 2,
+            committed_at_ms: 1,
+        });
+        d.retract(&view).unwrap_err();
+        assert_eq!(fs::read(&victim).unwrap(), b"keep", "{file}");
+        assert!(part(&t.0, 1).exists(), "{file}: our own output stays too");
+    }
+}
+
+#[test]
+fn a_commit_record_filed_under_another_name_is_refused() {
+    let t = TempDir::new("misfiled");
+    let mut d = dest(&t.0);
+    let h1 = stage(&mut d, 1, 2, &["x"]);
+    let h2 = stage(&mut d, 2, 3, &["y"]);
+    d.commit(&h1, 1).unwrap();
+    d.commit(&h2, 1).unwrap();
+    let committed = d.layout().committed;
+    // Record 2's bytes under record 1's name.
+    fs::copy(
+        committed.join(commit_record_name(LineageId(7), 3, &h2.transaction)),
+        committed.join(commit_record_name(LineageId(7), 2, &h1.transaction)),
+    )
+    .unwrap();
+    let err = d.committed_after(LineageId(7), 0).unwrap_err();
+    assert!(err.message.contains("whose record is named"), "{err}");
+}
+
+#[test]
+fn a_forged_prepare_marker_is_reported_and_never_published() {
+    let t = TempDir::new("forged-marker");
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 2, &["x"]);
+    let marker = d.layout().staging_dir(&h.transaction).join("prepared");
+    // A marker of another sink, and one whose length does not match its
+    // handle's counts.
+    let mut other = h.clone();
+    other.sink = twopc_core::ids::SinkId::new("other").unwrap();
+    for forged in [
+        ControlFile::Prepared(PreparedMarker {
+            handle: other,
+            data_len: 2,
+        }),
+        ControlFile::Prepared(PreparedMarker {
+            handle: h.clone(),
+            data_len: 99,
+        }),
+        ControlFile::Committed(CommitRecord {
+            handle: h.clone(),
+            file: None,
+            data_len: 2,
+            committed_at_ms: 0,
+        }),
+    ] {
+        fs::write(&marker, forge(&forged)).unwrap();
+        let staged = d.staged().unwrap();
+        assert!(
+            matches!(&staged[0].state, StagedState::PreparedUnreadable { .. }),
+            "{:?}",
+            staged[0].state
+        );
+        let err = d.commit(&h, 1).unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+        assert!(visible_files(&t.0).is_empty());
+        // The claim moved it to committing/; put it back for the next case.
+        let claimed = d.layout().committing.join(h.transaction.as_str());
+        if claimed.exists() {
+            fs::rename(&claimed, d.layout().staging_dir(&h.transaction)).unwrap();
+        }
+    }
+}
+
+#[test]
+fn damaged_and_foreign_entries_give_clear_errors_or_are_ignored() {
+    let t = TempDir::new("damaged");
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 1, &["x"]);
+    let marker = d.layout().staging_dir(&h.transaction).join("prepared");
+    fs::write(&marker, b"garbage").unwrap();
+    let staged = d.staged().unwrap();
+    match &staged[0].state {
+        StagedState::PreparedUnreadable { reason } => {
+            assert!(
+                reason.contains("prepared") && reason.contains("twopc inspect"),
+                "{reason}"
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    // A link where a marker belongs is not followed.
+    fs::remove_file(&marker).unwrap();
+    symlink("/etc/hostname", &marker).unwrap();
+    assert!(matches!(
+        d.staged().unwrap()[0].state,
+        StagedState::PreparedUnreadable { .. }
+    ));
+    // Foreign names in the staging area are ignored, not parsed as ours,
+    // even a file that is named like a transaction.
+    fs::write(d.layout().staging_dir(&txn(5)), b"x").unwrap();
+    fs::write(d.layout().staging.join("notes.txt"), b"hi").unwrap();
+    symlink("/tmp", d.layout().staging_dir(&txn(6))).unwrap();
+    fs::write(t.0.join("_twopc").join("stray-file"), b"x").unwrap();
+    assert_eq!(
+        twopc_fs::Layout::sinks_in(&t.0).unwrap(),
+        vec![sink()],
+        "a file under _twopc is not a sink"
+    );
+    let (staged, foreign) = d.scan_staged().unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(foreign.len(), 3, "{foreign:?}");
+    // A commit record that is a link, or garbage, is an error naming it.
+    let committed = d.layout().committed;
+    let name = commit_record_name(LineageId(7), 9, &txn(7));
+    symlink("/etc/hostname", committed.join(&name)).unwrap();
+    let err = d.committed_after(LineageId(7), 0).unwrap_err();
+    assert!(err.message.contains(&name), "{err}");
+    fs::remove_file(committed.join(&name)).unwrap();
+    fs::write(committed.join(&name), b"garbage").unwrap();
+    let err = d.committed_after(LineageId(7), 0).unwrap_err();
+    assert!(err.message.contains("unreadable"), "{err}");
+}
+
+#[test]
+fn control_file_decoders_reject_every_truncation_and_bit_flip() {
+    let t = TempDir::new("decoders");
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 1, &["x"]);
+    let good = forge(&ControlFile::Prepared(PreparedMarker {
+        handle: h,
+        data_len: 2,
+    }));
+    assert!(twopc_fs::decode_control_file(&good).is_ok());
+    for cut in 0..good.len() {
+        assert!(
+            twopc_fs::decode_control_file(&good[..cut]).is_err(),
+            "cut {cut}"
+        );
+    }
+    for i in 0..good.len() {
+        for bit in 0..8 {
+            let mut bad = good.clone();
+            bad[i] ^= 1 << bit;
+            // Every flip is caught (the checksum covers every byte).
+            assert!(
+                twopc_fs::decode_control_file(&bad).is_err(),
+                "byte {i} bit {bit}"
+            );
+        }
+    }
+}
