@@ -69,6 +69,7 @@ fn messy() -> Messy {
     let zombie = write_one(&mut s1, &["zombie"]);
     drop(s1);
     let restore = Restore {
+        states: Vec::new(),
         checkpoint: 2,
         known: vec![t1.clone()],
     };
@@ -315,6 +316,7 @@ fn interrupted_commit_is_explained_and_recovery_finishes_it() {
 
     // Recovery re-commits by id and publishes.
     let restore = Restore {
+        states: Vec::new(),
         checkpoint: 1,
         known: vec![h.clone()],
     };

@@ -26,6 +26,17 @@ pub enum CommitOutcome {
     Empty,
 }
 
+/// What one commit attempt came to.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CommitStep {
+    Done(CommitOutcome),
+    /// The outcome is unknown: try again, by id, after `wait_ms`.
+    RetryAfter {
+        wait_ms: u64,
+        error: String,
+    },
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AbortOutcome {
     Aborted,
@@ -43,15 +54,38 @@ impl Committer {
         Committer { scope, retry }
     }
 
-    /// Commits a prepared transaction. Used both when a checkpoint completes
-    /// and when recovery re-commits a restored one: the two are the same
-    /// operation because a commit must be repeatable.
+    /// Commits a prepared transaction, retrying an unknown outcome by id
+    /// with bounded back-off (the driver of [`Committer::commit_attempt`]).
+    /// Used both when a checkpoint completes and when recovery re-commits a
+    /// restored one: the two are the same operation because a commit must
+    /// be repeatable.
     pub fn commit<D: Destination, C: Clock>(
         &self,
         dest: &mut D,
         clock: &C,
         handle: &TransactionHandle,
     ) -> Result<CommitOutcome, TwopcError> {
+        let mut attempt = 0u32;
+        loop {
+            attempt += 1;
+            match self.commit_attempt(dest, clock.now_ms(), handle, attempt)? {
+                CommitStep::Done(outcome) => return Ok(outcome),
+                CommitStep::RetryAfter { wait_ms, .. } => clock.sleep_ms(wait_ms),
+            }
+        }
+    }
+
+    /// One attempt of a commit. It never waits: an unknown outcome comes
+    /// back as [`CommitStep::RetryAfter`], and the caller waits and calls
+    /// again with the next attempt number; once `attempt` reaches the retry
+    /// policy's maximum the unknown outcome is `CommitUnresolved` (fatal).
+    pub fn commit_attempt<D: Destination>(
+        &self,
+        dest: &mut D,
+        now_ms: u64,
+        handle: &TransactionHandle,
+        attempt: u32,
+    ) -> Result<CommitStep, TwopcError> {
         self.check_ours(handle)?;
         let Some(prepared) = handle.prepared() else {
             return Err(self.misuse(format!(
@@ -75,66 +109,64 @@ impl Committer {
                          recovery releases it again.",
                     source,
                 })?;
-            return Ok(CommitOutcome::Empty);
+            return Ok(CommitStep::Done(CommitOutcome::Empty));
         }
-        let mut attempt = 0u32;
-        loop {
-            attempt += 1;
-            match dest.commit(handle, clock.now_ms()) {
-                Ok(CommitStatus::Committed) => {
-                    log::debug!(
-                        "{}: committed transaction {} (checkpoint {})",
-                        self.scope,
-                        handle.transaction,
-                        prepared.checkpoint
-                    );
-                    return Ok(CommitOutcome::Committed);
-                }
-                Ok(CommitStatus::AlreadyCommitted) => {
-                    log::info!(
-                        "{}: transaction {} (checkpoint {}) was already committed; nothing to do",
-                        self.scope,
-                        handle.transaction,
-                        prepared.checkpoint
-                    );
-                    return Ok(CommitOutcome::AlreadyCommitted);
-                }
-                Ok(CommitStatus::Missing { evidence }) => {
-                    let lost = LostTransaction {
-                        scope: self.scope.clone(),
-                        transaction: handle.transaction.clone(),
-                        checkpoint: prepared.checkpoint,
-                        lineage: handle.lineage,
-                        records: prepared.records,
-                        evidence,
-                    };
-                    let err = TwopcError::Lost(Box::new(lost));
-                    log::error!("{err}");
-                    return Err(err);
-                }
-                Err(e) if attempt >= self.retry.max_attempts => {
-                    let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
-                        scope: self.scope.clone(),
-                        transaction: handle.transaction.clone(),
-                        checkpoint: prepared.checkpoint,
-                        attempts: attempt,
-                        last_error: e.to_string(),
-                    }));
-                    log::error!("{err}");
-                    return Err(err);
-                }
-                Err(e) => {
-                    let wait = self.retry.backoff_ms(attempt);
-                    log::warn!(
-                        "{}: commit of transaction {} (checkpoint {}) attempt {attempt}/{} has an \
-                         unknown outcome ({e}); retrying by id in {wait} ms",
-                        self.scope,
-                        handle.transaction,
-                        prepared.checkpoint,
-                        self.retry.max_attempts
-                    );
-                    clock.sleep_ms(wait);
-                }
+        match dest.commit(handle, now_ms) {
+            Ok(CommitStatus::Committed) => {
+                log::debug!(
+                    "{}: committed transaction {} (checkpoint {})",
+                    self.scope,
+                    handle.transaction,
+                    prepared.checkpoint
+                );
+                Ok(CommitStep::Done(CommitOutcome::Committed))
+            }
+            Ok(CommitStatus::AlreadyCommitted) => {
+                log::info!(
+                    "{}: transaction {} (checkpoint {}) was already committed; nothing to do",
+                    self.scope,
+                    handle.transaction,
+                    prepared.checkpoint
+                );
+                Ok(CommitStep::Done(CommitOutcome::AlreadyCommitted))
+            }
+            Ok(CommitStatus::Missing { evidence }) => {
+                let err = TwopcError::Lost(Box::new(LostTransaction {
+                    scope: self.scope.clone(),
+                    transaction: handle.transaction.clone(),
+                    checkpoint: prepared.checkpoint,
+                    lineage: handle.lineage,
+                    records: prepared.records,
+                    evidence,
+                }));
+                log::error!("{err}");
+                Err(err)
+            }
+            Err(e) if attempt >= self.retry.max_attempts => {
+                let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
+                    scope: self.scope.clone(),
+                    transaction: handle.transaction.clone(),
+                    checkpoint: prepared.checkpoint,
+                    attempts: attempt,
+                    last_error: e.to_string(),
+                }));
+                log::error!("{err}");
+                Err(err)
+            }
+            Err(e) => {
+                let wait_ms = self.retry.backoff_ms(attempt);
+                log::warn!(
+                    "{}: commit of transaction {} (checkpoint {}) attempt {attempt}/{} has an \
+                     unknown outcome ({e}); retrying by id in {wait_ms} ms",
+                    self.scope,
+                    handle.transaction,
+                    prepared.checkpoint,
+                    self.retry.max_attempts
+                );
+                Ok(CommitStep::RetryAfter {
+                    wait_ms,
+                    error: e.to_string(),
+                })
             }
         }
     }

@@ -163,6 +163,10 @@ pub struct SinkOptions {
     /// release this subtask's share of the destination (it is still shutting
     /// down) before it gives up and lets Flink restart it.
     pub owner_wait_ms: u64,
+    /// How long a subtask restored without a share of the sink's state
+    /// (after the parallelism grew) waits for another subtask to record the
+    /// run's lineage at the destination.
+    pub lineage_wait_ms: u64,
 }
 
 impl Default for SinkOptions {
@@ -174,6 +178,7 @@ impl Default for SinkOptions {
             commit_retry: RetryPolicy::default(),
             expiry_scan_interval_ms: 60_000,
             owner_wait_ms: 10_000,
+            lineage_wait_ms: 120_000,
         }
     }
 }

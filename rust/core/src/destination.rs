@@ -217,6 +217,18 @@ pub trait Destination {
 
     /// Records the start of a lineage (repeatable).
     fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError>;
+
+    /// Records that `run` (a Flink job id) writes in `lineage`, for its
+    /// subtasks that receive no writer state after a change of parallelism
+    /// (repeatable; within one run the lineage never changes).
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError>;
+
+    /// The lineage recorded for `run`, if any.
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError>;
 }
 
 /// A boxed destination is a destination, so a caller can choose the kind at
@@ -270,5 +282,15 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
         (**self).record_lineage(record)
+    }
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        (**self).record_run_lineage(run, lineage)
+    }
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        (**self).run_lineage(run)
     }
 }

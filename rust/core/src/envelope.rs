@@ -8,7 +8,7 @@
 //! offset size  field
 //!      0    4  magic "TWPC"
 //!      4    2  format version, big endian (1)
-//!      6    1  payload kind (1 = transaction handle, 2 = manifest)
+//!      6    1  payload kind (1 = transaction handle, 2 = manifest, 3 = writer state)
 //!      7    1  reserved, 0
 //!      8    4  body length N, big endian
 //!     12    N  body (bincode 2, standard config, serde)
@@ -30,6 +30,8 @@ pub const MAX_BODY_LEN: usize = 1 << 20;
 pub enum PayloadKind {
     TransactionHandle = 1,
     Manifest = 2,
+    /// A writer's own state (lineage, open transactions), see `state`.
+    WriterState = 3,
 }
 
 pub fn seal(kind: PayloadKind, body: &[u8]) -> Vec<u8> {

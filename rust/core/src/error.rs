@@ -202,9 +202,26 @@ pub struct RejectedRecord {
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct ExistingOutput {
     pub scope: SinkScope,
-    /// The lineages found, latest checkpoint first is not guaranteed; each
-    /// with its runs, its last checkpoint and some of its transactions.
+    /// The lineages found, each with its runs, its last checkpoint and some
+    /// of its transactions.
     pub lineages: Vec<crate::destination::LineageSummary>,
+    /// Set when the job restored this checkpoint but the sink had no state
+    /// in it (see [`WITHOUT_STATE_HINT`]).
+    pub restored_without_state: Option<CheckpointId>,
+}
+
+/// Said when a restore gave the sink no state at all, so it started as a
+/// fresh start would.
+const WITHOUT_STATE_HINT: &str = "(The job restored checkpoint {cp}, but the sink has no \
+state in it: if its operator uid or its sink id changed since that checkpoint was taken, or \
+--allowNonRestoredState dropped its state, restore again with the previous uid and sink id; \
+that restore commits the prepared transactions and continues the output.)";
+
+fn without_state_hint(checkpoint: Option<CheckpointId>) -> String {
+    match checkpoint {
+        Some(cp) => format!(" {}", WITHOUT_STATE_HINT.replace("{cp}", &cp.to_string())),
+        None => String::new(),
+    }
 }
 
 /// Another live run (or another sink of this job) owns this sink id and
@@ -227,6 +244,8 @@ pub struct PreparedOnFreshStart {
     pub scope: SinkScope,
     /// (transaction, checkpoint it was prepared for).
     pub prepared: Vec<(TransactionId, CheckpointId)>,
+    /// See [`ExistingOutput::restored_without_state`].
+    pub restored_without_state: Option<CheckpointId>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -447,8 +466,10 @@ fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
          an earlier run whose state was lost, so they are not aborted silently. Choose one: \
          restore the earlier run's latest checkpoint or savepoint (its recovery commits them); \
          or decide with the CLI (`twopc inspect <output>`); or, if their output is not wanted, \
-         set the fresh-start policy to ABORT_PREPARED and start again.",
-        p.scope, list
+         set the fresh-start policy to ABORT_PREPARED and start again.{}",
+        p.scope,
+        list,
+        without_state_hint(p.restored_without_state)
     )
 }
 
@@ -509,8 +530,9 @@ fn existing_output_message(e: &ExistingOutput) -> String {
          checkpoint or savepoint (its run and last checkpoint are named above), so the job \
          continues where it stopped; or remove that output first (`twopc inspect <destination>` \
          lists it); or, if a new run should add its output next to the old one, set the \
-         fresh-start policy to APPEND (or APPEND_AND_ABORT_PREPARED) and start again.",
-        e.scope
+         fresh-start policy to APPEND (or APPEND_AND_ABORT_PREPARED) and start again.{}",
+        e.scope,
+        without_state_hint(e.restored_without_state)
     )
 }
 

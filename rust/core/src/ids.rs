@@ -69,7 +69,7 @@ impl fmt::Display for SinkId {
 
 /// Identifies one run of the job (Flink's job id). A failover restart keeps
 /// it; a new submission, even one restored from a savepoint, gets a new one.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct RunId(String);
 
 impl RunId {

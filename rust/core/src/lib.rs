@@ -8,6 +8,7 @@
 
 pub mod clock;
 pub mod committer;
+pub mod committer_session;
 pub mod config;
 pub mod destination;
 pub mod envelope;
@@ -19,10 +20,13 @@ pub mod memory;
 pub mod records;
 pub mod recovery;
 pub mod sink;
+pub mod state;
 pub mod writer;
+pub mod writer_session;
 
 pub use clock::{Clock, SystemClock};
-pub use committer::{AbortOutcome, CommitOutcome};
+pub use committer::{AbortOutcome, CommitOutcome, CommitStep};
+pub use committer_session::{CommitterSession, Housekeeping};
 pub use config::{FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions, SubtaskContext};
 pub use destination::Destination;
 pub use error::{ConfigError, TwopcError};
@@ -30,3 +34,5 @@ pub use handle::{TransactionHandle, TransactionState};
 pub use ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 pub use recovery::{Restore, StartupReport};
 pub use sink::SubtaskSink;
+pub use state::WriterState;
+pub use writer_session::WriterSession;

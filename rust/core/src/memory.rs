@@ -66,6 +66,7 @@ struct Store {
     /// (sink, subtask) -> the destination view holding it, and its claim.
     owners: BTreeMap<(SinkId, u32), (u64, OwnerClaim)>,
     lineages: BTreeMap<(SinkId, LineageId), LineageRecord>,
+    runs: BTreeMap<(SinkId, RunId), LineageId>,
 }
 
 /// Tells destination views apart, for ownership.
@@ -450,5 +451,29 @@ impl Destination for MemoryDestination {
             s.lineages.entry(key).or_insert_with(|| record.clone());
             Ok(())
         })
+    }
+
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let key = (self.sink.clone(), run.clone());
+        self.with_fault(Operation::Scan, &scan, |s| match s.runs.get(&key) {
+            Some(l) if *l != lineage => Err(DestinationError::corrupt(format!(
+                "run {run} is recorded with lineage {l}, not {lineage}"
+            ))),
+            _ => {
+                s.runs.insert(key, lineage);
+                Ok(())
+            }
+        })
+    }
+
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        let scan = TransactionId::compose(&self.sink, 0, 0, 0);
+        let key = (self.sink.clone(), run.clone());
+        self.with_fault(Operation::Scan, &scan, |s| Ok(s.runs.get(&key).copied()))
     }
 }

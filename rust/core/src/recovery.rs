@@ -36,7 +36,7 @@
 //!   the same sink id, is refused; an earlier attempt of this run that is
 //!   still shutting down is waited for, briefly.
 
-use std::collections::{BTreeSet, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashSet};
 
 use crate::clock::Clock;
 use crate::committer::Committer;
@@ -50,18 +50,38 @@ use crate::error::{
     TwopcError,
 };
 use crate::handle::{HandleError, TransactionHandle};
-use crate::ids::{CheckpointId, LineageId, TransactionId};
+use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use crate::state::WriterState;
 
-/// What Flink restored to one subtask: the checkpoint id and the transaction
-/// handles of its share of the restored state. Any share will do (the
-/// handles give the lineage; lingering transactions are found later, see
-/// the module documentation), but it must not be empty after a restore, or
-/// the start counts as fresh: the Java shim snapshots enough copies of each
-/// open handle that every subtask of any later parallelism receives one.
+/// What Flink restored to one writer subtask: the checkpoint id, and this
+/// subtask's share of the restored state, which may be empty after the
+/// parallelism grew (Flink splits list state among the new subtasks; some
+/// get nothing). Such a subtask learns the lineage from the destination,
+/// where the subtasks that did get a share record it for their run.
 #[derive(Clone, Debug, Default)]
 pub struct Restore {
     pub checkpoint: CheckpointId,
+    /// Writer states of this share (one per subtask that wrote them).
+    pub states: Vec<WriterState>,
+    /// Transaction handles of this share that the caller restores itself
+    /// (the SinkFunction shim's pending and open transactions, and the
+    /// handle copies that older releases of the shim wrote instead of a
+    /// writer state).
     pub known: Vec<TransactionHandle>,
+}
+
+impl Restore {
+    /// Every handle this share names: the known ones and the writer
+    /// states' open ones.
+    pub fn handles(&self) -> impl Iterator<Item = &TransactionHandle> {
+        self.known
+            .iter()
+            .chain(self.states.iter().flat_map(|s| s.open.iter()))
+    }
+
+    fn is_empty(&self) -> bool {
+        self.states.is_empty() && self.known.is_empty()
+    }
 }
 
 /// What start-up did.
@@ -74,6 +94,10 @@ pub struct StartupReport {
     pub retracted: Vec<CommittedTransaction>,
 }
 
+/// How often a subtask without a share of the restored state looks again
+/// whether another subtask recorded the run's lineage.
+const LINEAGE_POLL_MS: u64 = 100;
+
 pub(crate) fn start<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
@@ -84,10 +108,6 @@ pub(crate) fn start<D: Destination, C: Clock>(
 ) -> Result<StartupReport, TwopcError> {
     let scope = ctx.scope();
     claim_ownership(dest, clock, ctx, options)?;
-    let restored = match restore {
-        Some(r) if !r.known.is_empty() => Some(r),
-        _ => None,
-    };
     let scan_err = |action: &'static str| {
         let scope = scope.clone();
         move |source| TwopcError::Scan {
@@ -97,12 +117,29 @@ pub(crate) fn start<D: Destination, C: Clock>(
         }
     };
 
-    let Some(restore) = restored else {
+    // A restore that gave this subtask no share of the sink's state: the
+    // parallelism grew (other subtasks have shares and record the run's
+    // lineage), or the sink has no state in the checkpoint at all (a new
+    // sink, or its uid or sink id changed): then it starts as a fresh start
+    // would, and the fresh-start rules refuse output it could duplicate.
+    let mut without_state = None;
+    let restore = match restore {
+        None => None,
+        Some(r) if !r.is_empty() => Some(r),
+        Some(r) => match wait_for_run_lineage(dest, clock, ctx, options, r.checkpoint)? {
+            Some(lineage) => return restored_start(dest, ctx, options, r, lineage),
+            None => {
+                without_state = Some(r.checkpoint);
+                None
+            }
+        },
+    };
+    let Some(restore) = restore else {
         let lineage = LineageId::of_fresh_run(&ctx.run);
         let staged = dest
             .staged()
             .map_err(scan_err("listing staged transactions at a fresh start"))?;
-        refuse_prepared_leftovers(ctx, options, &staged)?;
+        refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
         let lineages = dest
             .lineages()
             .map_err(scan_err("reading committed lineages at a fresh start"))?;
@@ -115,6 +152,7 @@ pub(crate) fn start<D: Destination, C: Clock>(
                 ExistingOutput {
                     scope,
                     lineages: earlier,
+                    restored_without_state: without_state,
                 },
             )));
         }
@@ -126,6 +164,8 @@ pub(crate) fn start<D: Destination, C: Clock>(
             appended: !earlier.is_empty(),
         })
         .map_err(scan_err("recording the new lineage"))?;
+        dest.record_run_lineage(&ctx.run, lineage)
+            .map_err(scan_err("recording the run's lineage"))?;
         return Ok(StartupReport {
             lineage,
             fresh: true,
@@ -134,16 +174,19 @@ pub(crate) fn start<D: Destination, C: Clock>(
         });
     };
 
-    for h in &restore.known {
+    for h in restore.handles() {
         if h.sink != ctx.sink {
-            return Err(TwopcError::Config(ConfigError::new(format!(
-                "the restored state holds transaction {} of sink '{}', but this sink is '{}'. \
-                 The sink id must stay the same across restores; set it back to '{}'",
-                h.transaction, h.sink, ctx.sink, h.sink
-            ))));
+            return Err(wrong_sink(ctx, &h.sink, Some(&h.transaction)));
         }
     }
-    let lineages: BTreeSet<LineageId> = restore.known.iter().map(|h| h.lineage).collect();
+    if let Some(s) = restore.states.iter().find(|s| s.sink != ctx.sink) {
+        return Err(wrong_sink(ctx, &s.sink, None));
+    }
+    let lineages: BTreeSet<LineageId> = restore
+        .handles()
+        .map(|h| h.lineage)
+        .chain(restore.states.iter().map(|s| s.lineage))
+        .collect();
     if lineages.len() > 1 {
         return Err(TwopcError::State {
             scope,
@@ -154,8 +197,21 @@ pub(crate) fn start<D: Destination, C: Clock>(
             )),
         });
     }
-    let lineage = restore.known[0].lineage;
+    let lineage = *lineages.first().expect("a non-empty share names a lineage");
+    // For this run's subtasks that got no share (see `wait_for_run_lineage`).
+    dest.record_run_lineage(&ctx.run, lineage)
+        .map_err(scan_err("recording the run's lineage"))?;
+    restored_start(dest, ctx, options, restore, lineage)
+}
 
+/// The checks of a start from restored state in `lineage`.
+fn restored_start<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    restore: &Restore,
+    lineage: LineageId,
+) -> Result<StartupReport, TwopcError> {
     let retracted = check_rewind(dest, ctx, options, restore, lineage)?;
     Ok(StartupReport {
         lineage,
@@ -165,17 +221,107 @@ pub(crate) fn start<D: Destination, C: Clock>(
     })
 }
 
-/// Aborts the staged transactions this subtask owns that are not of its own
-/// attempt and not `protected`. Called once the first checkpoint of this
-/// attempt completed, when every restored transaction has been resolved by
-/// whichever subtask restored it (see the module documentation).
+fn wrong_sink(ctx: &SubtaskContext, found: &SinkId, txn: Option<&TransactionId>) -> TwopcError {
+    TwopcError::Config(ConfigError::new(format!(
+        "the restored state holds {} of sink '{found}', but this sink is '{}'. The sink id must \
+         stay the same across restores; set it back to '{found}'",
+        match txn {
+            Some(t) => format!("transaction {t}"),
+            None => "the writer state".to_string(),
+        },
+        ctx.sink
+    )))
+}
+
+/// After a restore without a share of the sink's state, how long a subtask
+/// waits for the run's lineage when the destination holds nothing of this
+/// sink (a sink new in the job: nobody will record one).
+const NEW_SINK_GRACE_MS: u64 = 10_000;
+
+/// A subtask restored without a share of the sink's state waits for a
+/// subtask that has one to record the run's lineage: they start together,
+/// so this takes moments. `None` when none did within the wait: the sink
+/// has no state in the checkpoint at all.
+fn wait_for_run_lineage<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    checkpoint: CheckpointId,
+) -> Result<Option<LineageId>, TwopcError> {
+    let scan = |action: &'static str| {
+        let scope = ctx.scope();
+        move |source| TwopcError::Scan {
+            scope,
+            action,
+            source,
+        }
+    };
+    let holds_nothing = dest
+        .staged()
+        .map_err(scan(
+            "listing staged transactions after a restore without state",
+        ))?
+        .iter()
+        .all(|s| !s.is_prepared())
+        && dest
+            .lineages()
+            .map_err(scan(
+                "reading committed lineages after a restore without state",
+            ))?
+            .is_empty();
+    let wait = if holds_nothing {
+        options.lineage_wait_ms.min(NEW_SINK_GRACE_MS)
+    } else {
+        options.lineage_wait_ms
+    };
+    let deadline = clock.now_ms().saturating_add(wait);
+    loop {
+        let found = dest
+            .run_lineage(&ctx.run)
+            .map_err(scan("reading the restored run's lineage"))?;
+        if found.is_some() {
+            return Ok(found);
+        }
+        if clock.now_ms() >= deadline {
+            log::warn!(
+                "{}: checkpoint {checkpoint} gave this subtask no state of the sink, and no \
+                 subtask recorded run {}'s lineage within {wait} ms: the sink has no state in \
+                 the checkpoint, and starts as a fresh start would",
+                ctx.scope(),
+                ctx.run
+            );
+            return Ok(None);
+        }
+        clock.sleep_ms(LINEAGE_POLL_MS);
+    }
+}
+
+/// What housekeeping must leave alone: transactions of the writers of this
+/// attempt (original subtask → attempt nonce), and transactions a subtask
+/// still needs (restored or received, not yet committed).
+pub(crate) struct Keep<'a> {
+    pub current: &'a BTreeMap<u32, u64>,
+    pub protected: &'a HashSet<TransactionId>,
+}
+
+impl Keep<'_> {
+    fn keeps(&self, s: &StagedTransaction) -> bool {
+        self.current.get(&s.subtask) == Some(&s.attempt_nonce)
+            || self.protected.contains(&s.transaction)
+    }
+}
+
+/// Aborts the staged transactions this subtask owns that housekeeping must
+/// not keep. Called once the first checkpoint of this attempt completed,
+/// when every restored transaction has been resolved by whichever subtask
+/// restored it (see the module documentation).
 pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
     committer: &Committer,
     ctx: &SubtaskContext,
-    attempt_nonce: u64,
-    protected: &HashSet<TransactionId>,
+    keep: &Keep<'_>,
 ) -> Result<Vec<TransactionId>, TwopcError> {
     let staged = dest.staged().map_err(|source| TwopcError::Scan {
         scope: ctx.scope(),
@@ -184,10 +330,7 @@ pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     })?;
     let mut aborted = Vec::new();
     for s in staged {
-        if !ctx.owns(s.subtask)
-            || s.attempt_nonce == attempt_nonce
-            || protected.contains(&s.transaction)
-        {
+        if !ctx.owns(s.subtask) || keep.keeps(&s) {
             continue;
         }
         if let StagedState::Committing(handle) = &s.state {
@@ -353,7 +496,7 @@ fn check_rewind<D: Destination>(
             // abort was refused as misuse and the job restarted in a loop).
             // Retraction is repeatable, so two subtasks doing it is fine.
             let known: HashSet<&TransactionId> =
-                restore.known.iter().map(|h| &h.transaction).collect();
+                restore.handles().map(|h| &h.transaction).collect();
             let mine: Vec<CommittedTransaction> = later
                 .into_iter()
                 .filter(|c| ctx.owns(c.subtask) || known.contains(&c.transaction))
@@ -389,6 +532,7 @@ fn refuse_prepared_leftovers(
     ctx: &SubtaskContext,
     options: &SinkOptions,
     staged: &[StagedTransaction],
+    restored_without_state: Option<CheckpointId>,
 ) -> Result<(), TwopcError> {
     if options.fresh_start.aborts_prepared() {
         return Ok(());
@@ -410,6 +554,7 @@ fn refuse_prepared_leftovers(
         PreparedOnFreshStart {
             scope: ctx.scope(),
             prepared: foreign,
+            restored_without_state,
         },
     )))
 }
@@ -475,13 +620,13 @@ fn abort_one<D: Destination>(
 }
 
 /// Expires staged transactions this subtask owns that outlived the
-/// retention limit, except those it still needs (`protected`).
+/// retention limit, except those housekeeping must keep.
 pub(crate) fn expire_stale<D: Destination>(
     dest: &mut D,
     ctx: &SubtaskContext,
     retention_ms: u64,
     now_ms: u64,
-    protected: &HashSet<TransactionId>,
+    keep: &Keep<'_>,
 ) -> Result<Vec<TransactionId>, TwopcError> {
     let staged = dest.staged().map_err(|source| TwopcError::Scan {
         scope: ctx.scope(),
@@ -491,7 +636,7 @@ pub(crate) fn expire_stale<D: Destination>(
     let mut expired = Vec::new();
     for s in staged {
         if !ctx.owns(s.subtask)
-            || protected.contains(&s.transaction)
+            || keep.keeps(&s)
             || matches!(s.state, StagedState::Committing(_))
             || s.last_activity_ms.saturating_add(retention_ms) > now_ms
         {

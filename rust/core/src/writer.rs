@@ -73,6 +73,11 @@ impl Writer {
         self.lineage
     }
 
+    /// The handle of the open transaction, if any.
+    pub fn open_handle(&self) -> Option<TransactionHandle> {
+        self.open.as_ref().map(|o| o.handle.clone())
+    }
+
     /// The id of the open transaction, if any.
     pub fn current(&self) -> Option<&TransactionId> {
         self.open.as_ref().map(|o| &o.handle.transaction)

@@ -255,6 +255,7 @@ fn lingering_transactions_are_aborted_after_the_first_checkpoint_by_their_owner_
     // new 0 restores old 1, new 1 restores old 0. Ownership of leftovers is
     // by original index: new 0 owns old 0 and 2, new 1 owns old 1 and 3.
     let share = |h: &TransactionHandle| Restore {
+        states: Vec::new(),
         checkpoint: 3,
         known: vec![h.clone()],
     };
@@ -291,6 +292,12 @@ fn lingering_transactions_are_aborted_after_the_first_checkpoint_by_their_owner_
     // The first checkpoint of the new attempt completes.
     let own0 = prepared(&mut s0, &["n0"], 4);
     s0.commit(&own0).unwrap();
+    assert!(
+        store.staged_ids().contains(&handles[2].transaction),
+        "a commit alone does not end recovery: the checkpoint's completion does"
+    );
+    let report = s0.checkpoint_completed(4).unwrap();
+    assert_eq!(report.aborted, vec![handles[2].transaction.clone()]);
     let left = store.staged_ids();
     assert!(
         !left.contains(&handles[2].transaction),
@@ -302,6 +309,7 @@ fn lingering_transactions_are_aborted_after_the_first_checkpoint_by_their_owner_
     );
     let own1 = prepared(&mut s1, &["n1"], 4);
     s1.commit(&own1).unwrap();
+    s1.checkpoint_completed(4).unwrap();
     assert!(store.staged_ids().is_empty());
     assert_eq!(visible(&store), vec!["n0", "n1", "r0", "r1"]);
 }
@@ -318,6 +326,7 @@ fn rewind_is_detected_or_replaced_as_configured() {
     drop(s); // the job is stopped
              // A savepoint taken at checkpoint 1 knows c1 (pending) and an open txn.
     let savepoint = Restore {
+        states: Vec::new(),
         checkpoint: 1,
         known: vec![c1.clone(), open_at_1],
     };
@@ -384,6 +393,7 @@ fn checkpoint_ids_of_another_lineage_do_not_count_as_rewind() {
     let mine = prepared(&mut fresh, &["new"], 2);
     drop(fresh);
     let restore = Restore {
+        states: Vec::new(),
         checkpoint: 2,
         known: vec![mine.clone()],
     };
@@ -492,6 +502,7 @@ fn restoring_state_of_another_sink_is_a_config_error() {
     .0;
     let h = s.begin().unwrap();
     let restore = Restore {
+        states: Vec::new(),
         checkpoint: 1,
         known: vec![h],
     };
@@ -659,6 +670,19 @@ impl Destination for RefusesThird {
         r: &twopc_core::destination::LineageRecord,
     ) -> Result<(), twopc_core::error::DestinationError> {
         self.0.record_lineage(r)
+    }
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        l: twopc_core::LineageId,
+    ) -> Result<(), twopc_core::error::DestinationError> {
+        self.0.record_run_lineage(run, l)
+    }
+    fn run_lineage(
+        &mut self,
+        run: &RunId,
+    ) -> Result<Option<twopc_core::LineageId>, twopc_core::error::DestinationError> {
+        self.0.run_lineage(run)
     }
 }
 

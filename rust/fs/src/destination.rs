@@ -11,6 +11,7 @@
 //!     committed/<lineage>-<checkpoint>-<txn>   commit record
 //!     expired/<txn-id>                         tombstone of retention cleanup
 //!     lineages/<lineage>                       how a lineage began
+//!     runs/<run>                               the lineage a run writes in
 //!     trash/<txn-id>.<nonce>/...               claimed for removal
 //!     tmp/                                     scratch for atomic writes
 //! ```
@@ -52,7 +53,7 @@ use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition,
 };
 use twopc_core::handle::TransactionHandle;
-use twopc_core::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::{preview, RecordBatch};
 
 use crate::control::{encode, CommitRecord, ControlFile, PreparedMarker};
@@ -125,6 +126,7 @@ struct SinkDirs {
     tmp: Dir,
     owners: Dir,
     lineages: Dir,
+    runs: Dir,
 }
 
 impl SinkDirs {
@@ -139,6 +141,7 @@ impl SinkDirs {
             tmp: sink_dir.ensure_dir(names::TMP)?,
             owners: sink_dir.ensure_dir(names::OWNERS)?,
             lineages: sink_dir.ensure_dir(names::LINEAGES)?,
+            runs: sink_dir.ensure_dir(names::RUNS)?,
         })
     }
 }
@@ -960,5 +963,52 @@ impl Destination for FsDestination {
                 e,
             )),
         }
+    }
+
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        let dir = &self.dirs.runs;
+        match dir.write_atomically(
+            &self.dirs.tmp,
+            run.as_str(),
+            lineage.to_string().as_bytes(),
+            false,
+            IoStep::Note,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                match self.run_lineage(run)? {
+                    Some(l) if l == lineage => Ok(()),
+                    other => Err(self.corrupt(format!(
+                        "{} records lineage {other:?} for run {run}, but this run writes in \
+                         lineage {lineage}",
+                        self.dirs.runs.child(run.as_str()).display()
+                    ))),
+                }
+            }
+            Err(e) => Err(DestinationError::io(
+                "recording the run's lineage",
+                &dir.child(run.as_str()),
+                e,
+            )),
+        }
+    }
+
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        let dir = &self.dirs.runs;
+        let path = dir.child(run.as_str());
+        let Some(bytes) = dir
+            .read_file(run.as_str(), 64)
+            .map_err(|e| DestinationError::io("reading", &path, e))?
+        else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        names::parse_lineage_record_name(text.trim())
+            .map(Some)
+            .ok_or_else(|| self.corrupt(format!("{} does not hold a lineage", path.display())))
     }
 }

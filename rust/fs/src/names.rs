@@ -15,6 +15,7 @@ pub(crate) const TRASH: &str = "trash";
 pub(crate) const TMP: &str = "tmp";
 pub(crate) const OWNERS: &str = "owners";
 pub(crate) const LINEAGES: &str = "lineages";
+pub(crate) const RUNS: &str = "runs";
 
 /// Files inside a transaction's directory.
 pub(crate) const DATA_FILE: &str = "data";

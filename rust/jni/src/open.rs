@@ -321,6 +321,7 @@ fn restore(
         })
         .collect::<BridgeResult<Vec<_>>>()?;
     Ok(Some(Restore {
+        states: Vec::new(),
         checkpoint,
         known: handles,
     }))

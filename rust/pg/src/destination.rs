@@ -370,8 +370,8 @@ impl PgDestination {
     }
 
     /// Quoted names of the control tables: commit records, prepared
-    /// handles, tombstones, owners, lineages.
-    pub fn control_table_names(&self) -> [&str; 5] {
+    /// handles, tombstones, owners, lineages, runs.
+    pub fn control_table_names(&self) -> [&str; 6] {
         self.control_tables.all().map(String::as_str)
     }
 
@@ -1368,5 +1368,48 @@ impl Destination for PgDestination {
             Ok(c.execute(&sql, &[&sink, &lineage, &run, &at, &appended])?)
         })?;
         Ok(())
+    }
+
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        let sql = format!(
+            "INSERT INTO {} (sink_id, run_id, lineage) VALUES ($1, $2, $3) \
+             ON CONFLICT (sink_id, run_id) DO NOTHING",
+            self.control_tables.runs
+        );
+        let (sink, r, l) = (
+            self.sink.as_str().to_string(),
+            run.as_str().to_string(),
+            lineage.0 as i64,
+        );
+        self.control.run("recording the run's lineage", |c| {
+            Ok(c.execute(&sql, &[&sink, &r, &l])?)
+        })?;
+        match self.run_lineage(run)? {
+            Some(found) if found == lineage => Ok(()),
+            found => Err(self.err(
+                DestinationErrorKind::Corrupt,
+                format!(
+                    "{} records lineage {found:?} for run {run}, but this run writes in lineage \
+                     {lineage}",
+                    self.control_tables.runs
+                ),
+            )),
+        }
+    }
+
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        let sql = format!(
+            "SELECT lineage FROM {} WHERE sink_id = $1 AND run_id = $2",
+            self.control_tables.runs
+        );
+        let (sink, r) = (self.sink.as_str().to_string(), run.as_str().to_string());
+        let row = self.control.run("reading the run's lineage", |c| {
+            Ok(c.query_opt(&sql, &[&sink, &r])?)
+        })?;
+        Ok(row.map(|row| LineageId(row.get::<_, i64>(0) as u64)))
     }
 }

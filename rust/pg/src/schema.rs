@@ -19,6 +19,7 @@ pub const PREPARED_TABLE: &str = "twopc_prepared";
 pub const EXPIRED_TABLE: &str = "twopc_expired";
 pub const OWNERS_TABLE: &str = "twopc_owners";
 pub const LINEAGES_TABLE: &str = "twopc_lineages";
+pub const RUNS_TABLE: &str = "twopc_runs";
 
 /// Oldest server accepted: generated columns (checked below) and
 /// `to_regclass(text)` need 12.
@@ -56,6 +57,7 @@ pub(crate) struct ControlTables {
     pub expired: String,
     pub owners: String,
     pub lineages: String,
+    pub runs: String,
 }
 
 impl ControlTables {
@@ -68,17 +70,19 @@ impl ControlTables {
             expired: q(EXPIRED_TABLE),
             owners: q(OWNERS_TABLE),
             lineages: q(LINEAGES_TABLE),
+            runs: q(RUNS_TABLE),
         }
     }
 
     /// Every control table.
-    pub fn all(&self) -> [&String; 5] {
+    pub fn all(&self) -> [&String; 6] {
         [
             &self.commit_records,
             &self.prepared,
             &self.expired,
             &self.owners,
             &self.lineages,
+            &self.runs,
         ]
     }
 
@@ -126,6 +130,12 @@ impl ControlTables {
              \x20   started_at timestamptz NOT NULL,\n\
              \x20   appended boolean NOT NULL,\n\
              \x20   PRIMARY KEY (sink_id, lineage)\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {r} (\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   run_id text NOT NULL,\n\
+             \x20   lineage bigint NOT NULL,\n\
+             \x20   PRIMARY KEY (sink_id, run_id)\n\
              );\n",
             cr = self.commit_records,
             cri = quote_ident("twopc_commit_records_by_lineage"),
@@ -133,6 +143,7 @@ impl ControlTables {
             e = self.expired,
             o = self.owners,
             l = self.lineages,
+            r = self.runs,
         )
     }
 }

@@ -18,7 +18,7 @@
 //!    their transactions stay pending and are committed at the next one.
 //!
 //! On start it restores like Flink: every subtask opens its sink with
-//! `Restore { checkpoint, known: all handles }`, re-commits its pending
+//! `Restore { states: Vec::new(), checkpoint, known: all handles }`, re-commits its pending
 //! handles (must be `Committed` or `AlreadyCommitted`), aborts its restored
 //! open one, and the source resumes at the recorded offset. At the end it
 //! takes a final checkpoint and closes (aborts the empty open transaction).
@@ -262,6 +262,7 @@ fn run(args: Args) -> Result<(), String> {
     phase.set("restore");
     let restored = load_checkpoint(&args.state)?;
     let restore = restored.as_ref().map(|c| Restore {
+        states: Vec::new(),
         checkpoint: c.id,
         known: c.handles.clone(),
     });
@@ -421,6 +422,14 @@ impl Job {
                     ));
                 }
                 self.delay(10);
+            }
+            // Then the sink's housekeeping (lingering aborts after a
+            // restore, retention), whose failures are reported, not raised.
+            let report = self.sinks[st]
+                .checkpoint_completed(id)
+                .map_err(|e| format!("subtask {st}: checkpoint {id} completed: {e}"))?;
+            for f in report.failures {
+                log::warn!("subtask {st}: {f}");
             }
         }
         Ok(())

@@ -119,6 +119,7 @@ pub fn open_reporting(
 /// The state restored from `checkpoint`, which knew the transactions `known`.
 pub fn restore_from(checkpoint: u64, known: &[&TransactionHandle]) -> Restore {
     Restore {
+        states: Vec::new(),
         checkpoint,
         known: known.iter().map(|&h| h.clone()).collect(),
     }

@@ -57,6 +57,7 @@ impl CompletedCheckpoint {
             known.push(self.states[0].current.clone());
         }
         Restore {
+            states: Vec::new(),
             checkpoint: self.id,
             known,
         }

@@ -256,6 +256,23 @@ impl<D: Destination> Destination for FaultyDestination<D> {
         let id = self.scan_id.clone();
         self.call(Operation::Scan, &id, |d| d.record_lineage(record))
     }
+
+    fn record_run_lineage(
+        &mut self,
+        run: &twopc_core::RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.record_run_lineage(run, lineage))
+    }
+
+    fn run_lineage(
+        &mut self,
+        run: &twopc_core::RunId,
+    ) -> Result<Option<LineageId>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.run_lineage(run))
+    }
 }
 
 /// The plan's I/O faults for the filesystem destination, switched on once a

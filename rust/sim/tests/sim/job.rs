@@ -1113,7 +1113,25 @@ impl<B: Backend> SimulatedJob<B> {
             }
             rt.pending.remove(&c);
         }
-        first_error.map(AttemptEnd::Failed)
+        if let Some(e) = first_error {
+            return Some(AttemptEnd::Failed(e));
+        }
+        // After the commits, the shim reports the completed checkpoint:
+        // housekeeping, whose failures are reported and retried later.
+        match rt.sink.checkpoint_completed(checkpoint) {
+            Ok(report) => {
+                for t in &report.aborted {
+                    trace!(self.trace, "s{} aborted lingering {t}", rt.index);
+                }
+                for f in &report.failures {
+                    trace!(self.trace, "s{} housekeeping failed: {f}", rt.index);
+                    self.coverage
+                        .bump(Section::Protocol, "housekeeping failed, retried later");
+                }
+                None
+            }
+            Err(e) => Some(AttemptEnd::Failed(e)),
+        }
     }
 
     /// End of input (FLIP-147): a final checkpoint whose notification the
@@ -1132,6 +1150,16 @@ impl<B: Backend> SimulatedJob<B> {
             return Ok(AttemptEnd::Crashed(CrashPoint::DuringFinish));
         }
         for i in self.chaos.rng.order(subtasks.len()) {
+            // Housekeeping still due (it failed at the final checkpoint) is
+            // tried once more; its failure now fails the task.
+            match subtasks[i].sink.finish() {
+                Ok(aborted) => {
+                    for t in aborted {
+                        trace!(self.trace, "s{i} aborted lingering {t} at the end");
+                    }
+                }
+                Err(e) => return Ok(AttemptEnd::Failed(e)),
+            }
             if let Err(e) = subtasks[i].close() {
                 return Ok(AttemptEnd::Failed(e));
             }

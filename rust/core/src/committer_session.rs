@@ -1,0 +1,266 @@
+//! The committer side of one subtask, as Flink's Sink V2 committer needs
+//! it: it commits any prepared handle of this sink (its own writer's, or one
+//! restored from the committer's state, whoever prepared it), and runs the
+//! housekeeping that an explicit "checkpoint N completed" event triggers.
+//! It needs no writer of its own.
+//!
+//! Housekeeping is not on the critical path. The lingering cleanup after a
+//! restore (once every subtask finished its recovery, which a checkpoint
+//! completing after the restore proves) and the retention scan run when a
+//! checkpoint completes; when they fail, the failure is reported in the
+//! [`Housekeeping`] result (for a log line and a metric) and tried again at
+//! the next checkpoint. Only the outcome of a commit (a lost transaction, a
+//! commit whose outcome stays unknown) is an error.
+
+use std::collections::{BTreeMap, HashSet};
+
+use crate::clock::Clock;
+use crate::committer::{CommitOutcome, CommitStep, Committer};
+use crate::config::{SinkOptions, SubtaskContext};
+use crate::destination::Destination;
+use crate::error::{SinkScope, TwopcError};
+use crate::handle::TransactionHandle;
+use crate::ids::{CheckpointId, TransactionId};
+use crate::recovery::{self, Keep};
+
+/// What one round of housekeeping did.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Housekeeping {
+    /// Lingering transactions aborted.
+    pub aborted: Vec<TransactionId>,
+    /// Staged transactions removed by retention cleanup.
+    pub expired: Vec<TransactionId>,
+    /// What failed, to be logged and counted; tried again next time.
+    pub failures: Vec<String>,
+}
+
+/// Counters for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct CommitterStats {
+    pub committed: u64,
+    pub already_committed: u64,
+    pub empty: u64,
+    pub lingering_aborted: u64,
+    pub expired: u64,
+    pub housekeeping_failures: u64,
+    pub last_committed_checkpoint: Option<CheckpointId>,
+}
+
+pub struct CommitterSession {
+    ctx: SubtaskContext,
+    options: SinkOptions,
+    committer: Committer,
+    /// The checkpoint the job restored, if it did.
+    restored: Option<CheckpointId>,
+    /// After a restore: lingering transactions are aborted once a checkpoint
+    /// after the restored one completes.
+    cleanup_due: bool,
+    /// The writers of this attempt: original subtask → attempt nonce.
+    writers: BTreeMap<u32, u64>,
+    /// Handles received or restored and not yet committed.
+    protected: HashSet<TransactionId>,
+    last_expiry_scan_ms: u64,
+    stats: CommitterStats,
+}
+
+impl CommitterSession {
+    /// A committer for `ctx`'s subtask; `restored` is the checkpoint the job
+    /// restored, if any. Does no I/O.
+    pub fn new(ctx: SubtaskContext, options: SinkOptions, restored: Option<CheckpointId>) -> Self {
+        CommitterSession {
+            committer: Committer::new(ctx.scope(), options.commit_retry),
+            ctx,
+            options,
+            restored,
+            cleanup_due: restored.is_some(),
+            writers: BTreeMap::new(),
+            protected: HashSet::new(),
+            last_expiry_scan_ms: 0,
+            stats: CommitterStats::default(),
+        }
+    }
+
+    pub fn scope(&self) -> SinkScope {
+        self.ctx.scope()
+    }
+
+    pub fn stats(&self) -> CommitterStats {
+        self.stats
+    }
+
+    /// True until the first checkpoint after a restore completed.
+    pub fn cleanup_due(&self) -> bool {
+        self.cleanup_due
+    }
+
+    /// Tells the committer which attempt a writer of this attempt runs, so
+    /// that housekeeping never touches that writer's transactions.
+    pub fn note_writer(&mut self, subtask: u32, attempt_nonce: u64) {
+        self.writers.insert(subtask, attempt_nonce);
+    }
+
+    /// A handle this committer will commit (received or restored): never
+    /// aborted or expired by housekeeping meanwhile. A handle prepared
+    /// after the restore also names the current attempt of its writer.
+    pub fn protect(&mut self, handle: &TransactionHandle) {
+        self.protected.insert(handle.transaction.clone());
+        if handle.checkpoint() > self.restored {
+            self.note_writer(handle.subtask, handle.attempt_nonce());
+        }
+    }
+
+    /// Forgets a handle (its writer aborted it).
+    pub fn release(&mut self, txn: &TransactionId) {
+        self.protected.remove(txn);
+    }
+
+    /// Commits a prepared handle of this sink, retrying an unknown outcome
+    /// with back-off within the retry policy (see [`Committer::commit`]).
+    pub fn commit<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+        handle: &TransactionHandle,
+    ) -> Result<CommitOutcome, TwopcError> {
+        let mut attempt = 0;
+        loop {
+            attempt += 1;
+            match self.commit_attempt(dest, clock.now_ms(), handle, attempt)? {
+                CommitStep::Done(outcome) => return Ok(outcome),
+                CommitStep::RetryAfter { wait_ms, .. } => clock.sleep_ms(wait_ms),
+            }
+        }
+    }
+
+    /// One attempt of a commit (see [`Committer::commit_attempt`]).
+    pub fn commit_attempt<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        now_ms: u64,
+        handle: &TransactionHandle,
+        attempt: u32,
+    ) -> Result<CommitStep, TwopcError> {
+        self.protect(handle);
+        let step = self
+            .committer
+            .commit_attempt(dest, now_ms, handle, attempt)?;
+        if let CommitStep::Done(outcome) = &step {
+            self.protected.remove(&handle.transaction);
+            match outcome {
+                CommitOutcome::Committed => self.stats.committed += 1,
+                CommitOutcome::AlreadyCommitted => self.stats.already_committed += 1,
+                CommitOutcome::Empty => self.stats.empty += 1,
+            }
+            self.stats.last_committed_checkpoint = self
+                .stats
+                .last_committed_checkpoint
+                .max(handle.checkpoint());
+        }
+        Ok(step)
+    }
+
+    /// Checkpoint `checkpoint` completed: housekeeping. Only a commit it had
+    /// to finish (a decided commit found interrupted) can fail it.
+    pub fn checkpoint_completed<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+        checkpoint: CheckpointId,
+    ) -> Result<Housekeeping, TwopcError> {
+        let mut report = Housekeeping::default();
+        // A checkpoint after the restore completed: every subtask finished
+        // its recovery, so whatever this subtask owns and nobody keeps is
+        // lingering. (Until this committer knows its own writer's attempt,
+        // it could not tell that writer's transactions apart: wait.)
+        if self.cleanup_due
+            && Some(checkpoint) > self.restored
+            && self.writers.contains_key(&self.ctx.subtask)
+        {
+            let keep = Keep {
+                current: &self.writers,
+                protected: &self.protected,
+            };
+            match recovery::abort_lingering(dest, clock, &self.committer, &self.ctx, &keep) {
+                Ok(aborted) => {
+                    self.cleanup_due = false;
+                    if !aborted.is_empty() {
+                        log::info!(
+                            "{}: aborted {} lingering transactions after checkpoint \
+                             {checkpoint}, the first since the restore",
+                            self.ctx.scope(),
+                            aborted.len()
+                        );
+                    }
+                    self.stats.lingering_aborted += aborted.len() as u64;
+                    report.aborted = aborted;
+                }
+                Err(e @ (TwopcError::Lost(_) | TwopcError::CommitUnresolved(_))) => return Err(e),
+                Err(e) => report.failures.push(format!(
+                    "aborting lingering transactions after checkpoint {checkpoint} failed (tried \
+                     again at the next checkpoint): {e}"
+                )),
+            }
+        }
+        if !self.cleanup_due {
+            match self.expire_if_due(dest, clock) {
+                Ok(expired) => report.expired = expired,
+                Err(e) => report.failures.push(format!(
+                    "the retention scan after checkpoint {checkpoint} failed (tried again at the \
+                     next checkpoint): {e}"
+                )),
+            }
+        }
+        self.stats.housekeeping_failures += report.failures.len() as u64;
+        for f in &report.failures {
+            log::warn!("{}: {f}", self.ctx.scope());
+        }
+        Ok(report)
+    }
+
+    /// The subtask ends after its final checkpoint: housekeeping still due
+    /// (a lingering cleanup that failed and had no later checkpoint to be
+    /// tried again at) gets one more try, and its failure is raised now:
+    /// the task fails, and Flink's restart from the final checkpoint tries
+    /// again, instead of the job finishing with lingering transactions
+    /// staged.
+    pub fn finish<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+    ) -> Result<Vec<TransactionId>, TwopcError> {
+        if !self.cleanup_due || !self.writers.contains_key(&self.ctx.subtask) {
+            return Ok(Vec::new());
+        }
+        let keep = Keep {
+            current: &self.writers,
+            protected: &self.protected,
+        };
+        let aborted = recovery::abort_lingering(dest, clock, &self.committer, &self.ctx, &keep)?;
+        self.cleanup_due = false;
+        self.stats.lingering_aborted += aborted.len() as u64;
+        Ok(aborted)
+    }
+
+    /// Runs the retention cleanup if the scan interval has passed.
+    pub fn expire_if_due<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+    ) -> Result<Vec<TransactionId>, TwopcError> {
+        let now = clock.now_ms();
+        if self.last_expiry_scan_ms != 0
+            && now.saturating_sub(self.last_expiry_scan_ms) < self.options.expiry_scan_interval_ms
+        {
+            return Ok(Vec::new());
+        }
+        self.last_expiry_scan_ms = now.max(1);
+        let keep = Keep {
+            current: &self.writers,
+            protected: &self.protected,
+        };
+        let expired =
+            recovery::expire_stale(dest, &self.ctx, self.options.retention_ms, now, &keep)?;
+        self.stats.expired += expired.len() as u64;
+        Ok(expired)
+    }
+}

@@ -1,0 +1,289 @@
+//! The writer side of one subtask, as Flink's Sink V2 writer needs it: it
+//! starts (ownership, start-up checks, the restored open transactions
+//! aborted), begins, writes and prepares transactions, and hands each
+//! prepared handle on. It never commits.
+//!
+//! At start it claims this subtask's share of the sink at the destination,
+//! then runs the start-up rules of [`crate::recovery`]: a restore continues
+//! the restored lineage (and checks for a rewind), a start without state
+//! checks for prepared leftovers and earlier output.
+
+use std::collections::HashSet;
+
+use crate::clock::Clock;
+use crate::committer::{AbortOutcome, Committer};
+use crate::config::{RewindPolicy, SinkOptions, SubtaskContext};
+use crate::destination::Destination;
+use crate::error::{SinkScope, TwopcError};
+use crate::handle::TransactionHandle;
+use crate::ids::{random_u64, CheckpointId, LineageId, TransactionId};
+use crate::records::RecordBatch;
+use crate::recovery::{self, Restore, StartupReport};
+use crate::state::WriterState;
+use crate::writer::{OpenStats, Writer};
+
+/// A test-only fault at a named protocol point (cargo feature
+/// `failpoints`). Without the feature this expands to nothing.
+///
+/// Points: `twopc-write`, `twopc-prepare-before`, `twopc-prepare-after`
+/// (prepared at the destination, failure reported), `twopc-abort-before`;
+/// and in the committers, `twopc-commit-before`, `twopc-commit-after`.
+macro_rules! fault_point {
+    ($name:literal, $scope:expr, $txn:expr) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name, |_| Err(crate::writer_session::injected_fault(
+            $name, $scope, $txn
+        )));
+    };
+}
+pub(crate) use fault_point;
+
+#[cfg(feature = "failpoints")]
+pub(crate) fn injected_fault(
+    point: &'static str,
+    scope: SinkScope,
+    txn: &TransactionId,
+) -> TwopcError {
+    TwopcError::Destination {
+        scope,
+        action: "injected fault at",
+        transaction: txn.clone(),
+        consequence: point,
+        source: crate::error::DestinationError::new(
+            crate::error::DestinationErrorKind::Io,
+            format!("fail point {point} triggered"),
+        ),
+    }
+}
+
+/// Counters for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct WriterStats {
+    pub records_written: u64,
+    pub bytes_written: u64,
+    pub prepared: u64,
+    pub aborted: u64,
+}
+
+pub struct WriterSession {
+    ctx: SubtaskContext,
+    writer: Writer,
+    /// Under `RewindPolicy::ReplaceRange` after a restore: the restored
+    /// lineage and checkpoint, so that a restored open transaction found
+    /// committed by a later checkpoint is retracted rather than refused.
+    replace_after: Option<(LineageId, CheckpointId)>,
+    /// Transactions of the restored state this writer may be asked to abort.
+    restored: HashSet<TransactionId>,
+    stats: WriterStats,
+}
+
+impl WriterSession {
+    /// Starts a writer: ownership and start-up rules, then the open
+    /// transactions of the restored writer states are aborted (their records
+    /// come after the checkpoint and are replayed). `attempt_nonce` is
+    /// normally `None` (drawn at random); the simulation passes one.
+    pub fn open<D: Destination, C: Clock>(
+        dest: &mut D,
+        clock: &C,
+        ctx: SubtaskContext,
+        options: &SinkOptions,
+        restore: Option<&Restore>,
+        attempt_nonce: Option<u64>,
+    ) -> Result<(Self, StartupReport), TwopcError> {
+        let nonce = attempt_nonce.unwrap_or_else(random_u64);
+        let committer = Committer::new(ctx.scope(), options.commit_retry);
+        let report = recovery::start(dest, clock, &committer, &ctx, options, restore)?;
+        let mut session = WriterSession {
+            writer: Writer::new(ctx.clone(), report.lineage, nonce),
+            replace_after: match (restore, options.rewind) {
+                (Some(r), RewindPolicy::ReplaceRange) if !report.fresh => {
+                    Some((report.lineage, r.checkpoint))
+                }
+                _ => None,
+            },
+            restored: restore
+                .map(|r| r.handles().map(|h| h.transaction.clone()).collect())
+                .unwrap_or_default(),
+            ctx,
+            stats: WriterStats::default(),
+        };
+        log::info!(
+            "{}: writer started ({}, lineage {}, attempt {:016x}); aborted {} leftover \
+             transactions, retracted {}",
+            session.ctx.scope(),
+            if report.fresh { "fresh" } else { "restored" },
+            report.lineage,
+            nonce,
+            report.aborted.len(),
+            report.retracted.len()
+        );
+        if let Some(restore) = restore.filter(|_| !report.fresh) {
+            for open in restore.states.iter().flat_map(|s| s.open.iter()) {
+                session.abort(dest, open)?;
+            }
+        }
+        Ok((session, report))
+    }
+
+    pub fn scope(&self) -> SinkScope {
+        self.ctx.scope()
+    }
+
+    pub fn lineage(&self) -> LineageId {
+        self.writer.lineage()
+    }
+
+    pub fn attempt_nonce(&self) -> u64 {
+        self.writer.attempt_nonce()
+    }
+
+    pub fn stats(&self) -> WriterStats {
+        self.stats
+    }
+
+    pub fn open_stats(&self) -> OpenStats {
+        self.writer.open_stats()
+    }
+
+    /// The id of the open transaction, if any.
+    pub fn current(&self) -> Option<&TransactionId> {
+        self.writer.current()
+    }
+
+    /// This writer's state for a checkpoint: the lineage, and the open
+    /// transaction (aborted if the checkpoint is restored).
+    pub fn state(&self) -> WriterState {
+        WriterState {
+            sink: self.ctx.sink.clone(),
+            lineage: self.writer.lineage(),
+            run: self.ctx.run.clone(),
+            subtask: self.ctx.subtask,
+            open: self.writer.open_handle().into_iter().collect(),
+        }
+    }
+
+    pub fn begin<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+    ) -> Result<TransactionHandle, TwopcError> {
+        self.writer.begin(dest, clock.now_ms())
+    }
+
+    /// Stages a batch of length-prefixed records into the open transaction.
+    pub fn write<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        txn: &TransactionId,
+        batch: &[u8],
+    ) -> Result<OpenStats, TwopcError> {
+        let batch = RecordBatch::parse(batch).map_err(|source| TwopcError::Batch {
+            scope: self.ctx.scope(),
+            source,
+        })?;
+        fault_point!("twopc-write", self.ctx.scope(), txn);
+        let stats = self.writer.write(dest, txn, batch)?;
+        self.stats.records_written += batch.len();
+        self.stats.bytes_written += batch.payload_bytes();
+        Ok(stats)
+    }
+
+    /// Prepares the open transaction for `checkpoint` (durable, invisible)
+    /// and returns its handle, for the committer.
+    pub fn prepare<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+        txn: &TransactionId,
+        checkpoint: CheckpointId,
+    ) -> Result<TransactionHandle, TwopcError> {
+        fault_point!("twopc-prepare-before", self.ctx.scope(), txn);
+        let handle = self.writer.prepare(dest, txn, checkpoint, clock.now_ms())?;
+        fault_point!("twopc-prepare-after", self.ctx.scope(), txn);
+        self.stats.prepared += 1;
+        Ok(handle)
+    }
+
+    /// Aborts a transaction: the open one at close, or an open one of a
+    /// restored checkpoint. (Flink's SinkFunction can also hand over a
+    /// just-prepared one when beginning the next transaction failed; that
+    /// checkpoint then fails, so aborting it is right.) Committed output is
+    /// never removed by an abort.
+    pub fn abort<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        handle: &TransactionHandle,
+    ) -> Result<AbortOutcome, TwopcError> {
+        if handle.sink != self.ctx.sink {
+            return Err(TwopcError::Protocol {
+                scope: self.ctx.scope(),
+                message: format!(
+                    "transaction {} belongs to sink '{}', not to this sink",
+                    handle.transaction, handle.sink
+                ),
+            });
+        }
+        let why = if self.writer.current() == Some(&handle.transaction) {
+            "closing: the open transaction is not part of any checkpoint"
+        } else {
+            "restored open transaction: not part of the completed checkpoint"
+        };
+        fault_point!("twopc-abort-before", self.ctx.scope(), &handle.transaction);
+        if let Some(outcome) = self.retract_if_rewound(dest, handle)? {
+            return Ok(outcome);
+        }
+        let committer = Committer::new(self.ctx.scope(), Default::default());
+        let outcome = committer.abort(dest, &handle.transaction, why)?;
+        self.writer.forget(&handle.transaction);
+        self.restored.remove(&handle.transaction);
+        if outcome == AbortOutcome::Aborted {
+            self.stats.aborted += 1;
+        }
+        Ok(outcome)
+    }
+
+    /// Under `ReplaceRange`, the open transaction of the restored checkpoint
+    /// may have been prepared and committed by a later checkpoint of the run
+    /// that is being rewound. Whichever subtask restored it retracts that
+    /// commit (repeatable: its owner may do the same at start-up), which is
+    /// what aborting it means here.
+    fn retract_if_rewound<D: Destination>(
+        &mut self,
+        dest: &mut D,
+        handle: &TransactionHandle,
+    ) -> Result<Option<AbortOutcome>, TwopcError> {
+        let Some((lineage, checkpoint)) = self.replace_after else {
+            return Ok(None);
+        };
+        if self.writer.current() == Some(&handle.transaction) {
+            return Ok(None);
+        }
+        let scope = self.ctx.scope();
+        let later = dest
+            .committed_after(lineage, checkpoint)
+            .map_err(|source| TwopcError::Scan {
+                scope: scope.clone(),
+                action: "reading commit records for rewind replacement",
+                source,
+            })?;
+        let Some(committed) = later.iter().find(|c| c.transaction == handle.transaction) else {
+            return Ok(None);
+        };
+        log::warn!(
+            "{scope}: rewind to checkpoint {checkpoint}: retracting output of restored open \
+             transaction {} (committed by checkpoint {})",
+            committed.transaction,
+            committed.checkpoint
+        );
+        dest.retract(committed)
+            .map_err(|source| TwopcError::Destination {
+                scope,
+                action: "retracting (rewind)",
+                transaction: handle.transaction.clone(),
+                consequence: "Nothing new was written; the next start retries the retraction.",
+                source,
+            })?;
+        self.restored.remove(&handle.transaction);
+        Ok(Some(AbortOutcome::Aborted))
+    }
+}
