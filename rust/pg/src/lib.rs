@@ -23,6 +23,7 @@
 //! this API.
 #![forbid(unsafe_code)]
 
+mod conninfo;
 mod copy_stream;
 pub mod destination;
 mod error;
@@ -32,5 +33,6 @@ pub mod options;
 pub mod schema;
 pub mod sql;
 
+pub use conninfo::redact as redact_url;
 pub use destination::{PgDestination, UNKNOWN_RUN};
-pub use options::{redact_url, CopyFormat, Endpoint, Password, PgMode, PgOptions};
+pub use options::{CopyFormat, Endpoint, Password, PgMode, PgOptions};
