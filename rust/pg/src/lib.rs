@@ -30,6 +30,7 @@ mod error;
 pub mod idempotent;
 mod link;
 pub mod options;
+mod rows;
 pub mod schema;
 pub mod sql;
 

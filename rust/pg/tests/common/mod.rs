@@ -155,6 +155,33 @@ pub fn batch<S: AsRef<str>>(records: &[S]) -> Vec<u8> {
     b
 }
 
+/// A batch of records given as bytes (for records that are not UTF-8).
+pub fn batch_bytes(records: &[&[u8]]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for r in records {
+        push_record(&mut b, r);
+    }
+    b
+}
+
+/// The `RecordRejected` error of `result`, with its message; panics with
+/// what came instead.
+pub fn rejected<T: std::fmt::Debug>(
+    result: Result<T, TwopcError>,
+) -> (twopc_core::error::RejectedRecord, String) {
+    match result {
+        Err(e @ TwopcError::RecordRejected(_)) => {
+            let message = e.to_string();
+            assert!(e.is_fatal(), "a refused record stops the job: {message}");
+            match e {
+                TwopcError::RecordRejected(r) => (*r, message),
+                _ => unreachable!(),
+            }
+        }
+        other => panic!("expected a refused record, got {other:?}"),
+    }
+}
+
 /// For a transaction without records.
 pub const NO_ROWS: &[&str] = &[];
 
