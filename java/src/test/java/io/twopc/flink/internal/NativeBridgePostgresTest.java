@@ -225,12 +225,15 @@ public class NativeBridgePostgresTest {
                     .hasMessageContaining("fix the connection settings");
             assertThat(refused.getMessage()).doesNotContain(wrong).doesNotContain(pg.password);
 
-            // A password inside the URL is kept out of the message just as well.
+            // A password inside the URL is refused before connecting (the Java builder refuses
+            // it first; this is the native side's own check), and kept out of the message.
             PgOpen inUrl = new PgOpen();
             inUrl.url = "postgres://" + pg.user + ":" + wrongInUrl + "@" + pg.host + ":" + pg.port + "/" + pg.database;
             inUrl.password = null;
             Throwable refusedUrl = catchThrowable(inUrl::open);
-            assertThat(refusedUrl).isExactlyInstanceOf(TwopcConfigException.class);
+            assertThat(refusedUrl).isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining("carries a password")
+                    .hasMessageContaining("passwordFromEnvironment");
             assertThat(refusedUrl.getMessage()).doesNotContain(wrongInUrl);
 
             // And so is the right one, on a sink that works.
