@@ -31,6 +31,8 @@ pub(crate) enum JavaException {
     FreshStart,
     State,
     Config,
+    /// A record the destination can never accept.
+    RecordRejected,
     /// Protocol misuse, unknown or closed sink ids, poisoned sinks.
     IllegalState,
     /// Malformed batches and arguments.
@@ -38,7 +40,7 @@ pub(crate) enum JavaException {
 }
 
 impl JavaException {
-    const ALL: [JavaException; 9] = [
+    const ALL: [JavaException; 10] = [
         JavaException::Twopc,
         JavaException::Lost,
         JavaException::Unresolved,
@@ -46,6 +48,7 @@ impl JavaException {
         JavaException::FreshStart,
         JavaException::State,
         JavaException::Config,
+        JavaException::RecordRejected,
         JavaException::IllegalState,
         JavaException::IllegalArgument,
     ];
@@ -61,6 +64,9 @@ impl JavaException {
             JavaException::FreshStart => jni_str!("io/twopc/flink/TwopcFreshStartException"),
             JavaException::State => jni_str!("io/twopc/flink/TwopcStateException"),
             JavaException::Config => jni_str!("io/twopc/flink/TwopcConfigException"),
+            JavaException::RecordRejected => {
+                jni_str!("io/twopc/flink/TwopcRecordRejectedException")
+            }
             JavaException::IllegalState => jni_str!("java/lang/IllegalStateException"),
             JavaException::IllegalArgument => jni_str!("java/lang/IllegalArgumentException"),
         }
@@ -75,6 +81,7 @@ impl JavaException {
             "fresh-start" => JavaException::FreshStart,
             "state" => JavaException::State,
             "config" => JavaException::Config,
+            "record" => JavaException::RecordRejected,
             "protocol" => JavaException::IllegalState,
             "batch" => JavaException::IllegalArgument,
             // "destination" and any kind a later core adds: the retryable
@@ -291,8 +298,9 @@ impl<T: Default> ErrorPolicy<T, BridgeError> for ThrowJava {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use twopc_core::error::SinkScope;
+    use twopc_core::error::{RejectedRecord, SinkScope};
     use twopc_core::handle::HandleError;
+    use twopc_core::TransactionId;
     use twopc_core::{ConfigError, SinkId};
 
     #[test]
@@ -309,12 +317,32 @@ mod tests {
         let config = TwopcError::Config(ConfigError::new("x"));
         assert_eq!(JavaException::for_core(&config), JavaException::Config);
         let protocol = TwopcError::Protocol {
-            scope,
+            scope: scope.clone(),
             message: "m".into(),
         };
         assert_eq!(
             JavaException::for_core(&protocol),
             JavaException::IllegalState
+        );
+        // A record the destination can never accept stops the job: its own
+        // fatal class, not the retryable base class.
+        let record = TwopcError::RecordRejected(Box::new(RejectedRecord {
+            scope,
+            transaction: TransactionId::parse("s.0.00000000000000ab.1").unwrap().id,
+            checkpoint: Some(3),
+            position: 7,
+            column: Some("id".into()),
+            reason: "PostgreSQL: ERROR 22003: out of range".into(),
+            preview: "99999999999999999999\\tx".into(),
+        }));
+        assert!(record.is_fatal());
+        assert_eq!(
+            JavaException::for_core(&record),
+            JavaException::RecordRejected
+        );
+        assert_eq!(
+            JavaException::RecordRejected.class_name().to_string(),
+            "io/twopc/flink/TwopcRecordRejectedException"
         );
     }
 
