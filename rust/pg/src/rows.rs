@@ -84,8 +84,8 @@ impl fmt::Display for Problem {
             Problem::EndMarker { offset } => write!(
                 f,
                 "it holds \\. (at offset {offset}), PostgreSQL's end-of-data marker: COPY would \
-                 stop reading there and silently drop what follows. Write a backslash as \\\\ in \
-                 the text format, or quote the field (\"\\.\") in CSV"
+                 end there and silently drop what follows, or refuse the row. Write a backslash as \
+                 \\\\ in the text format, or quote the field (\"\\.\") in CSV"
             ),
             Problem::UnclosedQuote { offset } => write!(
                 f,
