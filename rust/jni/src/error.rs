@@ -303,8 +303,9 @@ impl<T: Default> ErrorPolicy<T, BridgeError> for ThrowJava {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use twopc_core::error::SinkScope;
+    use twopc_core::error::{RejectedRecord, SinkScope};
     use twopc_core::handle::HandleError;
+    use twopc_core::TransactionId;
     use twopc_core::{ConfigError, SinkId};
 
     #[test]
@@ -321,12 +322,32 @@ mod tests {
         let config = TwopcError::Config(ConfigError::new("x"));
         assert_eq!(JavaException::for_core(&config), JavaException::Config);
         let protocol = TwopcError::Protocol {
-            scope,
+            scope: scope.clone(),
             message: "m".into(),
         };
         assert_eq!(
             JavaException::for_core(&protocol),
             JavaException::IllegalState
+        );
+        // A record the destination can never accept stops the job: its own
+        // fatal class, not the retryable base class.
+        let record = TwopcError::RecordRejected(Box::new(RejectedRecord {
+            scope,
+            transaction: TransactionId::parse("s.0.00000000000000ab.1").unwrap().id,
+            checkpoint: Some(3),
+            position: 7,
+            column: Some("id".into()),
+            reason: "PostgreSQL: ERROR 22003: out of range".into(),
+            preview: "99999999999999999999\\tx".into(),
+        }));
+        assert!(record.is_fatal());
+        assert_eq!(
+            JavaException::for_core(&record),
+            JavaException::RecordRejected
+        );
+        assert_eq!(
+            JavaException::RecordRejected.class_name().to_string(),
+            "io/twopc/flink/TwopcRecordRejectedException"
         );
     }
 

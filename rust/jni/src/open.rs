@@ -481,6 +481,26 @@ mod tests {
                 |a| a.transaction_id_column = Some("body".into()),
                 "also in columns",
             ),
+            // A password inside the connection string: refused before
+            // connecting, never shown.
+            (
+                |a| {
+                    a.host = None;
+                    a.database = None;
+                    a.user = None;
+                    a.url = Some("postgres://u:pw-never-shown/x@h/db".into());
+                },
+                "passwordFromEnvironment",
+            ),
+            (
+                |a| {
+                    a.host = None;
+                    a.database = None;
+                    a.user = None;
+                    a.url = Some("host=h user=u password = 'pw-never-shown' dbname=db".into());
+                },
+                "passwordFromSystemProperty",
+            ),
         ];
         for (i, (change, expected)) in cases.iter().enumerate() {
             let mut a = pg_args();

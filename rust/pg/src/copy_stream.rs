@@ -22,13 +22,16 @@
 //! the client, borrows it for the COPY, and gives it back when the COPY
 //! ends (finished, abandoned or failed).
 //!
-//! The server reports a rejected row only when the COPY ends. So a bad
-//! record, or a row count that differs from the record count, shows at
-//! `prepare`, not at the `write` that carried it. Either way, the
-//! transaction is rolled back and the checkpoint fails.
+//! The server reports a rejected row only when the COPY ends. So a value
+//! the server refuses shows at `prepare`, not at the `write` that carried
+//! it; the destination maps the line the server names back to the record
+//! (see [`crate::destination`]). What can be checked before sending (the
+//! row's framing, encoding, field count) is, so such records never reach
+//! the COPY.
 
 use std::io::Write;
 use std::sync::mpsc::{sync_channel, Receiver, SyncSender};
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use postgres::Client;
@@ -39,7 +42,9 @@ use crate::link::CallError;
 pub(crate) const CHUNKS_IN_FLIGHT: usize = 2;
 
 enum Chunk {
-    Rows(Vec<u8>),
+    /// Shared, not copied: the destination keeps the latest chunks to show
+    /// a row the server refuses when the COPY ends.
+    Rows(Arc<Vec<u8>>),
     /// End the COPY normally; any other end of the channel abandons it.
     Finish,
 }
@@ -90,7 +95,7 @@ impl<S: Send + 'static> CopyStream<S> {
     /// feeder, waiting while the channel is full. `Err` means the feeder
     /// has ended: its COPY failed. Then [`CopyStream::end`] returns the
     /// reason.
-    pub fn send(&self, rows: Vec<u8>) -> Result<(), ()> {
+    pub fn send(&self, rows: Arc<Vec<u8>>) -> Result<(), ()> {
         self.chunks.send(Chunk::Rows(rows)).map_err(|_| ())
     }
 

@@ -8,10 +8,26 @@
 //! | core call | SQL |
 //! |---|---|
 //! | `begin` | nothing (lazy: `BEGIN` comes with the first write) |
-//! | `write` | `BEGIN` and `COPY <table> (<columns>) FROM STDIN` with the first batch; every batch streamed into that one COPY (see [`crate::copy_stream`]) |
+//! | `write` | every record of the batch checked first (see [`crate::rows`]); then `BEGIN` and `COPY <table> (<columns>) FROM STDIN` with the first batch; every batch streamed into that one COPY (see [`crate::copy_stream`]) |
 //! | `prepare` | end of the COPY (rows loaded checked against records written); side row (control session, autocommit); commit record + row lock (writer); `PREPARE TRANSACTION '<id>'` (writer) |
 //! | `commit` | `COMMIT PREPARED '<id>'` (control session) |
 //! | `abort` | `ROLLBACK` of the open one, `ROLLBACK PREPARED '<id>'` of a prepared one |
+//!
+//! ## A record PostgreSQL can never take
+//!
+//! Replaying such a record fails the same way, so it is reported as a
+//! [`RecordFault`] (the core makes it `TwopcError::RecordRejected`, which
+//! stops the job once instead of restarting it in a loop). What can be
+//! checked cheaply is checked for every record before its batch is sent:
+//! exactly one row of the COPY format, UTF-8, no NUL, one field per column
+//! ([`crate::rows`]); the fault names the record in the batch. What only
+//! the server can judge (type syntax, range, length, constraints) shows when
+//! the COPY ends, at prepare: a data error (SQLSTATE class 22 or 23, and a
+//! few more, see [`error::is_data_error`]) whose context names a line of the
+//! COPY is mapped back to the record at that position of the transaction
+//! ([`LineMap`]), shown from the latest batches kept ([`SentRows`]) or else
+//! as PostgreSQL quotes it. Anything else stays an ordinary, retryable
+//! failure.
 //!
 //! `COMMIT PREPARED` cannot run inside a transaction block and must not
 //! share a session with the open transaction, so commits, aborts and scans
@@ -81,7 +97,9 @@
 //! 42704 and no record → `Missing`. A still-running earlier attempt answers
 //! "busy" (55000), which is again `Err` and retried.
 
+use std::collections::VecDeque;
 use std::io::Write;
+use std::sync::Arc;
 
 use postgres::Client;
 use twopc_core::config::SubtaskContext;
@@ -89,16 +107,19 @@ use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
     OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
-use twopc_core::error::{ConfigError, DestinationError, DestinationErrorKind, TwopcError};
+use twopc_core::error::{
+    ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition, TwopcError,
+};
 use twopc_core::handle::TransactionHandle;
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
-use twopc_core::records::RecordBatch;
+use twopc_core::records::{preview, RecordBatch};
 
 use crate::copy_stream::CopyEnd;
-use crate::error::{self, UNDEFINED_OBJECT};
-use crate::idempotent::{quoted_list, IdempotentSql};
-use crate::link::{CallError, Link};
+use crate::error::{self, Quoted, RefusedRow, ServerError, UNDEFINED_OBJECT};
+use crate::idempotent::{quoted_list, IdempotentSql, STAGE_TABLE};
+use crate::link::{CallError, Failure, Link};
 use crate::options::{CopyFormat, PgMode, PgOptions, Secrets};
+use crate::rows::{self, LineMap};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 
@@ -116,6 +137,66 @@ struct OpenTxn {
     rows: u64,
     /// Set when a statement failed inside it: PostgreSQL has aborted it.
     failed: Option<String>,
+    /// The latest batches sent into its COPY.
+    sent: SentRows,
+    /// Which record each line of its COPY belongs to.
+    lines: LineMap,
+}
+
+/// How many bytes of the latest batches an open transaction keeps (see
+/// [`SentRows`]): a few batches of the Java side's default size (1 MiB).
+const SENT_KEPT_BYTES: usize = 4 << 20;
+
+/// The latest batches streamed into the open transaction's COPY, shared
+/// with the feeder thread rather than copied. The server reports a row it
+/// refuses only when the COPY ends, by its line; these let the error show
+/// the record's first bytes when the row is among them. Older batches are
+/// let go beyond [`SENT_KEPT_BYTES`] (the newest is always kept): holding a
+/// whole transaction would cost as much memory as its data.
+#[derive(Default)]
+struct SentRows {
+    /// (index of the batch's first record in the transaction, its rows).
+    batches: VecDeque<(u64, Arc<Vec<u8>>)>,
+    bytes: usize,
+}
+
+impl SentRows {
+    fn push(&mut self, first: u64, rows: Arc<Vec<u8>>) {
+        self.bytes += rows.len();
+        self.batches.push_back((first, rows));
+        while self.bytes > SENT_KEPT_BYTES && self.batches.len() > 1 {
+            if let Some((_, old)) = self.batches.pop_front() {
+                self.bytes -= old.len();
+            }
+        }
+    }
+
+    /// Row `index` of the transaction (0-based, without its line break),
+    /// if still kept.
+    fn row(&self, index: u64, format: CopyFormat) -> Option<&[u8]> {
+        let (first, rows) = self.batches.iter().rev().find(|(f, _)| *f <= index)?;
+        nth_row(rows, index - first, format)
+    }
+}
+
+/// Row `n` (0-based) of COPY data made of whole rows, each ending in a line
+/// break (in CSV, one outside quotes), without the line break.
+fn nth_row(rows: &[u8], n: u64, format: CopyFormat) -> Option<&[u8]> {
+    let (mut start, mut row, mut quoted) = (0, 0, false);
+    for (i, &b) in rows.iter().enumerate() {
+        match b {
+            b'"' if format == CopyFormat::Csv => quoted = !quoted,
+            b'\n' if !quoted => {
+                if row == n {
+                    return Some(&rows[start..i]);
+                }
+                row += 1;
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    None
 }
 
 struct TxnSql {
@@ -481,6 +562,8 @@ impl PgDestination {
                 generation: self.writer.generation(),
                 rows: 0,
                 failed: None,
+                sent: SentRows::default(),
+                lines: LineMap::default(),
             });
             let copy_sql = self.txn_sql().expect("transactional").copy_target.clone();
             let started = self.writer.start_copy(COPY_OP, copy_sql);
@@ -490,11 +573,21 @@ impl PgDestination {
                 return Err(f.error);
             }
         }
-        let rows = copy_rows(batch, self.row_suffix(txn).as_deref());
-        let result = self.writer.send_copy(COPY_OP, rows);
+        let format = self.options.copy_format;
+        let open = self.open.as_mut().expect("set above");
+        for (i, record) in batch.iter().enumerate() {
+            open.lines.push(open.rows + i as u64, record, format);
+        }
+        let rows = Arc::new(copy_rows(batch, self.row_suffix(txn).as_deref()));
+        let result = self.writer.send_copy(COPY_OP, Arc::clone(&rows));
+        // The server refuses a row only when the COPY ends, normally at
+        // prepare; should it end early, the row it names is mapped back
+        // here as well.
+        let fault = result.as_ref().err().and_then(|f| self.txn_row_fault(f));
         let open = self.open.as_mut().expect("set above");
         match result {
             Ok(()) => {
+                open.sent.push(open.rows, rows);
                 open.rows += batch.len();
                 Ok(())
             }
@@ -504,9 +597,69 @@ impl PgDestination {
                 } else {
                     format!("a statement in it failed ({})", f.error)
                 });
-                Err(f.error)
+                Err(fault.map_or(f.error, DestinationError::record))
             }
         }
+    }
+
+    /// The columns of the transactional COPY, in order.
+    fn copy_columns(&self) -> Vec<String> {
+        let mut columns = self.options.columns.clone();
+        columns.extend(self.options.transaction_id_column.iter().cloned());
+        columns
+    }
+
+    /// The fault of the record behind `f`, when `f` is a row of the open
+    /// transaction's COPY that the server refused for its data. One COPY
+    /// carries the whole transaction, one record per line, so line N is the
+    /// record at position N-1 of the transaction.
+    fn txn_row_fault(&self, f: &Failure) -> Option<RecordFault> {
+        let server = f.server.as_deref()?;
+        let row = error::refused_row(server, &self.table.name, &self.copy_columns())?;
+        let open = self.open.as_ref()?;
+        let index = open.lines.record_of(row.line)?;
+        let suffix = self.row_suffix(&open.id).unwrap_or_default();
+        let record = open
+            .sent
+            .row(index, self.options.copy_format)
+            .map(|r| r.strip_suffix(suffix.as_slice()).unwrap_or(r));
+        Some(server_fault(
+            server,
+            row,
+            RecordPosition::InTransaction(index),
+            record,
+            &suffix,
+            "",
+        ))
+    }
+
+    /// Checks every record of `batch` (see [`crate::rows`]) before any of it
+    /// reaches the server: the first one that is not exactly one row
+    /// PostgreSQL can take fails the write, named by its position.
+    fn check_batch(&self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
+        let format = self.options.copy_format;
+        let fields = self.options.columns.len();
+        for (i, record) in batch.iter().enumerate() {
+            if let Err(fault) = rows::check(format, fields, record) {
+                return Err(DestinationError::record(RecordFault {
+                    position: RecordPosition::InBatch(i as u64),
+                    column: fault
+                        .field
+                        .and_then(|f| self.options.columns.get(f).cloned()),
+                    reason: format!(
+                        "as a COPY {} row, {} (found before the batch was sent to PostgreSQL: \
+                         none of it was)",
+                        match format {
+                            CopyFormat::Text => "text",
+                            CopyFormat::Csv => "CSV",
+                        },
+                        fault.problem
+                    ),
+                    preview: preview(record),
+                }));
+            }
+        }
+        Ok(())
     }
 
     fn lost_open(&self, txn: &TransactionId) -> DestinationError {
@@ -574,7 +727,11 @@ impl PgDestination {
                 ));
             }
             Err(f) => {
+                let fault = self.txn_row_fault(&f);
                 self.rollback_open();
+                if let Some(fault) = fault {
+                    return Err(DestinationError::record(fault));
+                }
                 return Err(self.err(
                     f.error.kind,
                     format!(
@@ -1021,6 +1178,9 @@ impl PgDestination {
         );
         let records = batch.len();
         self.ensure_owner()?;
+        // Which statement failed: a data error of the upsert names no row,
+        // so it is looked for separately.
+        let mut upserting = false;
         // One short transaction per batch: the batch becomes visible whole
         // or not at all.
         let result = self.writer.run("upserting a batch", |c| {
@@ -1033,6 +1193,7 @@ impl PgDestination {
                 c.batch_execute("ROLLBACK")?;
                 return Ok(Some(loaded));
             }
+            upserting = true;
             c.execute(&upsert, &[])?;
             c.batch_execute("COMMIT")?;
             Ok(None)
@@ -1049,10 +1210,166 @@ impl PgDestination {
                         .writer
                         .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
                 }
-                Err(f.error)
+                match self.idempotent_row_fault(&f, batch, upserting) {
+                    Some(fault) => Err(DestinationError::record(fault)),
+                    None => Err(f.error),
+                }
             }
         }
     }
+
+    /// The fault of the record behind a failed batch upsert, when the server
+    /// refused a row for its data: named by the staging COPY's line, or
+    /// looked for when the upsert refused it (see [`crate::idempotent`]).
+    fn idempotent_row_fault(
+        &mut self,
+        f: &Failure,
+        batch: RecordBatch<'_>,
+        upserting: bool,
+    ) -> Option<RecordFault> {
+        // Earlier batches of the transaction committed on their own.
+        const NOTE: &str = ". Idempotent mode: the batches written before this one are upserted \
+                            and stay; this batch was rolled back";
+        let server = f.server.as_deref()?;
+        if !upserting {
+            let row = error::refused_row(server, STAGE_TABLE, &self.options.columns)?;
+            // One COPY per batch.
+            let mut lines = LineMap::default();
+            for (i, record) in batch.iter().enumerate() {
+                lines.push(i as u64, record, self.options.copy_format);
+            }
+            let index = lines.record_of(row.line)?;
+            let record = batch.iter().nth(index as usize);
+            return Some(server_fault(
+                server,
+                row,
+                RecordPosition::InBatch(index),
+                record,
+                &[],
+                NOTE,
+            ));
+        }
+        if !error::is_data_error(&server.sqlstate) {
+            return None;
+        }
+        match self.locate_upsert_fault(batch) {
+            Ok(Some((index, found))) => Some(RecordFault {
+                position: RecordPosition::InBatch(index),
+                column: found.column.clone(),
+                reason: format!("PostgreSQL: {}{NOTE}", found.text),
+                preview: batch
+                    .iter()
+                    .nth(index as usize)
+                    .map(preview)
+                    .unwrap_or_default(),
+            }),
+            Ok(None) => {
+                // No single record fails on its own (a concurrent writer may
+                // have changed what the batch conflicted with): a retry can
+                // pass, so the error stays retryable.
+                log::warn!(
+                    "the upsert of a batch into {} failed ({}), but no record of it fails on its \
+                     own; treating the error as one a restart may resolve",
+                    self.table,
+                    server.text
+                );
+                None
+            }
+            Err(e) => {
+                log::warn!(
+                    "could not find which record of a batch {} refused: {}",
+                    self.table,
+                    e.error
+                );
+                None
+            }
+        }
+    }
+
+    /// Stages `batch` again in a transaction that is rolled back, and finds
+    /// the first record the upsert refuses for its data: its position in the
+    /// batch and the server's error.
+    fn locate_upsert_fault(
+        &mut self,
+        batch: RecordBatch<'_>,
+    ) -> Result<Option<(u64, ServerError)>, Failure> {
+        let ModeSql::Idempotent(sql) = &self.sql else {
+            unreachable!("idempotent mode")
+        };
+        let (create, copy, last_rows, upsert_some) = (
+            sql.create_stage.clone(),
+            sql.copy_stage.clone(),
+            sql.last_rows.clone(),
+            sql.upsert_some.clone(),
+        );
+        let secrets = self.secrets.clone();
+        let result = self
+            .writer
+            .run("finding the record the upsert refused", |c| {
+                c.batch_execute("BEGIN")?;
+                // The failed transaction took a staging table it created
+                // with it.
+                c.batch_execute(&create)?;
+                copy_batch(c, &copy, batch)?;
+                let mut rows: Vec<(i64, i64)> = c
+                    .query(&last_rows, &[])?
+                    .iter()
+                    .map(|r| (r.get(0), r.get(1)))
+                    .collect();
+                rows.sort_unstable();
+                let found = bisect_upsert(c, &upsert_some, &rows, &secrets);
+                c.batch_execute("ROLLBACK")?;
+                found
+            });
+        if let Err(f) = &result {
+            if !f.lost {
+                let _ = self
+                    .writer
+                    .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+            }
+        }
+        result
+    }
+}
+
+/// The first of `rows` ((arrival order, position in the batch), sorted by
+/// arrival) that `upsert_some` refuses for its data once every row before
+/// it is in. Bisects under a savepoint: a part that passes stays in, a part
+/// that fails is rolled back and halved, so it takes about 2·log2(n)
+/// statements.
+fn bisect_upsert(
+    c: &mut Client,
+    upsert_some: &str,
+    rows: &[(i64, i64)],
+    secrets: &Secrets,
+) -> Result<Option<(u64, ServerError)>, CallError> {
+    let (mut lo, mut hi) = (0, rows.len());
+    while lo < hi {
+        let mid = if hi - lo == 1 { hi } else { lo + (hi - lo) / 2 };
+        let part: Vec<i64> = rows[lo..mid].iter().map(|r| r.0).collect();
+        c.batch_execute("SAVEPOINT twopc_probe")?;
+        match c.execute(upsert_some, &[&part]) {
+            Ok(_) => {
+                c.batch_execute("RELEASE SAVEPOINT twopc_probe")?;
+                lo = mid;
+            }
+            Err(e) => {
+                let refused =
+                    error::server_error(secrets, &e).filter(|s| error::is_data_error(&s.sqlstate));
+                let Some(refused) = refused else {
+                    return Err(e.into());
+                };
+                if mid - lo == 1 {
+                    return Ok(Some((u64::try_from(rows[lo].1).unwrap_or(0), refused)));
+                }
+                c.batch_execute(
+                    "ROLLBACK TO SAVEPOINT twopc_probe; RELEASE SAVEPOINT twopc_probe",
+                )?;
+                hi = mid;
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// The records of a batch as COPY rows: each followed by `suffix` (if any)
@@ -1077,6 +1394,46 @@ fn copy_batch(client: &mut Client, sql: &str, batch: RecordBatch<'_>) -> Result<
     let mut w = client.copy_in(sql)?;
     w.write_all(&copy_rows(batch, None))?;
     Ok(w.finish()?)
+}
+
+/// The fault of the record behind a row the server refused. `record` is the
+/// record when it is still at hand; otherwise the preview is what
+/// PostgreSQL's context quotes, said as such (`suffix`, the transaction-id
+/// field the sink appends to each row, is cut from a quoted line). `note`
+/// is added to the reason.
+fn server_fault(
+    server: &ServerError,
+    row: RefusedRow,
+    position: RecordPosition,
+    record: Option<&[u8]>,
+    suffix: &[u8],
+    note: &str,
+) -> RecordFault {
+    let shown = match (record, &row.quoted) {
+        (Some(r), _) => preview(r),
+        (None, Quoted::Value(v)) => format!(
+            "{} (the value of column {} as PostgreSQL quotes it; the record itself is no longer \
+             held)",
+            preview(v.as_bytes()),
+            row.column.as_deref().unwrap_or("?")
+        ),
+        (None, Quoted::Line(l)) => {
+            let l = l.as_bytes();
+            format!(
+                "{} (as PostgreSQL quotes the row; the record itself is no longer held)",
+                preview(l.strip_suffix(suffix).unwrap_or(l))
+            )
+        }
+        (None, Quoted::Nothing) => "(not shown: the record is no longer held, and PostgreSQL \
+                                    quoted none of it)"
+            .to_string(),
+    };
+    RecordFault {
+        position,
+        column: row.column,
+        reason: format!("PostgreSQL: {}{note}", server.text),
+        preview: shown,
+    }
 }
 
 fn to_i64(v: u64, what: &str) -> Result<i64, DestinationError> {
@@ -1179,6 +1536,7 @@ impl Destination for PgDestination {
         if batch.is_empty() {
             return Ok(());
         }
+        self.check_batch(batch)?;
         match self.sql {
             ModeSql::Transactional(_) => self.write_transactional(txn, batch),
             ModeSql::Idempotent(_) => self.write_idempotent(batch),

@@ -16,6 +16,16 @@
 //! UPDATE command cannot affect row a second time"), and the last value is
 //! the one a record-at-a-time writer would have left.
 //!
+//! A record the server refuses makes the whole batch fail. Refused by the
+//! COPY into the staging table (type syntax, range, length, encoding), the
+//! error names the row's line, which is the record's position in the batch.
+//! Refused by the upsert (NOT NULL, CHECK, unique, foreign key), it names no
+//! row; then the batch is staged again in a transaction that is rolled back,
+//! and upserted in parts under savepoints, bisecting down to the first
+//! record (in arrival order) that fails on its own once the records before
+//! it are in: a few dozen statements for a batch of thousands, run only on
+//! the way to stopping the job.
+//!
 //! In this mode `prepare` is a flush (there is nothing buffered: every
 //! write already committed), `commit` reports `Committed` with nothing to
 //! do, `abort` finds nothing staged (rows already upserted stay; the replay
@@ -35,6 +45,11 @@ pub(crate) struct IdempotentSql {
     pub create_stage: String,
     pub copy_stage: String,
     pub upsert: String,
+    /// The rows the upsert takes (the last of each key) as (arrival order,
+    /// 0-based position in the batch), in no particular order.
+    pub last_rows: String,
+    /// The upsert of the staged rows whose arrival order is in `$1`.
+    pub upsert_some: String,
 }
 
 impl IdempotentSql {
@@ -84,10 +99,27 @@ impl IdempotentSql {
             stage = quote_ident(STAGE_TABLE),
             seq = quote_ident(STAGE_SEQ),
         );
+        // Window functions run before DISTINCT ON, so the position counts
+        // every staged row, not only the last of each key.
+        let last_rows = format!(
+            "SELECT DISTINCT ON ({key_list}) {seq}, row_number() OVER (ORDER BY {seq}) - 1 \
+             FROM pg_temp.{stage} ORDER BY {key_list}, {seq} DESC",
+            stage = quote_ident(STAGE_TABLE),
+            seq = quote_ident(STAGE_SEQ),
+        );
+        let upsert_some = format!(
+            "INSERT INTO {table} ({cols}) \
+             SELECT {cols} FROM pg_temp.{stage} WHERE {seq} = ANY($1::int8[]) ORDER BY {seq} \
+             ON CONFLICT ({key_list}) {action}",
+            stage = quote_ident(STAGE_TABLE),
+            seq = quote_ident(STAGE_SEQ),
+        );
         IdempotentSql {
             create_stage,
             copy_stage,
             upsert,
+            last_rows,
+            upsert_some,
         }
     }
 }

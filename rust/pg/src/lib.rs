@@ -23,14 +23,17 @@
 //! this API.
 #![forbid(unsafe_code)]
 
+mod conninfo;
 mod copy_stream;
 pub mod destination;
 mod error;
 pub mod idempotent;
 mod link;
 pub mod options;
+mod rows;
 pub mod schema;
 pub mod sql;
 
+pub use conninfo::redact as redact_url;
 pub use destination::PgDestination;
-pub use options::{redact_url, CopyFormat, Endpoint, Password, PgMode, PgOptions};
+pub use options::{CopyFormat, Endpoint, Password, PgMode, PgOptions};

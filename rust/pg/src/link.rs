@@ -7,12 +7,13 @@
 //! link gets it back when the COPY ends.
 
 use std::io;
+use std::sync::Arc;
 
 use postgres::{Client, NoTls};
 use twopc_core::error::{DestinationError, DestinationErrorKind};
 
 use crate::copy_stream::{CopyEnd, CopyStream};
-use crate::error;
+use crate::error::{self, ServerError};
 use crate::options::Secrets;
 
 /// A failed call: the error to report, plus what the caller needs to decide
@@ -23,6 +24,10 @@ pub(crate) struct Failure {
     pub error: DestinationError,
     pub sqlstate: Option<String>,
     pub lost: bool,
+    /// What the server said, when it refused the call (not set for a lost
+    /// connection or an error of our own). Boxed: failures travel in every
+    /// `Result` of the link.
+    pub server: Option<Box<ServerError>>,
 }
 
 impl Failure {
@@ -143,6 +148,7 @@ impl Link {
             ),
             sqlstate: error::sqlstate(&e).map(str::to_string),
             lost: true,
+            server: None,
         };
         let mut client = self
             .config
@@ -217,6 +223,7 @@ impl Link {
                 Failure {
                     error: error::pg(&self.secrets, op, &e),
                     sqlstate: error::sqlstate(&e).map(str::to_string),
+                    server: error::server_error(&self.secrets, &e).map(Box::new),
                     lost,
                 }
             }
@@ -233,6 +240,7 @@ impl Link {
             error: error::other(&self.secrets, DestinationErrorKind::Unavailable, message),
             sqlstate: None,
             lost: true,
+            server: None,
         }
     }
 
@@ -257,7 +265,7 @@ impl Link {
 
     /// Hands whole COPY rows to the open COPY. When the COPY has failed,
     /// returns why (and the session is back, or dropped if lost).
-    pub fn send_copy(&mut self, op: &str, rows: Vec<u8>) -> Result<(), Failure> {
+    pub fn send_copy(&mut self, op: &str, rows: Arc<Vec<u8>>) -> Result<(), Failure> {
         let Some(copying) = &self.copying else {
             return Err(self.lost(format!("{op}: no COPY is open (a bug; please report it)")));
         };

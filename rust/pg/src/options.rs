@@ -1,8 +1,9 @@
 //! Options of the PostgreSQL destination and their validation.
 //!
-//! The password is held in [`Password`], which prints as `***`; a URL that
-//! carries one is printed with it masked. [`PgOptions`]'s `Debug` is written
-//! by hand for that reason: a derived one would print the URL verbatim.
+//! The password is held in [`Password`], which prints as `***`. A
+//! connection string that carries one is refused (see [`crate::conninfo`]),
+//! and printed with every part that could be one masked; [`PgOptions`]'s
+//! `Debug` is written by hand for that reason.
 
 use std::fmt;
 use std::str::FromStr;
@@ -10,6 +11,7 @@ use std::time::Duration;
 
 use twopc_core::error::ConfigError;
 
+use crate::conninfo::{self, redact};
 use crate::sql::{quote_ident, validate_ident, TableName};
 
 /// A password. It has no `Display`, and its `Debug` prints `***`.
@@ -36,8 +38,9 @@ impl fmt::Debug for Password {
 /// Where the server is.
 #[derive(Clone, PartialEq, Eq)]
 pub enum Endpoint {
-    /// A libpq-style URL (`postgres://user:pw@host:port/db`) or key=value
-    /// string (`host=... port=... dbname=... user=...`).
+    /// A libpq-style URL (`postgres://user@host:port/db`) or key=value
+    /// string (`host=... port=... dbname=... user=...`), without a password
+    /// (one is refused: it goes in [`PgOptions::password`]).
     Url(String),
     Params {
         host: String,
@@ -50,7 +53,7 @@ pub enum Endpoint {
 impl fmt::Debug for Endpoint {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            Endpoint::Url(url) => f.debug_tuple("Url").field(&redact_url(url)).finish(),
+            Endpoint::Url(url) => f.debug_tuple("Url").field(&redact(url)).finish(),
             Endpoint::Params {
                 host,
                 port,
@@ -101,7 +104,7 @@ impl CopyFormat {
 #[derive(Clone, PartialEq, Eq)]
 pub struct PgOptions {
     pub endpoint: Endpoint,
-    /// Overrides a password given in the URL.
+    /// The password; never part of the endpoint.
     pub password: Option<Password>,
     /// Target table, `table` or `schema.table`, case-sensitive.
     pub table: String,
@@ -245,15 +248,16 @@ impl PgOptions {
                          postgres://user@host:5432/dbname",
                     ));
                 }
+                conninfo::check(url)?;
                 postgres::Config::from_str(url).map_err(|e| {
-                    // The parser's message names the bad part; the URL is
-                    // shown masked, and the message itself scrubbed, since
-                    // a malformed URL may still carry the password.
+                    // The parser's message names the bad part; the string is
+                    // shown masked and the message scrubbed, belt and braces
+                    // (the check above refused any password).
                     let secrets = Secrets::of(self);
                     ConfigError::new(format!(
                         "the connection URL {} is not valid: {}; write it as \
                          postgres://user@host:port/dbname or host=... port=... dbname=... user=...",
-                        redact_url(url),
+                        redact(url),
                         secrets.scrub(&e.to_string())
                     ))
                 })?
@@ -313,14 +317,7 @@ impl Secrets {
             v.push(p.expose().to_string());
         }
         if let Endpoint::Url(url) = &options.endpoint {
-            if let Some(p) = url_password(url) {
-                v.push(p);
-            }
-            if let Ok(c) = postgres::Config::from_str(url) {
-                if let Some(p) = c.get_password() {
-                    v.push(String::from_utf8_lossy(p).into_owned());
-                }
-            }
+            v.extend(conninfo::passwords(url));
         }
         v.retain(|s| !s.is_empty());
         v.sort();
@@ -345,63 +342,6 @@ impl fmt::Debug for Secrets {
     }
 }
 
-/// The password part of a `postgres://user:password@host` URL, as written
-/// (percent-encoded or not).
-fn url_password(url: &str) -> Option<String> {
-    let (_, rest) = url.split_once("://")?;
-    let authority = rest.split(['/', '?']).next().unwrap_or(rest);
-    let (userinfo, _) = authority.rsplit_once('@')?;
-    let (_, password) = userinfo.split_once(':')?;
-    Some(password.to_string())
-}
-
-/// A URL or key=value string with every password masked, for messages.
-pub fn redact_url(url: &str) -> String {
-    let mut out = url.to_string();
-    if let Some(p) = url_password(url).filter(|p| !p.is_empty()) {
-        if let Some((scheme, rest)) = url.split_once("://") {
-            let end = rest.find(['/', '?']).unwrap_or(rest.len());
-            let (authority, tail) = rest.split_at(end);
-            let masked = match authority.rsplit_once('@') {
-                Some((userinfo, host)) => {
-                    let user = userinfo.split_once(':').map(|(u, _)| u).unwrap_or(userinfo);
-                    format!("{user}:***@{host}")
-                }
-                None => authority.to_string(),
-            };
-            out = format!("{scheme}://{masked}{tail}");
-        }
-        let _ = p;
-    }
-    mask_password_param(&out)
-}
-
-/// Masks `password=...` in a URL query or a key=value string.
-fn mask_password_param(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut rest = s;
-    while let Some(i) = rest.find("password=") {
-        let before_ok =
-            i == 0 || matches!(rest.as_bytes()[i - 1], b'?' | b'&' | b' ' | b'\t' | b'\n');
-        out.push_str(&rest[..i + "password=".len()]);
-        rest = &rest[i + "password=".len()..];
-        if !before_ok {
-            continue;
-        }
-        // The value runs to the next separator; a quoted key=value value
-        // runs to its closing quote.
-        let end = if let Some(stripped) = rest.strip_prefix('\'') {
-            stripped.find('\'').map(|j| j + 2).unwrap_or(rest.len())
-        } else {
-            rest.find(['&', ' ', '\t', '\n']).unwrap_or(rest.len())
-        };
-        out.push_str("***");
-        rest = &rest[end..];
-    }
-    out.push_str(rest);
-    out
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -411,16 +351,37 @@ mod tests {
     }
 
     #[test]
-    fn debug_never_shows_the_password() {
-        let mut o = url_opts("postgres://u:hunter2-secret@h:5432/db?password=other-secret");
-        o.password = Some(Password::new("third-secret"));
-        let d = format!("{o:?}");
-        for s in ["hunter2-secret", "other-secret", "third-secret"] {
-            assert!(!d.contains(s), "{d}");
+    fn debug_and_validation_never_show_the_password_of_any_form() {
+        for (form, secret, accepted) in crate::conninfo::tests::FORMS {
+            let mut o = url_opts(form);
+            o.password = Some(Password::new("third-secret"));
+            let debug = format!("{o:?}");
+            assert!(!debug.contains("third-secret"), "{debug}");
+            let checked = o.validate();
+            if !*accepted {
+                let e = checked.expect_err(form);
+                assert!(
+                    e.message().contains("passwordFromEnvironment")
+                        || e.message().contains("a valid")
+                        || e.message().contains("does not start with")
+                        || e.message().contains("'@'")
+                        || e.message().contains("fragment"),
+                    "{form}: {e}"
+                );
+                for rendering in [e.to_string(), format!("{e:?}"), debug.clone()] {
+                    assert!(
+                        secret.is_empty() || !rendering.contains(secret),
+                        "{form}: {rendering}"
+                    );
+                }
+            } else if form.contains('@') || form.contains("user=") {
+                checked.unwrap_or_else(|e| panic!("{form}: {e}"));
+                assert!(debug.contains(form), "{debug}");
+            }
         }
-        assert!(d.contains("postgres://u:***@h:5432/db"), "{d}");
-        let kv = redact_url("host=h user=u password='a b c' dbname=d");
-        assert_eq!(kv, "host=h user=u password=*** dbname=d");
+        // The key=value form with spaces around '=' and a quoted value.
+        let o = url_opts("host=h user=u password = 'a b c' dbname=d");
+        assert!(format!("{o:?}").contains("host=h user=u password=*** dbname=d"));
     }
 
     #[test]
@@ -468,6 +429,12 @@ mod tests {
         assert!(o.validate().unwrap_err().message().contains("no user"));
         let o = url_opts("postgres://u:pw-in-url@h:notaport/db");
         let e = o.validate().unwrap_err().to_string();
-        assert!(!e.contains("pw-in-url") && e.contains("not valid"), "{e}");
+        assert!(
+            !e.contains("pw-in-url") && e.contains("carries a password"),
+            "{e}"
+        );
+        let o = url_opts("postgres://u@h:notaport/db");
+        let e = o.validate().unwrap_err().to_string();
+        assert!(e.contains("not a valid URL"), "{e}");
     }
 }

@@ -120,17 +120,131 @@ fn a_session_lost_between_batches_is_reopened() {
     let h = written(&mut s, &["1\ta\t1"]);
     let pid = s.destination().writer_backend_pid().unwrap();
     f.terminate(pid);
-    // The batch on the dead session fails and its transaction can only be
-    // aborted (the job restarts and replays); the replay's transaction
-    // reconnects, takes the ownership lock again and recreates the staging
-    // table.
-    let h = match s.write(&h.transaction, &batch(&["2\tb\t2"])) {
-        Ok(_) => h,
-        Err(_) => {
-            s.abort(&h).unwrap();
-            written(&mut s, &["1\ta\t1"])
-        }
+    // The batch on the dead session fails. Its transaction can then only
+    // be aborted (the job restarts and replays); the next transaction
+    // reconnects and recreates the staging table.
+    assert!(s.write(&h.transaction, &batch(&["2\tb\t2"])).is_err());
+    assert!(
+        s.write(&h.transaction, &batch(&["3\tc\t3"])).is_err(),
+        "a transaction whose write failed takes no more records"
+    );
+    s.abort(&h).unwrap();
+    let h = written(&mut s, &["2\tb\t2"]);
+    s.write(&h.transaction, &batch(&["3\tc\t3"])).unwrap();
+    assert_eq!(f.count(), 3);
+}
+
+#[test]
+fn a_record_the_server_refuses_is_named_by_its_position_and_its_batch_rolled_back() {
+    let url = server!();
+    let mut f = Fixture::with_columns(
+        &url,
+        "idem_rej",
+        "k bigint PRIMARY KEY, v text NOT NULL CHECK (v <> 'forbidden'), n int UNIQUE",
+    );
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
     };
-    s.write(&h.transaction, &batch(&["2\tb\t2"])).unwrap();
-    assert_eq!(f.count(), 2);
+    let mut s = f.open("run1");
+    // Each case: a first batch that is upserted, then one that holds the
+    // refused record at `at`. (records of the second batch, at, column,
+    // what PostgreSQL says)
+    type Case<'a> = (&'a [&'a str], u64, Option<&'a str>, &'a [&'a str]);
+    let cases: &[Case] = &[
+        // Refused by the COPY into the staging table, which names the line.
+        (
+            &["10\ta\t10", "11\tb\tnot-a-number", "12\tc\t12"],
+            1,
+            Some("n"),
+            &["22P02", "invalid input syntax for type integer"],
+        ),
+        // Refused by the upsert, which names no row: found by bisection.
+        (
+            &["20\ta\t20", "21\tb\t21", "22\t\\N\t22", "23\td\t23"],
+            2,
+            Some("v"),
+            &["23502", "not-null constraint"],
+        ),
+        (
+            &["30\ta\t30", "31\tforbidden\t31", "32\tc\t32"],
+            1,
+            None,
+            &["23514", "check constraint"],
+        ),
+        // A unique column other than the key: the second row of a pair.
+        (
+            &["40\ta\t40", "41\tb\t77", "42\tc\t42", "43\td\t77"],
+            3,
+            None,
+            &["23505", "Key (n)=(77) already exists"],
+        ),
+        // A superseded row of a key is not the upsert's: the refused one is
+        // the last row of its key, after it.
+        (
+            &["50\t\\N\t50", "50\tok\t50", "51\tb\t51", "52\t\\N\t52"],
+            3,
+            Some("v"),
+            &["23502"],
+        ),
+    ];
+    for (i, (second, at, column, needles)) in cases.iter().enumerate() {
+        let before = f.count();
+        let first = [format!("{}\tfirst\t{}", 1000 + i, 1000 + i)];
+        let h = written(&mut s, &first);
+        assert_eq!(
+            f.count(),
+            before + 1,
+            "case {i}: the first batch is visible"
+        );
+        let (r, msg) = rejected(s.write(&h.transaction, &batch(second)));
+        // Positions count from the start of the transaction.
+        assert_eq!(r.position, 1 + at, "case {i}: {msg}");
+        assert_eq!(r.column.as_deref(), *column, "case {i}: {msg}");
+        assert_eq!(
+            r.preview,
+            twopc_core::records::preview(second[*at as usize].as_bytes()),
+            "case {i}: {msg}"
+        );
+        for needle in needles.iter().chain(&[
+            "while writing",
+            "the batches written before this one are upserted and stay",
+            "Filter or fix such records before the sink",
+        ]) {
+            assert!(
+                msg.contains(needle),
+                "case {i}: missing {needle:?} in {msg}"
+            );
+        }
+        assert_eq!(
+            f.count(),
+            before + 1,
+            "case {i}: the refused batch rolled back"
+        );
+        s.abort(&h).unwrap();
+    }
+    // The session and its staging table carry on.
+    let h = written(&mut s, &["60\tlast\t60"]);
+    s.prepare(&h.transaction, 1).unwrap();
+    assert_eq!(f.count(), cases.len() as i64 + 1);
+}
+
+#[test]
+fn csv_batches_with_line_breaks_inside_quotes_name_the_right_record() {
+    let url = server!();
+    let mut f = kv_fixture(&url, "idem_csv");
+    f.opts.copy_format = CopyFormat::Csv;
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    let records = [
+        "1,\"a\nb\",1",
+        "2,\"c\nd\ne\",2",
+        "3,plain,3",
+        "4,\"f\ng\",x4",
+        "5,h,5",
+    ];
+    let (r, msg) = rejected(s.write(&h.transaction, &batch(&records)));
+    assert_eq!(r.position, 3, "{msg}");
+    assert_eq!(r.column.as_deref(), Some("n"), "{msg}");
+    assert_eq!(f.count(), 0);
 }

@@ -152,8 +152,8 @@ fn the_password_appears_in_no_error_and_no_debug_output() {
     assert!(!msg.contains(wrong), "{msg}");
     assert!(!format!("{opts:?}").contains(wrong));
 
-    // The right password in the URL: never in Debug of the options or of
-    // the connected destination.
+    // The right password, given on its own: never in Debug of the options
+    // or of the connected destination.
     let right = postgres::Config::from_str_url(&url);
     let opts = f.opts.clone();
     let dest = PgDestination::connect(opts.clone(), &ctx(&unique("pw"), "run1", 0, 1)).unwrap();
@@ -161,6 +161,19 @@ fn the_password_appears_in_no_error_and_no_debug_output() {
         assert!(!text.contains(&right), "password shown in {text}");
         assert!(text.contains("***"), "{text}");
     }
+
+    // The same password inside the URL, where it would work: refused before
+    // connecting, as configuration, saying where the password goes instead.
+    let mut in_url = f.opts.clone();
+    in_url.endpoint = Endpoint::Url(url.clone());
+    in_url.password = None;
+    let err =
+        PgDestination::connect(in_url.clone(), &ctx(&unique("pw"), "run1", 0, 1)).unwrap_err();
+    assert!(matches!(err, TwopcError::Config(_)), "{err}");
+    for text in [err.to_string(), format!("{err:?}"), format!("{in_url:?}")] {
+        assert!(!text.contains(&right), "password shown in {text}");
+    }
+    assert!(err.to_string().contains("passwordFromEnvironment"), "{err}");
 
     // A URL whose host does not answer: the error (retryable) names no
     // password either.

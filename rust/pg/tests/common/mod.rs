@@ -14,7 +14,7 @@ use twopc_core::config::{RetryPolicy, SinkOptions, SubtaskContext};
 use twopc_core::ids::{random_u64, RunId, SinkId};
 use twopc_core::records::push_record;
 use twopc_core::{Restore, StartupReport, SubtaskSink, SystemClock, TransactionHandle, TwopcError};
-use twopc_pg::{Endpoint, PgDestination, PgOptions};
+use twopc_pg::{Endpoint, Password, PgDestination, PgOptions};
 
 pub type Sink = SubtaskSink<PgDestination, SystemClock>;
 
@@ -67,9 +67,27 @@ pub fn port_of(url: &str) -> u16 {
         .unwrap_or(5432)
 }
 
-/// Transactional options for `table` with columns (id bigint, body text).
+/// Transactional options for `table` with columns (id bigint, body text),
+/// on the test server's URL without its password, which is given on its own
+/// (a URL carrying one is refused).
 pub fn options(url: &str, table: &str) -> PgOptions {
-    PgOptions::new(Endpoint::Url(url.to_string()), table, &["id", "body"])
+    let (url, password) = split_password(url);
+    let mut o = PgOptions::new(Endpoint::Url(url), table, &["id", "body"]);
+    o.password = password.map(Password::new);
+    o
+}
+
+/// A URL without its password, and the password (decoded).
+pub fn split_password(url: &str) -> (String, Option<String>) {
+    let mut u = url::Url::parse(url).expect("the test server's URL is a URL");
+    let password = u.password().map(|p| {
+        percent_encoding::percent_decode_str(p)
+            .decode_utf8_lossy()
+            .into_owned()
+    });
+    u.set_password(None)
+        .expect("a postgres:// URL with a host can lose its password");
+    (u.to_string(), password)
 }
 
 /// The columns of the tables [`options`] writes to.
@@ -136,6 +154,33 @@ pub fn batch<S: AsRef<str>>(records: &[S]) -> Vec<u8> {
         push_record(&mut b, r.as_ref().as_bytes());
     }
     b
+}
+
+/// A batch of records given as bytes (for records that are not UTF-8).
+pub fn batch_bytes(records: &[&[u8]]) -> Vec<u8> {
+    let mut b = Vec::new();
+    for r in records {
+        push_record(&mut b, r);
+    }
+    b
+}
+
+/// The `RecordRejected` error of `result`, with its message; panics with
+/// what came instead.
+pub fn rejected<T: std::fmt::Debug>(
+    result: Result<T, TwopcError>,
+) -> (twopc_core::error::RejectedRecord, String) {
+    match result {
+        Err(e @ TwopcError::RecordRejected(_)) => {
+            let message = e.to_string();
+            assert!(e.is_fatal(), "a refused record stops the job: {message}");
+            match e {
+                TwopcError::RecordRejected(r) => (*r, message),
+                _ => unreachable!(),
+            }
+        }
+        other => panic!("expected a refused record, got {other:?}"),
+    }
 }
 
 /// For a transaction without records.

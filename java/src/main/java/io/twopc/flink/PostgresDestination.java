@@ -1,6 +1,10 @@
 package io.twopc.flink;
 
 import java.io.Serializable;
+import java.io.UnsupportedEncodingException;
+import java.net.URI;
+import java.net.URISyntaxException;
+import java.net.URLDecoder;
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -8,8 +12,8 @@ import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashSet;
 import java.util.List;
+import java.util.Locale;
 import java.util.Set;
-import java.util.regex.Pattern;
 
 /**
  * Where a {@link TwopcSink} writes when the destination is a PostgreSQL table: the server, the
@@ -34,8 +38,12 @@ import java.util.regex.Pattern;
  *
  * <p>The password is never part of this object: it names an environment variable or a JVM system
  * property that each task manager reads when the sink opens, so the password is neither shipped
- * inside the job graph nor printed by {@link #toString()}. A URL carrying a password is refused
- * for the same reason.
+ * inside the job graph nor printed by {@link #toString()}. A connection string carrying a password
+ * is refused by {@link TwopcSinkBuilder#build()} for the same reason, in every form: {@code
+ * user:password@} (read, as the PostgreSQL client reads it, as everything between {@code ://} and
+ * the first {@code @}, even past a {@code /}, {@code ?} or {@code #}), a {@code password}
+ * parameter of the query, or a {@code password} keyword of the key=value form. The native side
+ * applies the same rules when the sink opens.
  *
  * <p>Instances are immutable: every setter returns a changed copy. Names are used exactly as
  * written (case-sensitive, no folding to lower case).
@@ -47,8 +55,14 @@ public final class PostgresDestination implements Serializable {
     public static final String DEFAULT_CONTROL_SCHEMA = "public";
     /** PostgreSQL truncates longer names (NAMEDATALEN - 1 bytes), which would name another object. */
     static final int MAX_NAME_BYTES = 63;
-    private static final Pattern URL_PASSWORD = Pattern.compile("^[a-zA-Z][a-zA-Z0-9+.-]*://[^/@?]*:[^/@?]*@.*");
-    private static final Pattern PARAM_PASSWORD = Pattern.compile("(^|[?&\\s])password\\s*=", Pattern.CASE_INSENSITIVE);
+    /** The URL schemes PostgreSQL's client accepts (it compares them exactly). */
+    private static final String[] SCHEMES = {"postgresql://", "postgres://"};
+    private static final String GIVE_IT_SEPARATELY = "remove it, and give the password with "
+            + "passwordFromEnvironment(\"VARIABLE\") or passwordFromSystemProperty(\"property\"), which each "
+            + "task manager reads when the sink opens: a password in the connection string would travel inside "
+            + "the job graph and show in logs";
+    private static final String USERINFO = "in user:password@, the text between :// and the first @, which "
+            + "PostgreSQL's client reads as user and password";
 
     private String url;
     private String host;
@@ -70,7 +84,9 @@ public final class PostgresDestination implements Serializable {
 
     /**
      * The server as a libpq-style URL without password, {@code postgres://user@host:port/database}
-     * (or {@code host=... port=... dbname=... user=...}); TLS is not supported.
+     * (or {@code host=... port=... dbname=... user=...}); TLS is not supported. A password here is
+     * refused by {@code build()}: use {@link #passwordFromEnvironment(String)} or {@link
+     * #passwordFromSystemProperty(String)}.
      */
     public static PostgresDestination url(String url) {
         PostgresDestination d = new PostgresDestination();
@@ -267,13 +283,11 @@ public final class PostgresDestination implements Serializable {
         } else if (hasUrl) {
             if (url.trim().isEmpty()) {
                 problems.add("PostgreSQL URL is empty; give postgres://user@host:5432/db");
-            } else if (URL_PASSWORD.matcher(url).matches() || PARAM_PASSWORD.matcher(url).find()) {
-                problems.add("PostgreSQL URL " + redact(url) + " carries a password, which would travel inside "
-                        + "the job graph; remove it from the URL and use passwordFromEnvironment(...) or "
-                        + "passwordFromSystemProperty(...)");
-            } else if (!url.contains("://") && !url.contains("=")) {
-                problems.add("PostgreSQL URL \"" + url + "\" is neither postgres://user@host:port/db nor "
-                        + "host=... port=... dbname=... user=...");
+            } else {
+                String problem = connectionProblem(url);
+                if (problem != null) {
+                    problems.add(problem);
+                }
             }
         } else {
             if (host.trim().isEmpty()) {
@@ -388,13 +402,305 @@ public final class PostgresDestination implements Serializable {
         }
     }
 
-    /** The URL with any password replaced by {@code ***}, for messages. */
-    static String redact(String url) {
-        if (url == null) {
+    // ------------------------------------------------------------------ connection strings
+
+    /**
+     * Why a connection string cannot be used, or null. A URL is read with {@link URI} and also as
+     * PostgreSQL's client reads it; it is refused when either reading finds a password, when a query
+     * parameter names one, when an {@code @} outside the user part or a {@code #} fragment could make
+     * the readings differ, or when its scheme is not {@code postgres}/{@code postgresql}. A
+     * key=value string is parsed as the client parses it and refused when a keyword names a
+     * password. The message never shows a password.
+     */
+    static String connectionProblem(String url) {
+        if (!url.contains("://")) {
+            return keyValueProblem(url);
+        }
+        String shown = maskUrl(url);
+        String rest = null;
+        for (String scheme : SCHEMES) {
+            if (url.startsWith(scheme)) {
+                rest = url.substring(scheme.length());
+                break;
+            }
+        }
+        if (rest == null) {
+            return "PostgreSQL URL " + shown + " does not start with postgres:// or postgresql:// (in lower "
+                    + "case); write postgres://user@host:port/dbname";
+        }
+        int at = rest.indexOf('@');
+        if (at >= 0 && rest.substring(0, at).indexOf(':') >= 0) {
+            return passwordRefused(shown, USERINFO);
+        }
+        URI uri;
+        try {
+            uri = new URI(url);
+            new URI(withStandInForSocketDirectory(url, rest, uri.getRawAuthority())).parseServerAuthority();
+        } catch (URISyntaxException e) {
+            // The reason alone: the exception's message quotes the input.
+            return "PostgreSQL URL " + shown + " is not a valid URL (" + e.getReason() + " at index "
+                    + e.getIndex() + "); write postgres://user@host:port/dbname, percent-encoding special "
+                    + "characters";
+        }
+        if (uri.getRawUserInfo() != null && uri.getRawUserInfo().indexOf(':') >= 0) {
+            return passwordRefused(shown, USERINFO);
+        }
+        if (uri.getRawQuery() != null) {
+            for (String param : uri.getRawQuery().split("&", -1)) {
+                int eq = param.indexOf('=');
+                String key = decode(eq < 0 ? param : param.substring(0, eq));
+                if (isPasswordKey(key)) {
+                    return passwordRefused(shown, "the parameter " + key);
+                }
+            }
+        }
+        // With at most one '@', and that one inside the authority, the client and a URL parser agree
+        // on the user; otherwise the client would read a user (or a password) out of the path or query.
+        int authorityEnd = rest.length();
+        for (char c : new char[] {'/', '?', '#'}) {
+            int i = rest.indexOf(c);
+            if (i >= 0 && i < authorityEnd) {
+                authorityEnd = i;
+            }
+        }
+        long ats = rest.chars().filter(c -> c == '@').count();
+        if (ats > (rest.substring(0, authorityEnd).indexOf('@') >= 0 ? 1 : 0)) {
+            return "PostgreSQL URL " + shown + " holds an '@' outside its user part, where PostgreSQL's client "
+                    + "would read what comes before it as user and password; write a literal @ in a user, "
+                    + "database or parameter as %40";
+        }
+        if (uri.getRawFragment() != null) {
+            return "PostgreSQL URL " + shown + " ends in a '#' fragment, which means nothing to PostgreSQL (its "
+                    + "client would take it into the database name or a parameter); remove it, or write a "
+                    + "literal # as %23";
+        }
+        return null;
+    }
+
+    /**
+     * {@code url} with a host that is a percent-encoded socket directory ({@code %2Fvar%2Frun...},
+     * as libpq writes it) replaced by a stand-in: {@link URI} takes no '%' in a host name, but the
+     * rest of the authority (user, port) is still to be checked.
+     */
+    private static String withStandInForSocketDirectory(String url, String rest, String authority) {
+        if (authority == null || !rest.startsWith(authority)) {
+            return url;
+        }
+        int hostStart = authority.lastIndexOf('@') + 1;
+        if (!authority.regionMatches(true, hostStart, "%2F", 0, 3)) {
+            return url;
+        }
+        int portColon = authority.indexOf(':', hostStart);
+        int hostEnd = portColon < 0 ? authority.length() : portColon;
+        String scheme = url.substring(0, url.length() - rest.length());
+        return scheme + authority.substring(0, hostStart) + "socket-directory" + authority.substring(hostEnd)
+                + rest.substring(authority.length());
+    }
+
+    private static String passwordRefused(String shown, String what) {
+        return "PostgreSQL URL " + shown + " carries a password (" + what + "); " + GIVE_IT_SEPARATELY;
+    }
+
+    private static String keyValueProblem(String connection) {
+        List<String[]> pairs;
+        try {
+            pairs = parseKeyValue(connection);
+        } catch (IllegalArgumentException e) {
+            return "PostgreSQL connection string (not shown, as it may hold a password) is neither a "
+                    + "postgres:// URL nor a valid key=value string (" + e.getMessage() + "); write "
+                    + "postgres://user@host:port/dbname or host=... port=... dbname=... user=...";
+        }
+        for (String[] pair : pairs) {
+            if (isPasswordKey(pair[0])) {
+                return "PostgreSQL connection string " + renderKeyValue(pairs) + " sets " + pair[0] + "; "
+                        + GIVE_IT_SEPARATELY;
+            }
+        }
+        return null;
+    }
+
+    /** A parameter that names a password ({@code password}, {@code sslpassword}, in any case). */
+    private static boolean isPasswordKey(String key) {
+        return key.toLowerCase(Locale.ROOT).contains("password");
+    }
+
+    private static String decode(String s) {
+        try {
+            return URLDecoder.decode(s, StandardCharsets.UTF_8.name());
+        } catch (UnsupportedEncodingException | IllegalArgumentException e) {
+            return s;
+        }
+    }
+
+    /**
+     * Splits libpq's key=value form as PostgreSQL's client does: keywords end at white space or
+     * {@code =}; white space may surround {@code =}; a value is single-quoted (a backslash escapes the
+     * next character) or runs to the next white space (a backslash escapes there too).
+     *
+     * @throws IllegalArgumentException saying what is wrong, never showing a value
+     */
+    static List<String[]> parseKeyValue(String s) {
+        List<String[]> pairs = new ArrayList<>();
+        int i = 0;
+        int n = s.length();
+        while (true) {
+            while (i < n && Character.isWhitespace(s.charAt(i))) {
+                i++;
+            }
+            if (i >= n) {
+                return pairs;
+            }
+            int keyStart = i;
+            while (i < n && !Character.isWhitespace(s.charAt(i)) && s.charAt(i) != '=') {
+                i++;
+            }
+            if (i == keyStart) {
+                throw new IllegalArgumentException("an '=' without a keyword before it");
+            }
+            String key = s.substring(keyStart, i);
+            while (i < n && Character.isWhitespace(s.charAt(i))) {
+                i++;
+            }
+            if (i >= n || s.charAt(i) != '=') {
+                throw new IllegalArgumentException("a keyword without '=' after it");
+            }
+            i++;
+            while (i < n && Character.isWhitespace(s.charAt(i))) {
+                i++;
+            }
+            StringBuilder value = new StringBuilder();
+            if (i < n && s.charAt(i) == '\'') {
+                i++;
+                while (true) {
+                    if (i >= n) {
+                        throw new IllegalArgumentException("a quoted value without its closing quote");
+                    }
+                    char c = s.charAt(i++);
+                    if (c == '\'') {
+                        break;
+                    }
+                    if (c == '\\') {
+                        if (i >= n) {
+                            throw new IllegalArgumentException("a quoted value without its closing quote");
+                        }
+                        c = s.charAt(i++);
+                    }
+                    value.append(c);
+                }
+            } else {
+                while (i < n && !Character.isWhitespace(s.charAt(i))) {
+                    char c = s.charAt(i++);
+                    if (c == '\\') {
+                        if (i < n) {
+                            value.append(s.charAt(i++));
+                        }
+                    } else {
+                        value.append(c);
+                    }
+                }
+                if (value.length() == 0) {
+                    throw new IllegalArgumentException("a keyword without a value");
+                }
+            }
+            pairs.add(new String[] {key, value.toString()});
+        }
+    }
+
+    /** Key=value pairs as a string, password values masked, quoted where needed. */
+    private static String renderKeyValue(List<String[]> pairs) {
+        StringBuilder out = new StringBuilder();
+        for (String[] pair : pairs) {
+            if (out.length() > 0) {
+                out.append(' ');
+            }
+            String key = pair[0];
+            String value = pair[1];
+            if (isPasswordKey(key)) {
+                out.append(key).append("=***");
+            } else if (value.isEmpty() || value.chars().anyMatch(c -> Character.isWhitespace(c) || c == '\'' || c == '\\')) {
+                out.append(key).append("='").append(value.replace("\\", "\\\\").replace("'", "\\'")).append('\'');
+            } else {
+                out.append(key).append('=').append(value);
+            }
+        }
+        return out.toString();
+    }
+
+    /**
+     * A connection string as it may be shown in messages and logs: an accepted one as it is (it
+     * holds no password), anything else with every part that some reading could take for a
+     * password masked.
+     */
+    static String redact(String connection) {
+        if (connection == null) {
             return null;
         }
-        String masked = url.replaceAll("(://[^/@?:]*):[^/@?]*@", "$1:***@");
-        return masked.replaceAll("(?i)((?:^|[?&\\s])password\\s*=\\s*)('[^']*'|[^&\\s]*)", "$1***");
+        if (connection.contains("://")) {
+            return connectionProblem(connection) == null ? connection : maskUrl(connection);
+        }
+        try {
+            return renderKeyValue(parseKeyValue(connection));
+        } catch (IllegalArgumentException e) {
+            return "(a key=value connection string that does not parse; not shown, as it may hold a password)";
+        }
+    }
+
+    /**
+     * A URL with the user information up to the last {@code @} (after the user's name), password
+     * parameters and any fragment masked.
+     */
+    private static String maskUrl(String url) {
+        int schemeEnd = url.indexOf("://");
+        if (schemeEnd < 0) {
+            return "(not shown)";
+        }
+        StringBuilder out = new StringBuilder(url.substring(0, schemeEnd + 3));
+        String rest = url.substring(schemeEnd + 3);
+        int last = rest.lastIndexOf('@');
+        if (last >= 0) {
+            if (rest.substring(0, last).indexOf(':') < 0) {
+                // Without a ':' before it, no reading finds a password there.
+                out.append(rest, 0, last + 1);
+            } else {
+                int userEnd = last;
+                for (char c : new char[] {':', '@'}) {
+                    int i = rest.indexOf(c);
+                    if (i >= 0 && i < userEnd) {
+                        userEnd = i;
+                    }
+                }
+                out.append(rest, 0, userEnd).append(":***@");
+            }
+            rest = rest.substring(last + 1);
+        }
+        boolean fragment = false;
+        int hash = rest.indexOf('#');
+        if (hash >= 0) {
+            rest = rest.substring(0, hash);
+            fragment = true;
+        }
+        int question = rest.indexOf('?');
+        if (question < 0) {
+            out.append(rest);
+        } else {
+            out.append(rest, 0, question + 1);
+            String[] params = rest.substring(question + 1).split("&", -1);
+            for (int i = 0; i < params.length; i++) {
+                if (i > 0) {
+                    out.append('&');
+                }
+                int eq = params[i].indexOf('=');
+                if (eq >= 0 && isPasswordKey(decode(params[i].substring(0, eq)))) {
+                    out.append(params[i], 0, eq).append("=***");
+                } else {
+                    out.append(params[i]);
+                }
+            }
+        }
+        if (fragment) {
+            out.append("#***");
+        }
+        return out.toString();
     }
 
     private PostgresDestination copy() {

@@ -1,11 +1,13 @@
 package io.twopc.flink;
 
 /**
- * Fatal: the destination can never accept one record (a data error). A restart would replay the
- * same record and fail the same way, so the job stops once. The message names the sink, subtask,
- * transaction, the record's position in it, the column when known, the destination's reason and
- * the first bytes of the record (password-like values masked), and says to filter or fix such
- * records before the sink.
+ * Fatal: the destination can never accept a record (for PostgreSQL: not exactly one COPY row, not
+ * UTF-8, a NUL byte, the wrong number of fields, or a value the server refuses: type syntax, range,
+ * length, a constraint). A restart would replay the same record and fail the same way, so the job
+ * stops once instead of restarting in a loop. The message names the sink, subtask, transaction,
+ * the checkpoint (when found at prepare), the record's position in the transaction, the column,
+ * the destination's own words and the record's first bytes (password-like values masked); filter
+ * or fix such records before the sink.
  */
 public class TwopcRecordRejectedException extends TwopcException {
     private static final long serialVersionUID = 1L;

@@ -44,7 +44,7 @@ import java.util.regex.Pattern;
  * duplicated), the open one is aborted, and the core aborts whatever no checkpoint knows.
  *
  * <p>Errors the core calls fatal (a lost transaction, a rewind, unreadable state, impossible
- * configuration) stop the job without a restart loop: they are rethrown inside Flink's {@link
+ * configuration, a record the destination can never accept) stop the job without a restart loop: they are rethrown inside Flink's {@link
  * SuppressRestartsException}, with the core's message (which names the transaction and the
  * recovery plan) on the cause. Other errors fail the task and Flink restarts from the last
  * completed checkpoint.
@@ -291,7 +291,8 @@ public class TwopcSink<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransacti
                     "serializing a record");
         }
         // Only a directory's LINES files are split at newlines; a COPY CSV row may hold one inside
-        // quotes, and a bad row makes COPY fail with a message of its own.
+        // quotes, and the native side checks that each record is exactly one COPY row (a record that
+        // is not stops the job with TwopcRecordRejectedException).
         if (options.postgres == null && options.recordFormat == RecordFormat.LINES && LineBreaks.containsNewline(record)) {
             throw escalate(new TwopcConfigException(scope + ": a record of " + record.length
                     + " bytes contains a newline, but the record format is LINES (one record per "

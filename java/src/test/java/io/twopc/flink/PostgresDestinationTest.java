@@ -2,10 +2,12 @@ package io.twopc.flink;
 
 import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
+import static org.assertj.core.api.Assertions.catchThrowable;
 
 import java.time.Duration;
 import java.util.List;
 
+import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.util.InstantiationUtil;
 import org.junit.Test;
 
@@ -52,20 +54,88 @@ public class PostgresDestinationTest {
         assertProblem(orders().passwordFromEnvironment(" "), "password environment variable name is empty");
     }
 
-    @Test
-    public void aPasswordInTheUrlIsRefusedAndNeverPrinted() {
-        PostgresDestination inUrl = PostgresDestination.url("postgres://app:s3cret-pw@db:5432/shop")
-                .table("t").columns("a");
-        List<String> problems = inUrl.problems();
-        assertThat(problems).singleElement().asString()
-                .contains("carries a password", "passwordFromEnvironment")
-                .doesNotContain("s3cret-pw");
-        assertThat(inUrl.toString()).doesNotContain("s3cret-pw").contains("postgres://app:***@db:5432/shop");
+    /**
+     * Connection strings: {form, the password text it carries ("" for none), accepted?}. The same
+     * forms as the native side's test (twopc-pg conninfo.rs), which refuses and accepts alike.
+     */
+    private static final Object[][] FORMS = {
+        {"postgres://app@db.example:5432/shop", "", true},
+        {"postgresql://app@db.example/shop", "", true},
+        {"postgres://db.example:5432/shop", "", true},
+        {"postgres://app@[::1]:5432/shop", "", true},
+        {"postgres://app@[2001:db8::7]/shop?application_name=x", "", true},
+        {"postgres://app%40corp@db/shop", "", true},
+        {"postgres://app@%2Fvar%2Frun%2Fpostgresql/shop", "", true},
+        {"postgres://app:s3cret-Pw@db:5432/shop", "s3cret-Pw", false},
+        {"postgresql://app:s3cret-Pw@db/shop", "s3cret-Pw", false},
+        {"postgres://app:pw/x-Tail9@db/shop", "pw/x-Tail9", false},
+        {"postgres://app:pw?x-Tail9@db/shop", "pw?x-Tail9", false},
+        {"postgres://app:pw#x-Tail9@db/shop", "pw#x-Tail9", false},
+        {"postgres://app:p@ss-Tail9@db/shop", "ss-Tail9", false},
+        {"postgres://app:p%40ss-Tail9@db/shop", "p%40ss-Tail9", false},
+        {"postgres://app:s3cret-Pw@[::1]:5432/shop", "s3cret-Pw", false},
+        {"postgres://app:@db/shop", "", false},
+        {"postgres://app@db/shop?password=s3cret-Pw", "s3cret-Pw", false},
+        {"postgres://app@db/shop?sslmode=disable&PassWord=s3cret-Pw", "s3cret-Pw", false},
+        {"postgres://db/shop?options=x:s3cret-Pw@evil", "s3cret-Pw", false},
+        {"postgres://app@db/shop#s3cret-Pw", "s3cret-Pw", false},
+        {"POSTGRES://app:s3cret-Pw@db/shop", "s3cret-Pw", false},
+        {"mysql://app:s3cret-Pw@db/shop", "s3cret-Pw", false},
+        {"host=db port=5432 dbname=shop user=app", "", true},
+        {"host=db user=app password=s3cret-Pw dbname=shop", "s3cret-Pw", false},
+        {"host=db user=app password = s3cret-Pw dbname=shop", "s3cret-Pw", false},
+        {"host=db user=app password='s3cret Pw' dbname=shop", "s3cret Pw", false},
+        {"host=db user=app password='it\\'s-s3cret' dbname=shop", "s3cret", false},
+        {"host=db user=app password='s3cret-Pw", "s3cret-Pw", false},
+        {"host=db user=app sslpassword=s3cret-Pw", "s3cret-Pw", false},
+    };
 
-        PostgresDestination inParams = PostgresDestination.url("host=db user=app password=s3cret-pw dbname=shop")
-                .table("t").columns("a");
-        assertThat(inParams.problems()).singleElement().asString().doesNotContain("s3cret-pw");
-        assertThat(inParams.toString()).doesNotContain("s3cret-pw");
+    @Test
+    public void aPasswordInTheConnectionStringIsRefusedInEveryFormAndNeverPrinted() throws Exception {
+        for (Object[] form : FORMS) {
+            String url = (String) form[0];
+            String secret = (String) form[1];
+            boolean accepted = (Boolean) form[2];
+            PostgresDestination destination = PostgresDestination.url(url).table("t").columns("a");
+            List<String> problems = destination.problems();
+            String shown = destination.toString();
+            if (accepted) {
+                assertThat(problems).as("problems of %s", url).isEmpty();
+                assertThat(shown).as("an accepted URL is shown as it is").contains(url);
+                continue;
+            }
+            assertThat(problems).as("problems of %s", url).hasSize(1);
+            String built = catchThrowable(() -> TwopcSink.<String>forPostgres(destination)
+                    .setSinkId("orders")
+                    .setSerializationSchema(new SimpleStringSchema())
+                    .build()).getMessage();
+            assertThat(built).as("build() of %s", url).contains(problems.get(0));
+            if (!secret.isEmpty()) {
+                for (String rendering : new String[] {problems.get(0), shown, built}) {
+                    assertThat(rendering).as("a rendering of %s", url).doesNotContain(secret);
+                }
+            }
+            if (url.contains("Tail9")) {
+                assertThat(problems.get(0) + shown).as("renderings of %s", url).doesNotContain("Tail9");
+            }
+        }
+    }
+
+    @Test
+    public void refusalsSayWhereThePasswordGoesInstead() {
+        String userInfo = PostgresDestination.url("postgres://app:s3cret@db/shop").table("t").columns("a")
+                .problems().get(0);
+        assertThat(userInfo).contains("carries a password", "passwordFromEnvironment", "passwordFromSystemProperty",
+                "postgres://app:***@db/shop");
+        String keyValue = PostgresDestination.url("host=db password = 'a b' user=app").table("t").columns("a")
+                .problems().get(0);
+        assertThat(keyValue).contains("sets password", "host=db password=*** user=app", "passwordFromEnvironment");
+        assertThat(PostgresDestination.url("postgres://app@db/x@y").table("t").columns("a").problems())
+                .singleElement().asString().contains("%40");
+        assertThat(PostgresDestination.url("postgres://app@db:port/x").table("t").columns("a").problems())
+                .singleElement().asString().contains("not a valid URL");
+        assertThat(PostgresDestination.url("host=db 'user").table("t").columns("a").problems())
+                .singleElement().asString().contains("not shown");
     }
 
     @Test

@@ -19,7 +19,8 @@ import java.nio.ByteBuffer;
  * <p>Errors become exceptions of {@code io.twopc.flink}: {@code
  * TwopcLostTransactionException}, {@code TwopcUnresolvedCommitException},
  * {@code TwopcRewindException}, {@code TwopcFreshStartException}, {@code
- * TwopcStateException}, {@code TwopcConfigException} (all fatal) and {@code
+ * TwopcStateException}, {@code TwopcConfigException}, {@code
+ * TwopcRecordRejectedException} (all fatal) and {@code
  * TwopcException} (retryable: the job restarts); protocol misuse and unknown
  * ids give {@link IllegalStateException}, a malformed batch {@link
  * IllegalArgumentException}. A Rust panic becomes a {@code TwopcException}.

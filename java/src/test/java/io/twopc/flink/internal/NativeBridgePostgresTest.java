@@ -10,6 +10,7 @@ import static org.assertj.core.api.Assertions.catchThrowable;
 import io.twopc.flink.TwopcConfigException;
 import io.twopc.flink.TwopcException;
 import io.twopc.flink.TwopcLostTransactionException;
+import io.twopc.flink.TwopcRecordRejectedException;
 import io.twopc.flink.testing.TestPostgres;
 
 import org.apache.flink.testutils.logging.TestLoggerResource;
@@ -225,12 +226,15 @@ public class NativeBridgePostgresTest {
                     .hasMessageContaining("fix the connection settings");
             assertThat(refused.getMessage()).doesNotContain(wrong).doesNotContain(pg.password);
 
-            // A password inside the URL is kept out of the message just as well.
+            // A password inside the URL is refused before connecting (the Java builder refuses
+            // it first; this is the native side's own check), and kept out of the message.
             PgOpen inUrl = new PgOpen();
             inUrl.url = "postgres://" + pg.user + ":" + wrongInUrl + "@" + pg.host + ":" + pg.port + "/" + pg.database;
             inUrl.password = null;
             Throwable refusedUrl = catchThrowable(inUrl::open);
-            assertThat(refusedUrl).isExactlyInstanceOf(TwopcConfigException.class);
+            assertThat(refusedUrl).isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining("carries a password")
+                    .hasMessageContaining("passwordFromEnvironment");
             assertThat(refusedUrl.getMessage()).doesNotContain(wrongInUrl);
 
             // And so is the right one, on a sink that works.
@@ -239,6 +243,41 @@ public class NativeBridgePostgresTest {
                     .allSatisfy(m -> assertThat(m).doesNotContain(wrong).doesNotContain(wrongInUrl)
                             .doesNotContain(pg.password));
         }
+    }
+
+    @Test
+    public void aRecordPostgresCanNeverTakeIsAFatalRecordRejectedException() throws Exception {
+        long sink = new PgOpen().open();
+        try {
+            // Found by the sink's own check, at write: nothing of the batch is sent.
+            byte[] open = NativeBridge.begin(sink);
+            Throwable atWrite = catchThrowable(() -> write(sink, open, "1\ta", "2\tb\n\\.\n3\tinjected"));
+            assertThat(atWrite)
+                    .isExactlyInstanceOf(TwopcRecordRejectedException.class)
+                    .hasMessageContaining("refused record #1 of transaction " + transactionOf(open))
+                    .hasMessageContaining("while writing, column body")
+                    .hasMessageContaining("line feed")
+                    .hasMessageContaining("Filter or fix such records before the sink");
+            assertThat(((TwopcException) atWrite).isFatal()).isTrue();
+            NativeBridge.abort(sink, open);
+
+            // Found by the server when the COPY ends, at prepare, and mapped back to the record.
+            byte[] next = NativeBridge.begin(sink);
+            write(sink, next, "1\ta", "2\tb", "x3\tc");
+            Throwable atPrepare = catchThrowable(() -> NativeBridge.prepare(sink, next, 3));
+            assertThat(atPrepare)
+                    .isExactlyInstanceOf(TwopcRecordRejectedException.class)
+                    .hasMessageContaining("refused record #2 of transaction " + transactionOf(next))
+                    .hasMessageContaining("while preparing it for checkpoint 3, column id")
+                    .hasMessageContaining("22P02")
+                    .hasMessageContaining("The record begins: x3\\tc");
+            assertThat(atPrepare.getMessage()).doesNotContain(pg.password);
+            NativeBridge.abort(sink, next);
+        } finally {
+            NativeBridge.close(sink);
+        }
+        assertThat(pg.count(table)).isZero();
+        assertThat(pg.preparedTransactions(sinkId)).isEmpty();
     }
 
     @Test
