@@ -55,6 +55,9 @@ pub struct CommitterSession {
     /// After a restore: lingering transactions are aborted once a checkpoint
     /// after the restored one completes.
     cleanup_due: bool,
+    /// A checkpoint after the restored one (or any, after a fresh start)
+    /// completed: every subtask finished its recovery.
+    recovered: bool,
     /// The writers of this attempt: original subtask → attempt nonce.
     writers: BTreeMap<u32, u64>,
     /// Handles received or restored and not yet committed.
@@ -73,6 +76,7 @@ impl CommitterSession {
             options,
             restored,
             cleanup_due: restored.is_some(),
+            recovered: restored.is_none(),
             writers: BTreeMap::new(),
             protected: HashSet::new(),
             last_expiry_scan_ms: 0,
@@ -168,6 +172,9 @@ impl CommitterSession {
         checkpoint: CheckpointId,
     ) -> Result<Housekeeping, TwopcError> {
         let mut report = Housekeeping::default();
+        if Some(checkpoint) > self.restored {
+            self.recovered = true;
+        }
         // A checkpoint after the restore completed: every subtask finished
         // its recovery, so whatever this subtask owns and nobody keeps is
         // lingering. (Until this committer knows its own writer's attempt,
@@ -228,7 +235,10 @@ impl CommitterSession {
         dest: &mut D,
         clock: &C,
     ) -> Result<Vec<TransactionId>, TwopcError> {
-        if !self.cleanup_due || !self.writers.contains_key(&self.ctx.subtask) {
+        // Only once every subtask finished its recovery: before that, what
+        // looks lingering may be a restored transaction another subtask is
+        // about to commit.
+        if !self.cleanup_due || !self.recovered || !self.writers.contains_key(&self.ctx.subtask) {
             return Ok(Vec::new());
         }
         let keep = Keep {

@@ -97,10 +97,24 @@ impl FsOptions {
 
     /// Checks the names that configuration puts into paths.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        if self.output_dir.as_os_str().is_empty() {
+        let dir = &self.output_dir;
+        if dir.as_os_str().is_empty() {
             return Err(ConfigError::new(
                 "the output directory is empty; set a path",
             ));
+        }
+        if !dir.is_absolute() {
+            return Err(ConfigError::new(format!(
+                "the output directory {} is relative; give an absolute path (task managers resolve \
+                 relative paths against their own working directory, so output would scatter)",
+                dir.display()
+            )));
+        }
+        if dir.parent().is_none() {
+            return Err(ConfigError::new(format!(
+                "the output directory {} is the file system's root; give a dedicated directory",
+                dir.display()
+            )));
         }
         twopc_core::ids::validate_token("part prefix", &self.part_prefix, names::MAX_PREFIX_LEN)?;
         if !self.part_suffix.is_empty() {

@@ -4,10 +4,10 @@
 use jni::objects::{JByteArray, JByteBuffer, JObjectArray, JString, Reference};
 use jni::sys::jint;
 use jni::Env;
+use twopc_core::error::SinkScope;
 use twopc_core::{TransactionHandle, TwopcError};
 
 use crate::error::{BridgeError, BridgeResult};
-use crate::registry::Sink;
 
 pub(crate) fn string(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeResult<String> {
     if value.is_null() {
@@ -24,44 +24,19 @@ pub(crate) fn optional_string(env: &Env<'_>, value: &JString<'_>) -> BridgeResul
     Ok(Some(value.try_to_string(env)?))
 }
 
-/// A `String[]` such as a column list; a null array or element is refused.
-pub(crate) fn strings(
-    env: &mut Env<'_>,
-    value: &JObjectArray<'_, JString<'_>>,
-    name: &str,
-) -> BridgeResult<Vec<String>> {
-    if value.is_null() {
-        return Err(BridgeError::illegal_argument(format!(
-            "{name} is null; pass an empty array for none"
-        )));
-    }
-    let count = value.len(env)?;
-    let mut out = Vec::with_capacity(count);
-    for i in 0..count {
-        let element = value.get_element(env, i)?;
-        if element.is_null() {
-            return Err(BridgeError::illegal_argument(format!(
-                "{name}[{i}] of {count} is null"
-            )));
-        }
-        out.push(element.try_to_string(env)?);
-        env.delete_local_ref(element);
-    }
-    Ok(out)
-}
-
-/// This subtask's share of the restored handles (`byte[][] knownHandles`). A null
-/// element means the restored state is damaged: a state error, never
-/// skipped, since dropping a handle would let recovery treat its
-/// transaction as lingering.
-pub(crate) fn known_handles(
+/// This subtask's share of restored state (`byte[][] knownHandles`,
+/// `byte[][] writerStates`). A null element means the restored state is
+/// damaged: a state error, never skipped, since dropping a handle would let
+/// recovery treat its transaction as lingering.
+pub(crate) fn restored_bytes(
     env: &mut Env<'_>,
     value: &JObjectArray<'_, JByteArray<'_>>,
+    name: &str,
 ) -> BridgeResult<Vec<Vec<u8>>> {
     if value.is_null() {
-        return Err(BridgeError::illegal_argument(
-            "knownHandles is null; pass an empty array when nothing was restored",
-        ));
+        return Err(BridgeError::illegal_argument(format!(
+            "{name} is null; pass an empty array when nothing was restored"
+        )));
     }
     let count = value.len(env)?;
     let mut known = Vec::with_capacity(count);
@@ -69,8 +44,8 @@ pub(crate) fn known_handles(
         let element = value.get_element(env, i)?;
         if element.is_null() {
             return Err(BridgeError::state(format!(
-                "restored transaction handle knownHandles[{i}] of {count} is null: the \
-                 restored state is damaged; restore from another checkpoint or savepoint"
+                "restored {name}[{i}] of {count} is null: the restored state is damaged; \
+                 restore from another checkpoint or savepoint"
             )));
         }
         known.push(env.convert_byte_array(&element)?);
@@ -102,15 +77,11 @@ pub(crate) fn to_jlong(value: u64) -> i64 {
     i64::try_from(value).unwrap_or(i64::MAX)
 }
 
-/// Decodes a handle passed to an operation of `sink`. Damaged bytes are a
-/// state error of that sink (fatal), named with its scope.
-pub(crate) fn handle_of(sink: &Sink, bytes: &[u8]) -> BridgeResult<TransactionHandle> {
-    TransactionHandle::decode(bytes).map_err(|source| {
-        BridgeError::Core(TwopcError::State {
-            scope: sink.scope(),
-            source,
-        })
-    })
+/// Decodes a handle passed to an operation of a sink of `scope`. Damaged
+/// bytes are a state error of that sink (fatal), named with its scope.
+pub(crate) fn handle_of(scope: SinkScope, bytes: &[u8]) -> BridgeResult<TransactionHandle> {
+    TransactionHandle::decode(bytes)
+        .map_err(|source| BridgeError::Core(TwopcError::State { scope, source }))
 }
 
 /// The first `length` bytes of a direct buffer, without copying.

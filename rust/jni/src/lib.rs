@@ -22,6 +22,7 @@
 #![deny(clippy::undocumented_unsafe_blocks)]
 
 mod args;
+pub mod config;
 mod describe;
 mod error;
 mod failpoints;
@@ -33,13 +34,14 @@ use std::ffi::c_void;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use jni::objects::{JByteArray, JByteBuffer, JClass, JLongArray, JObjectArray, JString};
-use jni::sys::{jboolean, jint, jlong, JNI_ERR, JNI_VERSION_1_8};
+use jni::sys::{jint, jlong, JNI_ERR, JNI_VERSION_1_8};
 use jni::vm::{AttachConfig, AttachmentExceptionPolicy, JavaVM};
 use jni::{jni_str, Env, EnvUnowned};
-use twopc_core::{AbortOutcome, CheckpointId, CommitOutcome};
+use twopc_core::{AbortOutcome, CheckpointId, CommitOutcome, SystemClock};
 
 use crate::args::to_jlong;
 use crate::error::{BridgeError, BridgeResult, ThrowJava};
+use crate::registry::Native;
 
 /// Runs once per library copy, on the Java thread inside `System.load`.
 /// That thread resolves classes through the loader of the class that
@@ -96,212 +98,135 @@ pub unsafe extern "system" fn JNI_OnLoad(
     }
 }
 
-/// The settings `open` and `openPostgres` share, read from the JVM.
-// Mirrors the shared part of both Java signatures.
+/// The arguments shared by `openSink`, `openWriter` and `openCommitter`.
 #[allow(clippy::too_many_arguments)]
-fn sink_args(
+fn open_args(
     env: &mut Env<'_>,
-    sink_id: &JString<'_>,
+    config: &JString<'_>,
     run_id: &JString<'_>,
     subtask: jint,
     parallelism: jint,
-    retention_ms: jlong,
+    attempt: jint,
     checkpoint_interval_ms: jlong,
-    restart_allowance_ms: jlong,
-    rewind_replace_range: jboolean,
-    fresh_start_abort_prepared: jboolean,
-    commit_max_attempts: jint,
-    commit_initial_backoff_ms: jlong,
-    commit_max_backoff_ms: jlong,
+    password: &JString<'_>,
     restored_checkpoint_id: jlong,
+    writer_states: &JObjectArray<'_, JByteArray<'_>>,
     known_handles: &JObjectArray<'_, JByteArray<'_>>,
-) -> BridgeResult<open::SinkArgs> {
-    Ok(open::SinkArgs {
-        sink_id: args::string(env, sink_id, "sinkId")?,
+) -> BridgeResult<open::OpenArgs> {
+    Ok(open::OpenArgs {
+        config: args::string(env, config, "config")?,
         run_id: args::string(env, run_id, "runId")?,
         subtask,
         parallelism,
-        retention_ms,
+        attempt,
         checkpoint_interval_ms,
-        restart_allowance_ms,
-        rewind_replace_range,
-        fresh_start_abort_prepared,
-        commit_max_attempts,
-        commit_initial_backoff_ms,
-        commit_max_backoff_ms,
+        password: args::optional_string(env, password)?,
         restored_checkpoint_id,
-        known_handles: args::known_handles(env, known_handles)?,
+        writer_states: args::restored_bytes(env, writer_states, "writerStates")?,
+        known_handles: args::restored_bytes(env, known_handles, "knownHandles")?,
     })
 }
 
-/// `long open(String sinkId, String runId, int subtask, int parallelism,
-/// String outputDir, String partPrefix, String partSuffix, boolean
-/// rawFormat, long retentionMs, long checkpointIntervalMs, long
-/// restartAllowanceMs, boolean rewindReplaceRange, boolean
-/// freshStartAbortPrepared, int commitMaxAttempts, long
-/// commitInitialBackoffMs, long commitMaxBackoffMs, long
-/// restoredCheckpointId, byte[][] knownHandles)`
+/// `void validateConfig(String config)`: decodes and checks a
+/// configuration the way `open*` will (the Java builders call it at
+/// `build()`).
 #[no_mangle]
-// The Java contract fixes the argument list.
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_open<'l>(
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_validateConfig<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink_id: JString<'l>,
-    run_id: JString<'l>,
-    subtask: jint,
-    parallelism: jint,
-    output_dir: JString<'l>,
-    part_prefix: JString<'l>,
-    part_suffix: JString<'l>,
-    raw_format: jboolean,
-    retention_ms: jlong,
-    checkpoint_interval_ms: jlong,
-    restart_allowance_ms: jlong,
-    rewind_replace_range: jboolean,
-    fresh_start_abort_prepared: jboolean,
-    commit_max_attempts: jint,
-    commit_initial_backoff_ms: jlong,
-    commit_max_backoff_ms: jlong,
-    restored_checkpoint_id: jlong,
-    known_handles: JObjectArray<'l, JByteArray<'l>>,
-) -> jlong {
-    env.with_env(|env| -> BridgeResult<jlong> {
-        let sink = sink_args(
-            env,
-            &sink_id,
-            &run_id,
-            subtask,
-            parallelism,
-            retention_ms,
-            checkpoint_interval_ms,
-            restart_allowance_ms,
-            rewind_replace_range,
-            fresh_start_abort_prepared,
-            commit_max_attempts,
-            commit_initial_backoff_ms,
-            commit_max_backoff_ms,
-            restored_checkpoint_id,
-            &known_handles,
-        )?;
-        let fs = open::FsArgs {
-            output_dir: args::string(env, &output_dir, "outputDir")?,
-            part_prefix: args::string(env, &part_prefix, "partPrefix")?,
-            part_suffix: args::string(env, &part_suffix, "partSuffix")?,
-            raw_format,
-        };
-        open::open_filesystem(sink, fs)
+    config: JString<'l>,
+) {
+    env.with_env(|env| -> BridgeResult<()> {
+        let text = args::string(env, &config, "config")?;
+        config::SinkConfig::decode(&text)?;
+        Ok(())
     })
     .resolve::<ThrowJava>()
 }
 
-/// `long openPostgres(String sinkId, String runId, int subtask, int
-/// parallelism, String url, String host, int port, String database, String
-/// user, String password, String table, String[] columns, String mode,
-/// String[] keyColumns, String copyFormat, String transactionIdColumn,
-/// String controlSchema, long connectTimeoutMs, long retentionMs, long
-/// checkpointIntervalMs, long restartAllowanceMs, boolean
-/// rewindReplaceRange, boolean freshStartAbortPrepared, int
-/// commitMaxAttempts, long commitInitialBackoffMs, long commitMaxBackoffMs,
-/// long restoredCheckpointId, byte[][] knownHandles)`
-///
-/// `url`, `host`, `database`, `user`, `password` and
-/// `transactionIdColumn` may be null. The password never appears in a
-/// message or log line.
-#[no_mangle]
-// The Java contract fixes the argument list.
-#[allow(clippy::too_many_arguments)]
-pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_openPostgres<'l>(
-    mut env: EnvUnowned<'l>,
-    _class: JClass<'l>,
-    sink_id: JString<'l>,
-    run_id: JString<'l>,
-    subtask: jint,
-    parallelism: jint,
-    url: JString<'l>,
-    host: JString<'l>,
-    port: jint,
-    database: JString<'l>,
-    user: JString<'l>,
-    password: JString<'l>,
-    table: JString<'l>,
-    columns: JObjectArray<'l, JString<'l>>,
-    mode: JString<'l>,
-    key_columns: JObjectArray<'l, JString<'l>>,
-    copy_format: JString<'l>,
-    transaction_id_column: JString<'l>,
-    control_schema: JString<'l>,
-    connect_timeout_ms: jlong,
-    retention_ms: jlong,
-    checkpoint_interval_ms: jlong,
-    restart_allowance_ms: jlong,
-    rewind_replace_range: jboolean,
-    fresh_start_abort_prepared: jboolean,
-    commit_max_attempts: jint,
-    commit_initial_backoff_ms: jlong,
-    commit_max_backoff_ms: jlong,
-    restored_checkpoint_id: jlong,
-    known_handles: JObjectArray<'l, JByteArray<'l>>,
-) -> jlong {
-    env.with_env(|env| -> BridgeResult<jlong> {
-        let sink = sink_args(
-            env,
-            &sink_id,
-            &run_id,
-            subtask,
-            parallelism,
-            retention_ms,
-            checkpoint_interval_ms,
-            restart_allowance_ms,
-            rewind_replace_range,
-            fresh_start_abort_prepared,
-            commit_max_attempts,
-            commit_initial_backoff_ms,
-            commit_max_backoff_ms,
-            restored_checkpoint_id,
-            &known_handles,
-        )?;
-        let pg = open::PgArgs {
-            url: args::optional_string(env, &url)?,
-            host: args::optional_string(env, &host)?,
-            port,
-            database: args::optional_string(env, &database)?,
-            user: args::optional_string(env, &user)?,
-            password: args::optional_string(env, &password)?,
-            table: args::string(env, &table, "table")?,
-            columns: args::strings(env, &columns, "columns")?,
-            mode: args::string(env, &mode, "mode")?,
-            key_columns: args::strings(env, &key_columns, "keyColumns")?,
-            copy_format: args::string(env, &copy_format, "copyFormat")?,
-            transaction_id_column: args::optional_string(env, &transaction_id_column)?,
-            control_schema: args::string(env, &control_schema, "controlSchema")?,
-            connect_timeout_ms,
-        };
-        open::open_postgres(sink, pg)
-    })
-    .resolve::<ThrowJava>()
+macro_rules! open_entry_point {
+    ($name:ident, $role:expr) => {
+        /// `long <open>(String config, String runId, int subtask, int
+        /// parallelism, int attempt, long checkpointIntervalMs, String
+        /// password, long restoredCheckpointId, byte[][] writerStates,
+        /// byte[][] knownHandles)`: see `NativeBridge`.
+        #[no_mangle]
+        // The Java contract fixes the argument list.
+        #[allow(clippy::too_many_arguments)]
+        pub extern "system" fn $name<'l>(
+            mut env: EnvUnowned<'l>,
+            _class: JClass<'l>,
+            config: JString<'l>,
+            run_id: JString<'l>,
+            subtask: jint,
+            parallelism: jint,
+            attempt: jint,
+            checkpoint_interval_ms: jlong,
+            password: JString<'l>,
+            restored_checkpoint_id: jlong,
+            writer_states: JObjectArray<'l, JByteArray<'l>>,
+            known_handles: JObjectArray<'l, JByteArray<'l>>,
+        ) -> jlong {
+            env.with_env(|env| -> BridgeResult<jlong> {
+                let a = open_args(
+                    env,
+                    &config,
+                    &run_id,
+                    subtask,
+                    parallelism,
+                    attempt,
+                    checkpoint_interval_ms,
+                    &password,
+                    restored_checkpoint_id,
+                    &writer_states,
+                    &known_handles,
+                )?;
+                open::open($role, a)
+            })
+            .resolve::<ThrowJava>()
+        }
+    };
 }
 
-/// `byte[] begin(long sink)`
+open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openSink0, open::Role::Sink);
+open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openWriter0, open::Role::Writer);
+open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openCommitter0, open::Role::Committer);
+
+fn not_a(role: &str, n: &Native, id: i64) -> BridgeError {
+    BridgeError::illegal_state(format!(
+        "twopc native #{id} is a {}, not a {role}",
+        n.kind()
+    ))
+}
+
+/// `byte[] begin(long writer)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_begin<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
 ) -> JByteArray<'l> {
     env.with_env(|env| -> BridgeResult<JByteArray<'l>> {
-        let handle = registry::with_sink(sink, |s| Ok(s.begin()?.encode()))?;
+        let handle = registry::with_native(id, |n| {
+            Ok(match n {
+                Native::Sink(s) => s.begin()?,
+                Native::Writer(w) => w.session.begin(&mut w.dest, &SystemClock)?,
+                other => return Err(not_a("writer", other, id)),
+            }
+            .encode())
+        })?;
         Ok(env.byte_array_from_slice(&handle)?)
     })
     .resolve::<ThrowJava>()
 }
 
-/// `long write(long sink, byte[] openHandle, ByteBuffer batch, int length)`
+/// `long write(long writer, byte[] openHandle, ByteBuffer batch, int
+/// length)`: returns the records staged in the transaction so far.
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_write<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
     open_handle: JByteArray<'l>,
     batch: JByteBuffer<'l>,
     length: jint,
@@ -309,21 +234,30 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_write<'l>(
     env.with_env(|env| -> BridgeResult<jlong> {
         let handle = args::bytes(env, &open_handle, "openHandle")?;
         let records = args::direct_bytes(env, &batch, length)?;
-        registry::with_sink(sink, |s| {
-            let handle = args::handle_of(s, &handle)?;
-            let staged = s.write(&handle.transaction, records)?;
+        registry::with_native(id, |n| {
+            let staged = match n {
+                Native::Sink(s) => {
+                    let h = args::handle_of(s.scope(), &handle)?;
+                    s.write(&h.transaction, records)?
+                }
+                Native::Writer(w) => {
+                    let h = args::handle_of(w.session.scope(), &handle)?;
+                    w.session.write(&mut w.dest, &h.transaction, records)?
+                }
+                other => return Err(not_a("writer", other, id)),
+            };
             Ok(to_jlong(staged.records))
         })
     })
     .resolve::<ThrowJava>()
 }
 
-/// `byte[] prepare(long sink, byte[] openHandle, long checkpointId)`
+/// `byte[] prepare(long writer, byte[] openHandle, long checkpointId)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_prepare<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
     open_handle: JByteArray<'l>,
     checkpoint_id: jlong,
 ) -> JByteArray<'l> {
@@ -332,29 +266,103 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_prepare<'l>(
         let checkpoint = CheckpointId::try_from(checkpoint_id).map_err(|_| {
             BridgeError::illegal_argument(format!("checkpoint id {checkpoint_id} is negative"))
         })?;
-        let prepared = registry::with_sink(sink, |s| {
-            let handle = args::handle_of(s, &handle)?;
-            Ok(s.prepare(&handle.transaction, checkpoint)?.encode())
+        let prepared = registry::with_native(id, |n| {
+            Ok(match n {
+                Native::Sink(s) => {
+                    let h = args::handle_of(s.scope(), &handle)?;
+                    s.prepare(&h.transaction, checkpoint)?
+                }
+                Native::Writer(w) => {
+                    let h = args::handle_of(w.session.scope(), &handle)?;
+                    w.session
+                        .prepare(&mut w.dest, &SystemClock, &h.transaction, checkpoint)?
+                }
+                other => return Err(not_a("writer", other, id)),
+            }
+            .encode())
         })?;
         Ok(env.byte_array_from_slice(&prepared)?)
     })
     .resolve::<ThrowJava>()
 }
 
-/// `int commit(long sink, byte[] preparedHandle)`
+/// `int abort(long writer, byte[] handle)`
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_abort<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    id: jlong,
+    handle: JByteArray<'l>,
+) -> jint {
+    env.with_env(|env| -> BridgeResult<jint> {
+        let handle = args::bytes(env, &handle, "handle")?;
+        registry::with_native(id, |n| {
+            let outcome = match n {
+                Native::Sink(s) => {
+                    let h = args::handle_of(s.scope(), &handle)?;
+                    s.abort(&h)?
+                }
+                Native::Writer(w) => {
+                    let h = args::handle_of(w.session.scope(), &handle)?;
+                    w.session.abort(&mut w.dest, &h)?
+                }
+                other => return Err(not_a("writer", other, id)),
+            };
+            // The numbers are NativeBridge.ABORTED / NOTHING_STAGED.
+            Ok(match outcome {
+                AbortOutcome::Aborted => 0,
+                AbortOutcome::NothingStaged => 1,
+            })
+        })
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `byte[] writerState(long writer)`: the writer's state for a checkpoint.
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_writerState<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    id: jlong,
+) -> JByteArray<'l> {
+    env.with_env(|env| -> BridgeResult<JByteArray<'l>> {
+        let state = registry::with_native(id, |n| {
+            Ok(match n {
+                Native::Sink(s) => s.writer_state(),
+                Native::Writer(w) => w.session.state(),
+                other => return Err(not_a("writer", other, id)),
+            }
+            .encode())
+        })?;
+        Ok(env.byte_array_from_slice(&state)?)
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `int commit(long committer, byte[] preparedHandle)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_commit<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
     prepared_handle: JByteArray<'l>,
 ) -> jint {
     env.with_env(|env| -> BridgeResult<jint> {
         let handle = args::bytes(env, &prepared_handle, "preparedHandle")?;
-        registry::with_sink(sink, |s| {
-            let handle = args::handle_of(s, &handle)?;
+        registry::with_native(id, |n| {
+            let outcome = match n {
+                Native::Sink(s) => {
+                    let h = args::handle_of(s.scope(), &handle)?;
+                    s.commit(&h)?
+                }
+                Native::Committer(c) => {
+                    let h = args::handle_of(c.session.scope(), &handle)?;
+                    committer_commit(c, &h)?
+                }
+                other => return Err(not_a("committer", other, id)),
+            };
             // The numbers are NativeBridge.COMMITTED / ALREADY_COMMITTED / EMPTY.
-            Ok(match s.commit(&handle)? {
+            Ok(match outcome {
                 CommitOutcome::Committed => 0,
                 CommitOutcome::AlreadyCommitted => 1,
                 CommitOutcome::Empty => 2,
@@ -364,66 +372,184 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_commit<'l>(
     .resolve::<ThrowJava>()
 }
 
-/// `int abort(long sink, byte[] handle)`
+/// A Sink V2 commit, with the same test-only fault points as the shim's.
+fn committer_commit(
+    c: &mut registry::CommitterEntry,
+    h: &twopc_core::TransactionHandle,
+) -> Result<CommitOutcome, twopc_core::TwopcError> {
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("twopc-commit-before", |_| Err(injected(
+        "twopc-commit-before",
+        c.session.scope(),
+        &h.transaction
+    )));
+    let outcome = c.session.commit(&mut c.dest, &SystemClock, h)?;
+    #[cfg(feature = "failpoints")]
+    fail::fail_point!("twopc-commit-after", |_| Err(injected(
+        "twopc-commit-after",
+        c.session.scope(),
+        &h.transaction
+    )));
+    Ok(outcome)
+}
+
+#[cfg(feature = "failpoints")]
+fn injected(
+    point: &'static str,
+    scope: twopc_core::error::SinkScope,
+    txn: &twopc_core::TransactionId,
+) -> twopc_core::TwopcError {
+    twopc_core::TwopcError::Destination {
+        scope,
+        action: "injected fault at",
+        transaction: txn.clone(),
+        consequence: point,
+        source: twopc_core::error::DestinationError::new(
+            twopc_core::error::DestinationErrorKind::Io,
+            format!("fail point {point} triggered"),
+        ),
+    }
+}
+
+/// `long[] checkpointCompleted(long committer, long checkpointId)`:
+/// housekeeping after the checkpoint's commits; returns {lingering aborted,
+/// expired, failures} (failures are logged, and tried again next time).
 #[no_mangle]
-pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_abort<'l>(
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_checkpointCompleted<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
-    handle: JByteArray<'l>,
-) -> jint {
-    env.with_env(|env| -> BridgeResult<jint> {
-        let handle = args::bytes(env, &handle, "handle")?;
-        registry::with_sink(sink, |s| {
-            let handle = args::handle_of(s, &handle)?;
-            // The numbers are NativeBridge.ABORTED / NOTHING_STAGED.
-            Ok(match s.abort(&handle)? {
-                AbortOutcome::Aborted => 0,
-                AbortOutcome::NothingStaged => 1,
+    id: jlong,
+    checkpoint_id: jlong,
+) -> JLongArray<'l> {
+    env.with_env(|env| -> BridgeResult<JLongArray<'l>> {
+        let checkpoint = CheckpointId::try_from(checkpoint_id).map_err(|_| {
+            BridgeError::illegal_argument(format!("checkpoint id {checkpoint_id} is negative"))
+        })?;
+        let report = registry::with_native(id, |n| {
+            Ok(match n {
+                Native::Sink(s) => s.checkpoint_completed(checkpoint)?,
+                Native::Committer(c) => {
+                    c.session
+                        .checkpoint_completed(&mut c.dest, &SystemClock, checkpoint)?
+                }
+                other => return Err(not_a("committer", other, id)),
             })
+        })?;
+        long_array(
+            env,
+            &[
+                report.aborted.len() as i64,
+                report.expired.len() as i64,
+                report.failures.len() as i64,
+            ],
+        )
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `long finish(long committer)`: the subtask ends after its final
+/// checkpoint; housekeeping still due is tried once more and its failure
+/// raised. Returns the lingering transactions aborted.
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_finish<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    id: jlong,
+) -> jlong {
+    env.with_env(|_env| -> BridgeResult<jlong> {
+        registry::with_native(id, |n| {
+            let aborted = match n {
+                Native::Sink(s) => s.finish()?,
+                Native::Committer(c) => c.session.finish(&mut c.dest, &SystemClock)?,
+                other => return Err(not_a("committer", other, id)),
+            };
+            Ok(aborted.len() as i64)
         })
     })
     .resolve::<ThrowJava>()
 }
 
-/// `long[] stats(long sink)`: records written, bytes written, committed,
+fn long_array<'l>(env: &mut Env<'l>, values: &[i64]) -> BridgeResult<JLongArray<'l>> {
+    let array = env.new_long_array(values.len())?;
+    array.set_region(env, 0, values)?;
+    Ok(array)
+}
+
+/// `long[] stats(long id)`: records written, bytes written, committed,
 /// aborted, last committed checkpoint (-1 if none), records in the open
-/// transaction.
+/// transaction, already committed, lingering aborted, expired, housekeeping
+/// failures (zeros for the counters a role does not have).
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_stats<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
 ) -> JLongArray<'l> {
     env.with_env(|env| -> BridgeResult<JLongArray<'l>> {
-        let values = registry::with_sink(sink, |s| {
-            let stats = s.stats();
-            Ok([
-                to_jlong(stats.records_written),
-                to_jlong(stats.bytes_written),
-                to_jlong(stats.committed),
-                to_jlong(stats.aborted),
-                stats.last_committed_checkpoint.map_or(-1, to_jlong),
-                to_jlong(s.open_stats().records),
-            ])
+        let values = registry::with_native(id, |n| {
+            Ok(match n {
+                Native::Sink(s) => {
+                    let st = s.stats();
+                    [
+                        to_jlong(st.records_written),
+                        to_jlong(st.bytes_written),
+                        to_jlong(st.committed),
+                        to_jlong(st.aborted),
+                        st.last_committed_checkpoint.map_or(-1, to_jlong),
+                        to_jlong(s.open_stats().records),
+                        0,
+                        0,
+                        0,
+                        0,
+                    ]
+                }
+                Native::Writer(w) => {
+                    let st = w.session.stats();
+                    [
+                        to_jlong(st.records_written),
+                        to_jlong(st.bytes_written),
+                        0,
+                        to_jlong(st.aborted),
+                        -1,
+                        to_jlong(w.session.open_stats().records),
+                        0,
+                        0,
+                        0,
+                        0,
+                    ]
+                }
+                Native::Committer(c) => {
+                    let st = c.session.stats();
+                    [
+                        0,
+                        0,
+                        to_jlong(st.committed),
+                        0,
+                        st.last_committed_checkpoint.map_or(-1, to_jlong),
+                        0,
+                        to_jlong(st.already_committed),
+                        to_jlong(st.lingering_aborted),
+                        to_jlong(st.expired),
+                        to_jlong(st.housekeeping_failures),
+                    ]
+                }
+            })
         })?;
-        let array = env.new_long_array(values.len())?;
-        array.set_region(env, 0, &values)?;
-        Ok(array)
+        long_array(env, &values)
     })
     .resolve::<ThrowJava>()
 }
 
-/// `void close(long sink)`
+/// `void close(long id)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_close<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
-    sink: jlong,
+    id: jlong,
 ) {
     env.with_env(|_env| -> BridgeResult<()> {
-        registry::remove(sink)?;
-        log::debug!(target: "twopc::jni", "native sink #{sink} closed");
+        registry::remove(id)?;
+        log::debug!(target: "twopc::jni", "native #{id} closed");
         Ok(())
     })
     .resolve::<ThrowJava>()

@@ -1,4 +1,4 @@
-//! Open sinks, reached from Java by opaque ids.
+//! Open writers, committers and sinks, reached from Java by opaque ids.
 //!
 //! Java never holds a pointer: a stale, closed or forged id can then only
 //! miss the map (an `IllegalStateException`), never dereference freed or
@@ -16,14 +16,48 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
-use twopc_core::{Destination, SubtaskSink, SystemClock};
+use twopc_core::{CommitterSession, Destination, SubtaskSink, SystemClock, WriterSession};
 
 use crate::error::{BridgeError, BridgeResult};
 
-/// A running sink on whichever destination it was opened with (directory or
-/// database): the entry points after `open` do not care which.
-pub(crate) type Sink = SubtaskSink<Box<dyn Destination + Send>, SystemClock>;
-type Shared = Arc<Mutex<Sink>>;
+/// A destination of whichever kind the configuration named: the entry
+/// points after `open` do not care which.
+pub(crate) type AnyDestination = Box<dyn Destination + Send>;
+
+/// The SinkFunction shim's writer and committer in one.
+pub(crate) type Sink = SubtaskSink<AnyDestination, SystemClock>;
+
+/// A Sink V2 writer and its destination.
+pub(crate) struct WriterEntry {
+    pub session: WriterSession,
+    pub dest: AnyDestination,
+}
+
+/// A Sink V2 committer and its destination.
+pub(crate) struct CommitterEntry {
+    pub session: CommitterSession,
+    pub dest: AnyDestination,
+}
+
+/// What an id names.
+pub(crate) enum Native {
+    // Boxed: the three differ in size, and an entry lives on the heap anyway.
+    Sink(Box<Sink>),
+    Writer(Box<WriterEntry>),
+    Committer(Box<CommitterEntry>),
+}
+
+impl Native {
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            Native::Sink(_) => "sink",
+            Native::Writer(_) => "writer",
+            Native::Committer(_) => "committer",
+        }
+    }
+}
+
+type Shared = Arc<Mutex<Native>>;
 
 static SINKS: LazyLock<Mutex<HashMap<i64, Shared>>> = LazyLock::new(Default::default);
 static NEXT: AtomicU64 = AtomicU64::new(1);
@@ -57,16 +91,16 @@ fn unknown(id: i64) -> BridgeError {
     ))
 }
 
-pub(crate) fn insert(sink: Sink) -> i64 {
+pub(crate) fn insert(native: Native) -> i64 {
     let id = mint_id();
-    sinks().insert(id, Arc::new(Mutex::new(sink)));
+    sinks().insert(id, Arc::new(Mutex::new(native)));
     id
 }
 
-/// Runs `f` on the sink `id`, holding that sink's lock.
-pub(crate) fn with_sink<R>(
+/// Runs `f` on the object `id`, holding its lock.
+pub(crate) fn with_native<R>(
     id: i64,
-    f: impl FnOnce(&mut Sink) -> BridgeResult<R>,
+    f: impl FnOnce(&mut Native) -> BridgeResult<R>,
 ) -> BridgeResult<R> {
     let shared = sinks().get(&id).cloned().ok_or_else(|| unknown(id))?;
     // Unlike the registry, a sink poisoned by a panic mid-operation may hold
@@ -104,7 +138,7 @@ mod tests {
     #[test]
     fn unknown_ids_are_refused() {
         for id in [0, 12345, i64::MIN, i64::MAX, -1] {
-            let err = with_sink(id, |_| Ok(())).unwrap_err();
+            let err = with_native(id, |_| Ok(())).unwrap_err();
             assert!(
                 err.to_string().contains("is closed or was never opened"),
                 "{err}"

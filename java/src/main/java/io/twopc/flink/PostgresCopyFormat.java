@@ -1,6 +1,9 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /** The row format of the records a {@link PostgresDestination} loads with {@code COPY}. */
+@PublicEvolving
 public enum PostgresCopyFormat {
     /**
      * CSV as PostgreSQL reads it by default: comma-separated, double quotes, an unquoted empty

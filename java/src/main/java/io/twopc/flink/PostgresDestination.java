@@ -244,6 +244,14 @@ public final class PostgresDestination implements Serializable {
         return connectTimeout.toMillis();
     }
 
+    /** Where task managers read the password: {@code env:NAME}, {@code property:NAME}, or null. */
+    String passwordSource() {
+        if (passwordEnvironmentVariable != null) {
+            return "env:" + passwordEnvironmentVariable;
+        }
+        return passwordSystemProperty != null ? "property:" + passwordSystemProperty : null;
+    }
+
     /**
      * The password, read where the sink runs; null when none is configured.
      *

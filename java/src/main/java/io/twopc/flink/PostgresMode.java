@@ -1,9 +1,12 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /**
  * How a {@link PostgresDestination} makes a repeated write harmless. The README compares the two
  * ("Transactional or idempotent").
  */
+@PublicEvolving
 public enum PostgresMode {
     /**
      * Each subtask COPYs a checkpoint's records into one transaction, prepares it ({@code PREPARE

@@ -1,6 +1,9 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /** How serialized records are laid out in the committed output files. */
+@PublicEvolving
 public enum RecordFormat {
     /**
      * Each record followed by {@code \n}: what Flink's {@code TextLineInputFormat} and most line

@@ -1,10 +1,13 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /**
  * What the sink does when a job is restored from a checkpoint or savepoint that is older than
  * output this sink has already committed (for example an old savepoint restored after the job
  * ran on past it). Replaying from there would write that output a second time.
  */
+@PublicEvolving
 public enum RewindPolicy {
     /**
      * Stop the job with a {@link TwopcRewindException} that names the output committed after the

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /**
  * An error of the twopc sink. Messages come from the Rust core and name the
  * sink, subtask, checkpoint and transaction concerned and what to do.
@@ -9,6 +11,7 @@ package io.twopc.flink;
  * help (output was lost, a rewind was detected, state is corrupt): the sink
  * stops the job without a restart loop.
  */
+@PublicEvolving
 public class TwopcException extends RuntimeException {
     private static final long serialVersionUID = 1L;
 

@@ -1,6 +1,9 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /** Fatal: a job started without state found prepared transactions of this sink left by another run. */
+@PublicEvolving
 public class TwopcFreshStartException extends TwopcException {
     private static final long serialVersionUID = 1L;
 

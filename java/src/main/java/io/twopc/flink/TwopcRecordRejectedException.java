@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 /**
  * Fatal: the destination can never accept a record (for PostgreSQL: not exactly one COPY row, not
  * UTF-8, a NUL byte, the wrong number of fields, or a value the server refuses: type syntax, range,
@@ -9,6 +11,7 @@ package io.twopc.flink;
  * the destination's own words and the record's first bytes (password-like values masked); filter
  * or fix such records before the sink.
  */
+@PublicEvolving
 public class TwopcRecordRejectedException extends TwopcException {
     private static final long serialVersionUID = 1L;
 

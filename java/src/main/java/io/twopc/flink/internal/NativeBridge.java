@@ -1,30 +1,36 @@
 package io.twopc.flink.internal;
 
+import io.twopc.flink.TwopcConfigException;
+import io.twopc.flink.TwopcException;
+
+import org.apache.flink.annotation.Internal;
+
 import java.nio.ByteBuffer;
 
 /**
- * The JNI surface of the Rust core (crate {@code twopc-jni}). Only this class
- * declares native methods; {@link NativeLoader} loads the library for the
- * classloader that loaded this class.
+ * The JNI surface of the Rust core (crate {@code twopc-jni}). Only this class declares native
+ * methods; {@link NativeLoader} loads the library for the class loader that loaded this class.
  *
- * <p>Native sinks are reached through opaque ids, never pointers: the Rust
- * side keeps a registry and validates the id on every call, so a closed,
- * stale or forged id gets an {@link IllegalStateException}. Calls on one sink
- * are serialised on the Rust side.
+ * <p>A subtask opens a native <em>writer</em> ({@link #openWriter}), <em>committer</em> ({@link
+ * #openCommitter}) or both in one ({@link #openSink}, for the SinkFunction shim), from one
+ * configuration: a versioned JSON document written by {@link SinkConfig}. They are reached through
+ * opaque ids, never pointers: the Rust side keeps a registry and validates the id on every call,
+ * so a closed, stale or forged id gets an {@link IllegalStateException}. Calls on one id are
+ * serialised on the Rust side.
  *
- * <p>Transaction handles cross as the core's encoded bytes (the versioned
- * envelope). Records cross in batches: {@code [u32 little-endian length][bytes]}
- * repeated, in a direct buffer, from position 0 to {@code length}.
+ * <p>Transaction handles and writer states cross as the core's encoded bytes (the versioned
+ * envelope). Records cross in batches: {@code [u32 little-endian length][bytes]} repeated, in a
+ * direct buffer, from position 0 to {@code length}.
  *
- * <p>Errors become exceptions of {@code io.twopc.flink}: {@code
- * TwopcLostTransactionException}, {@code TwopcUnresolvedCommitException},
- * {@code TwopcRewindException}, {@code TwopcFreshStartException}, {@code
- * TwopcStateException}, {@code TwopcConfigException}, {@code
- * TwopcRecordRejectedException} (all fatal) and {@code
- * TwopcException} (retryable: the job restarts); protocol misuse and unknown
- * ids give {@link IllegalStateException}, a malformed batch {@link
- * IllegalArgumentException}. A Rust panic becomes a {@code TwopcException}.
+ * <p>Errors become exceptions of {@code io.twopc.flink}, chosen from the core's error kind:
+ * {@code TwopcLostTransactionException}, {@code TwopcUnresolvedCommitException}, {@code
+ * TwopcRewindException}, {@code TwopcFreshStartException}, {@code TwopcStateException}, {@code
+ * TwopcConfigException}, {@code TwopcRecordRejectedException}, {@code TwopcOwnershipException}
+ * (all fatal) and {@code TwopcException} (retryable: the job restarts); protocol misuse and unknown
+ * ids give {@link IllegalStateException}, a malformed batch {@link IllegalArgumentException}. A
+ * Rust panic becomes a {@code TwopcException}.
  */
+@Internal
 public final class NativeBridge {
     /** Outcomes of {@link #commit}. */
     public static final int COMMITTED = 0;
@@ -34,142 +40,181 @@ public final class NativeBridge {
     public static final int ABORTED = 0;
     public static final int NOTHING_STAGED = 1;
 
+    /** Indexes into {@link #stats}. */
+    public static final int STAT_RECORDS_WRITTEN = 0;
+    public static final int STAT_BYTES_WRITTEN = 1;
+    public static final int STAT_COMMITTED = 2;
+    public static final int STAT_ABORTED = 3;
+    public static final int STAT_LAST_COMMITTED_CHECKPOINT = 4;
+    public static final int STAT_OPEN_RECORDS = 5;
+    public static final int STAT_ALREADY_COMMITTED = 6;
+    public static final int STAT_LINGERING_ABORTED = 7;
+    public static final int STAT_EXPIRED = 8;
+    public static final int STAT_HOUSEKEEPING_FAILURES = 9;
+
+    /** Why the library is not loaded in this class loader, or null once it is. */
+    private static final UnsatisfiedLinkError LOAD_FAILURE;
+
     static {
-        NativeLoader.load(NativeBridge.class);
+        UnsatisfiedLinkError failure = null;
+        try {
+            NativeLoader.load(NativeBridge.class);
+        } catch (UnsatisfiedLinkError e) {
+            // Kept instead of failing the class: every later use reports the same, original
+            // message (a failed static initializer would leave only "Could not initialize class").
+            failure = e;
+        }
+        LOAD_FAILURE = failure;
     }
 
     private NativeBridge() {}
 
-    /** Ensures the library is loaded (runs the static initialiser). */
-    public static void ensureLoaded() {}
+    /**
+     * Ensures the library is loaded; every entry point that opens something calls it first. A
+     * platform without a library, or a library this system cannot load, is a {@link
+     * TwopcConfigException} (a restart cannot help); a failed extraction (a full temporary
+     * directory) a retryable {@link TwopcException}. Both carry the loader's original message.
+     */
+    public static void ensureLoaded() {
+        if (LOAD_FAILURE == null) {
+            return;
+        }
+        String message = LOAD_FAILURE.getMessage();
+        TwopcException e = NativeLoader.isPermanent(LOAD_FAILURE)
+                ? new TwopcConfigException(message)
+                : new TwopcException(message);
+        e.initCause(LOAD_FAILURE);
+        throw e;
+    }
+
+    /** True when the library is loaded in this class loader. */
+    public static boolean isLoaded() {
+        return LOAD_FAILURE == null;
+    }
+
+    /** Checks a configuration exactly as the open calls will; throws what they would. */
+    public static void validate(String config) {
+        ensureLoaded();
+        validateConfig(config);
+    }
+
+    private static native void validateConfig(String config);
 
     /**
-     * Starts one subtask's sink on the filesystem destination: runs recovery
-     * (rewind check, fresh-start check; lingering transactions are aborted
-     * after the first checkpoint of this attempt completes) and the retention
-     * check. {@code restoredCheckpointId < 0} means no restored state;
-     * {@code knownHandles} are the handles of this subtask's share of the
-     * restored state (at least one after any restore, so the core learns the
-     * restored lineage). Returns the sink id.
+     * Opens the SinkFunction shim's writer and committer in one: claims the subtask's share of the
+     * destination, runs the start-up rules (rewind check, fresh-start rules; lingering
+     * transactions are aborted after the first checkpoint of this attempt completes, see {@link
+     * #checkpointCompleted}) and the retention check. {@code restoredCheckpointId < 0} means no
+     * restored state; {@code writerStates} and {@code knownHandles} are this subtask's share of the
+     * restored state. {@code password} (may be null) is the one this task manager read from the
+     * source the configuration names; it never appears in a message or log line. Returns the id.
      */
-    public static native long open(
-            String sinkId,
+    public static long openSink(
+            String config,
             String runId,
             int subtask,
             int parallelism,
-            String outputDir,
-            String partPrefix,
-            String partSuffix,
-            boolean rawFormat,
-            long retentionMs,
+            int attempt,
             long checkpointIntervalMs,
-            long restartAllowanceMs,
-            boolean rewindReplaceRange,
-            boolean freshStartAbortPrepared,
-            int commitMaxAttempts,
-            long commitInitialBackoffMs,
-            long commitMaxBackoffMs,
-            long restoredCheckpointId,
-            byte[][] knownHandles);
-
-    /** {@code mode} of {@link #openPostgres}: one prepared transaction per subtask and checkpoint. */
-    public static final String PG_TRANSACTIONAL = "transactional";
-    /** {@code mode} of {@link #openPostgres}: upserts on the key columns, committed batch by batch. */
-    public static final String PG_IDEMPOTENT = "idempotent";
-    /** {@code copyFormat} of {@link #openPostgres}: PostgreSQL's COPY text format (tab-separated, {@code \N} = NULL). */
-    public static final String COPY_TEXT = "text";
-    /** {@code copyFormat} of {@link #openPostgres}: CSV (comma, double quotes, unquoted empty field = NULL). */
-    public static final String COPY_CSV = "csv";
-
-    /**
-     * Starts one subtask's sink on PostgreSQL (crate {@code twopc-pg}): checks
-     * the server and the target table, creates the sink's control tables in
-     * {@code controlSchema} when absent, then runs recovery exactly as {@link
-     * #open} does. The recovery and restore parameters mean what they mean
-     * there. Each record is one COPY row of {@code columns}, in {@code
-     * copyFormat}.
-     *
-     * <p>The server is named either by {@code url} (a libpq URL such as {@code
-     * postgres://user@host:5432/db}, or {@code host=... dbname=...}; then
-     * {@code host}, {@code database} and {@code user} are null) or by {@code
-     * host}, {@code port}, {@code database} and {@code user} (then {@code url}
-     * is null). {@code password} (may be null) overrides one in the URL; it
-     * never appears in an exception message or a log line.
-     *
-     * <p>{@code mode} is {@link #PG_TRANSACTIONAL} ({@code keyColumns} empty) or
-     * {@link #PG_IDEMPOTENT} ({@code keyColumns}: a primary key or unique index
-     * of the table, all in {@code columns}). {@code transactionIdColumn} (may be
-     * null; transactional mode only) is a text column the sink fills with each
-     * row's transaction id, which rewinds with {@code REPLACE_RANGE} need.
-     *
-     * <p>Settings that cannot work give {@code TwopcConfigException} (fatal),
-     * including a refused login; an unreachable server gives {@code
-     * TwopcException} (retryable). Returns the sink id.
-     */
-    public static native long openPostgres(
-            String sinkId,
-            String runId,
-            int subtask,
-            int parallelism,
-            String url,
-            String host,
-            int port,
-            String database,
-            String user,
             String password,
-            String table,
-            String[] columns,
-            String mode,
-            String[] keyColumns,
-            String copyFormat,
-            String transactionIdColumn,
-            String controlSchema,
-            long connectTimeoutMs,
-            long retentionMs,
-            long checkpointIntervalMs,
-            long restartAllowanceMs,
-            boolean rewindReplaceRange,
-            boolean freshStartAbortPrepared,
-            int commitMaxAttempts,
-            long commitInitialBackoffMs,
-            long commitMaxBackoffMs,
             long restoredCheckpointId,
-            byte[][] knownHandles);
+            byte[][] writerStates,
+            byte[][] knownHandles) {
+        ensureLoaded();
+        return openSink0(config, runId, subtask, parallelism, attempt, checkpointIntervalMs, password,
+                restoredCheckpointId, writerStates, knownHandles);
+    }
 
-    /** Begins a transaction; returns its (open) handle. */
-    public static native byte[] begin(long sink);
+    /** Opens a Sink V2 writer; arguments as {@link #openSink}. Aborts the restored states' open transactions. */
+    public static long openWriter(
+            String config,
+            String runId,
+            int subtask,
+            int parallelism,
+            int attempt,
+            long checkpointIntervalMs,
+            String password,
+            long restoredCheckpointId,
+            byte[][] writerStates,
+            byte[][] knownHandles) {
+        ensureLoaded();
+        return openWriter0(config, runId, subtask, parallelism, attempt, checkpointIntervalMs, password,
+                restoredCheckpointId, writerStates, knownHandles);
+    }
 
     /**
-     * Stages {@code length} bytes of length-prefixed records from {@code batch}
-     * (a direct buffer) into the open transaction; returns the records staged
-     * in it so far.
-     *
-     * <p>The buffer is read in place, not copied: it must not be changed or
-     * freed by another thread until the call returns. A heap buffer, a
-     * negative {@code length} or one beyond the capacity, and a malformed
-     * batch give {@link IllegalArgumentException}; nothing of the batch is
-     * staged then.
+     * Opens a Sink V2 committer (no I/O until it commits): it commits any prepared handle of the
+     * sink, and runs housekeeping when told a checkpoint completed.
      */
-    public static native long write(long sink, byte[] openHandle, ByteBuffer batch, int length);
+    public static long openCommitter(
+            String config, String runId, int subtask, int parallelism, int attempt, String password,
+            long restoredCheckpointId) {
+        ensureLoaded();
+        return openCommitter0(config, runId, subtask, parallelism, attempt, 0, password, restoredCheckpointId,
+                new byte[0][], new byte[0][]);
+    }
+
+    private static native long openSink0(String config, String runId, int subtask, int parallelism, int attempt,
+            long checkpointIntervalMs, String password, long restoredCheckpointId, byte[][] writerStates,
+            byte[][] knownHandles);
+
+    private static native long openWriter0(String config, String runId, int subtask, int parallelism, int attempt,
+            long checkpointIntervalMs, String password, long restoredCheckpointId, byte[][] writerStates,
+            byte[][] knownHandles);
+
+    private static native long openCommitter0(String config, String runId, int subtask, int parallelism,
+            int attempt, long checkpointIntervalMs, String password, long restoredCheckpointId,
+            byte[][] writerStates, byte[][] knownHandles);
+
+    /** Begins a transaction (writer or sink); returns its open handle. */
+    public static native byte[] begin(long id);
+
+    /**
+     * Stages {@code length} bytes of length-prefixed records from {@code batch} (a direct buffer)
+     * into the open transaction; returns the records staged in it so far.
+     *
+     * <p>The buffer is read in place, not copied: it must not be changed or freed by another thread
+     * until the call returns. A heap buffer, a negative {@code length} or one beyond the capacity,
+     * and a malformed batch give {@link IllegalArgumentException}; nothing of the batch is staged
+     * then.
+     */
+    public static native long write(long id, byte[] openHandle, ByteBuffer batch, int length);
 
     /** Prepares the open transaction for a checkpoint; returns the prepared handle. */
-    public static native byte[] prepare(long sink, byte[] openHandle, long checkpointId);
+    public static native byte[] prepare(long id, byte[] openHandle, long checkpointId);
 
-    /** Commits a prepared transaction; {@link #COMMITTED}, {@link #ALREADY_COMMITTED} or {@link #EMPTY}. */
-    public static native int commit(long sink, byte[] preparedHandle);
+    /** Aborts a transaction: {@link #ABORTED} or {@link #NOTHING_STAGED}. */
+    public static native int abort(long id, byte[] handle);
 
-    /** Aborts an open transaction; {@link #ABORTED} or {@link #NOTHING_STAGED}. */
-    public static native int abort(long sink, byte[] handle);
+    /** The writer's state for a checkpoint (lineage and open transaction): one element per subtask. */
+    public static native byte[] writerState(long id);
 
     /**
-     * Counters: records written, bytes written, transactions committed,
-     * transactions aborted, last committed checkpoint (-1 if none), records in
-     * the open transaction.
+     * Commits a prepared handle (committer or sink), retrying an unknown outcome with back-off
+     * within the configured bound: {@link #COMMITTED}, {@link #ALREADY_COMMITTED} or {@link
+     * #EMPTY}.
      */
-    public static native long[] stats(long sink);
+    public static native int commit(long id, byte[] preparedHandle);
 
-    /** Releases a sink. Unknown or already closed ids throw IllegalStateException. */
-    public static native void close(long sink);
+    /**
+     * Checkpoint {@code checkpointId} completed (call after its commits): housekeeping. Returns
+     * {lingering transactions aborted, expired, failures}; failures are logged and tried again at
+     * the next checkpoint, never thrown. Only a commit it had to finish can throw.
+     */
+    public static native long[] checkpointCompleted(long id, long checkpointId);
+
+    /**
+     * The subtask ends after its final checkpoint: housekeeping still due is tried once more, and
+     * its failure thrown (the task fails and Flink tries again from the final checkpoint). Returns
+     * the lingering transactions aborted.
+     */
+    public static native long finish(long id);
+
+    /** Counters, indexed by the {@code STAT_*} constants (zero for those the role lacks). */
+    public static native long[] stats(long id);
+
+    /** Releases a writer, committer or sink. Unknown or already closed ids throw IllegalStateException. */
+    public static native void close(long id);
 
     /** Decodes a handle into a JSON object of its fields (for tests and tools). */
     public static native String describeHandle(byte[] handle);
@@ -178,9 +223,9 @@ public final class NativeBridge {
     public static native long preparedAgeMs(byte[] handle, long nowMs);
 
     /**
-     * Configures test-only fail points ({@code name=actions;name=actions}, the
-     * fail crate's syntax). Throws IllegalStateException when the library was
-     * built without the {@code failpoints} feature.
+     * Configures test-only fail points ({@code name=actions;name=actions}, the fail crate's
+     * syntax). Throws IllegalStateException when the library was built without the {@code
+     * failpoints} feature.
      */
     public static native void configureFailPoints(String spec);
 }

@@ -41,6 +41,11 @@ public final class NativeLoader {
 
     /** Per class loader: this class is loaded once by each of them. */
     private static boolean loaded;
+    /**
+     * The first failure, kept: a later attempt in the same class loader (a Flink restart of the
+     * job) gets the same message, never a bare "could not initialize class".
+     */
+    private static UnsatisfiedLinkError failure;
 
     private NativeLoader() {}
 
@@ -64,6 +69,30 @@ public final class NativeLoader {
         if (loaded) {
             return;
         }
+        if (failure != null) {
+            UnsatisfiedLinkError again = new UnsatisfiedLinkError(failure.getMessage());
+            again.initCause(failure);
+            throw again;
+        }
+        try {
+            loadOnce(owner);
+        } catch (UnsatisfiedLinkError e) {
+            failure = e;
+            throw e;
+        }
+    }
+
+    /**
+     * True when the failure is one a restart cannot cure: no library for this platform, or a
+     * library this system cannot load. An extraction that failed (a full temporary directory) may
+     * work next time.
+     */
+    public static boolean isPermanent(UnsatisfiedLinkError e) {
+        String m = String.valueOf(e.getMessage());
+        return !m.startsWith("twopc: could not extract");
+    }
+
+    private static void loadOnce(Class<?> owner) {
         String override = System.getProperty(LIBRARY_PROPERTY);
         Path copy;
         String source;

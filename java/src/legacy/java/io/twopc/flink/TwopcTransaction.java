@@ -4,7 +4,7 @@ import java.util.Arrays;
 import java.util.Objects;
 
 /**
- * One transaction of a {@link TwopcSink} subtask, as Flink's {@code TwoPhaseCommitSinkFunction}
+ * One transaction of a {@link TwopcSinkFunction} subtask, as Flink's {@code TwoPhaseCommitSinkFunction}
  * keeps it: the core's encoded transaction handle (a versioned envelope naming the sink,
  * transaction id, lineage, run and, once prepared, the checkpoint). These bytes are what {@link
  * TwopcTransactionSerializer} writes into Flink's checkpoint state, so a restarted job can name

@@ -1,0 +1,489 @@
+package io.twopc.flink;
+
+import io.twopc.flink.internal.Escalation;
+import io.twopc.flink.internal.NativeBridge;
+import io.twopc.flink.internal.RecordBatcher;
+
+import org.apache.flink.annotation.PublicEvolving;
+import org.apache.flink.api.common.functions.OpenContext;
+import org.apache.flink.api.common.functions.RuntimeContext;
+import org.apache.flink.api.common.serialization.RuntimeContextInitializationContextAdapters;
+import org.apache.flink.api.common.serialization.SerializationSchema;
+import org.apache.flink.api.common.state.ListState;
+import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeutils.base.VoidSerializer;
+import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.runtime.state.FunctionInitializationContext;
+import org.apache.flink.runtime.state.FunctionSnapshotContext;
+import org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction;
+import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.ByteBuffer;
+import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.Map;
+import java.util.Optional;
+import java.util.regex.Matcher;
+import java.util.regex.Pattern;
+
+/**
+ * The exactly-once sink for {@code stream.addSink(...)} on Flink 1.20: Flink's {@code
+ * TwoPhaseCommitSinkFunction} driving the twopc core (Rust, over JNI) on a directory or a
+ * PostgreSQL table. On Flink 2.x, where {@code SinkFunction} is gone, use {@link TwopcSink} with
+ * {@code sinkTo}; on 1.20 both work, and {@link TwopcSink} is the one to choose for new jobs.
+ *
+ * <p>Per checkpoint, each subtask stages its records into one transaction; at the checkpoint
+ * barrier the transaction is prepared (durable, invisible) and its prepared handle goes into
+ * Flink's state; when the checkpoint completes it is committed. After a failure Flink restores the
+ * handles: prepared ones of the completed checkpoint are committed again (a repeat is recognised,
+ * never duplicated), the open one is aborted, and the core aborts whatever no checkpoint knows,
+ * once the first checkpoint of the new attempt completes.
+ *
+ * <p>Besides Flink's own state ({@code "state"}: pending and open handles), every subtask writes
+ * one small element of its own ({@value #KNOWN_TRANSACTIONS_STATE}): the core's writer state, with
+ * the lineage. A subtask that receives none after the parallelism grew learns the lineage from the
+ * destination. (Earlier releases wrote copies of the open handle there instead; they are still
+ * read.)
+ *
+ * <p>A checkpoint whose prepare failed leaves the open transaction poisoned: some of its records
+ * may be missing at the destination. Flink would prepare the same transaction again at the next
+ * checkpoint when checkpoint failures are tolerated; instead, the next record or checkpoint fails
+ * the task, and Flink restarts from the last completed checkpoint and replays.
+ *
+ * @param <IN> the type of records written
+ */
+@PublicEvolving
+@SuppressWarnings("deprecation") // TwoPhaseCommitSinkFunction is deprecated in 1.20, and the only 2PC SinkFunction there
+public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcTransaction, Void> {
+    private static final long serialVersionUID = 1L;
+    private static final Logger LOG = LoggerFactory.getLogger(TwopcSinkFunction.class);
+
+    /** Split list state: this subtask's writer state (see the class comment). */
+    static final String KNOWN_TRANSACTIONS_STATE = "twopc-restored-transactions";
+
+    private static final Pattern TRANSACTION_FIELD = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
+    /** Byte 6 of the core's envelope: the payload kind. */
+    private static final int KIND_OFFSET = 6;
+    private static final int KIND_WRITER_STATE = 3;
+
+    private final TwopcSinkOptions options;
+    private final SerializationSchema<IN> serializationSchema;
+
+    /** Id of the native sink; 0 while none is open. */
+    private transient long nativeSink;
+    /** Checkpoint being snapshotted, for preCommit (which Flink does not tell); -1 outside. */
+    private transient long snapshottingCheckpointId = -1;
+    private transient ListState<byte[]> knownTransactionsState;
+    private transient RecordBatcher batcher;
+    private transient TwopcTransaction batchFor;
+    private transient TwopcSinkMetrics metrics;
+    /** Why the open transaction can only be aborted; null while it is usable. */
+    private transient String poisoned;
+    /** Set by finish(): the end of input, so close() runs the last housekeeping. */
+    private transient boolean finished;
+    /** "twopc sink 'id' subtask i/n", for log lines. */
+    private transient String scope;
+
+    TwopcSinkFunction(TwopcSinkOptions options, SerializationSchema<IN> serializationSchema) {
+        super(TwopcTransactionSerializer.INSTANCE, VoidSerializer.INSTANCE);
+        this.options = options;
+        this.serializationSchema = serializationSchema;
+        // Flink's own warnings measure from a transaction's begin; ours (preparedAgeMs) from its
+        // prepare. Both against the retention, the destination's transaction timeout. Failures
+        // after the timeout are never ignored: the core decides, and stops the job on loss.
+        setTransactionTimeout(options.retentionMs);
+        enableTransactionTimeoutWarnings(options.timeoutWarningRatio);
+    }
+
+    /** Starts a builder; see {@link TwopcSinkFunctionBuilder}. */
+    public static <IN> TwopcSinkFunctionBuilder<IN> builder() {
+        return new TwopcSinkFunctionBuilder<>();
+    }
+
+    /** Starts a builder writing to {@code directory}. */
+    public static <IN> TwopcSinkFunctionBuilder<IN> forDirectory(String directory) {
+        return new TwopcSinkFunctionBuilder<IN>().forDirectory(directory);
+    }
+
+    /** Starts a builder writing to a PostgreSQL table. */
+    public static <IN> TwopcSinkFunctionBuilder<IN> forPostgres(PostgresDestination destination) {
+        return new TwopcSinkFunctionBuilder<IN>().forPostgres(destination);
+    }
+
+    public String getSinkId() {
+        return options.sinkId;
+    }
+
+    /** The output directory, or null when the sink writes to PostgreSQL. */
+    public String getOutputDirectory() {
+        return options.outputDirectory;
+    }
+
+    // ------------------------------------------------------------------ lifecycle
+
+    @Override
+    public void initializeState(FunctionInitializationContext context) throws Exception {
+        RuntimeContext runtime = getRuntimeContext();
+        int subtask = runtime.getTaskInfo().getIndexOfThisSubtask();
+        int parallelism = runtime.getTaskInfo().getNumberOfParallelSubtasks();
+        int attempt = runtime.getTaskInfo().getAttemptNumber();
+        String runId = runtime.getJobInfo().getJobId().toHexString();
+        scope = "twopc sink '" + options.sinkId + "' subtask " + subtask + "/" + parallelism;
+        metrics = new TwopcSinkMetrics(runtime.getMetricGroup());
+        // Transient fields skip their initialisers when Flink deserializes the function.
+        snapshottingCheckpointId = -1;
+        poisoned = null;
+        finished = false;
+
+        knownTransactionsState = context.getOperatorStateStore().getListState(
+                new ListStateDescriptor<>(KNOWN_TRANSACTIONS_STATE, BytePrimitiveArraySerializer.INSTANCE));
+        List<byte[]> writerStates = new ArrayList<>();
+        List<byte[]> knownHandles = new ArrayList<>();
+        if (context.isRestored()) {
+            for (byte[] element : knownTransactionsState.get()) {
+                if (element != null && element.length > KIND_OFFSET && element[KIND_OFFSET] == KIND_WRITER_STATE) {
+                    writerStates.add(element);
+                } else {
+                    // A handle copy of an earlier release (or damaged bytes: the core says so).
+                    knownHandles.add(element);
+                }
+            }
+        }
+        long restoredCheckpointId = context.getRestoredCheckpointId().orElse(-1L);
+        long checkpointIntervalMs = resolveCheckpointIntervalMs();
+        String operatorId = runtime instanceof StreamingRuntimeContext
+                ? ((StreamingRuntimeContext) runtime).getOperatorUniqueID() : null;
+
+        LOG.info("{}: opening ({}; run {}, attempt {}, restored checkpoint {}, {} writer states, {} handles, "
+                        + "checkpoint interval {})",
+                scope, options, runId, attempt, restoredCheckpointId < 0 ? "none" : restoredCheckpointId,
+                writerStates.size(), knownHandles.size(), Durations.format(checkpointIntervalMs));
+        try {
+            nativeSink = NativeBridge.openSink(options.toConfigJson(options.instanceFor(operatorId)), runId,
+                    subtask, parallelism, attempt, checkpointIntervalMs, options.resolvePassword(),
+                    restoredCheckpointId, writerStates.toArray(new byte[0][]), knownHandles.toArray(new byte[0][]));
+        } catch (TwopcException e) {
+            throw escalate(e, "opening the sink");
+        }
+
+        // Recovery proper: Flink commits each restored pending transaction (recoverAndCommit),
+        // aborts the restored open one (recoverAndAbort), then begins the first transaction.
+        super.initializeState(context);
+        metrics.setPendingTransactions(0);
+    }
+
+    @Override
+    public void open(OpenContext openContext) throws Exception {
+        serializationSchema.open(RuntimeContextInitializationContextAdapters.serializationAdapter(
+                getRuntimeContext(), group -> group.addGroup("user")));
+        batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+    }
+
+    @Override
+    public void snapshotState(FunctionSnapshotContext context) throws Exception {
+        if (poisoned != null) {
+            throw poisonedError("taking checkpoint " + context.getCheckpointId());
+        }
+        snapshottingCheckpointId = context.getCheckpointId();
+        try {
+            warnAboutAgingPendingTransactions();
+            // preCommit(current) -> prepared for this checkpoint; a new transaction begins.
+            super.snapshotState(context);
+        } finally {
+            snapshottingCheckpointId = -1;
+        }
+        List<byte[]> state = new ArrayList<>(1);
+        state.add(NativeBridge.writerState(nativeSink));
+        knownTransactionsState.update(state);
+        metrics.setPendingTransactions((int) pendingTransactions().count());
+    }
+
+    /**
+     * End of input: Flink's {@code finish()} (final in the base class) calls this. The close
+     * that follows the final checkpoint then runs the last housekeeping.
+     */
+    @Override
+    protected void finishProcessing(TwopcTransaction transaction) {
+        super.finishProcessing(transaction);
+        finished = true;
+    }
+
+    @Override
+    public void close() throws Exception {
+        try {
+            // Flink aborts the current transaction here: its records are in no checkpoint and
+            // will be replayed.
+            super.close();
+            if (finished && nativeSink != 0) {
+                // Housekeeping still due after the final checkpoint gets one more try; its
+                // failure fails the task, and Flink tries again from the final checkpoint.
+                NativeBridge.finish(nativeSink);
+            }
+        } catch (TwopcException e) {
+            throw escalate(e, "closing");
+        } finally {
+            if (nativeSink != 0) {
+                long id = nativeSink;
+                nativeSink = 0;
+                NativeBridge.close(id);
+            }
+            batcher = null;
+        }
+    }
+
+    // ------------------------------------------------------------------ transactions
+
+    @Override
+    protected TwopcTransaction beginTransaction() {
+        byte[] handle;
+        try {
+            handle = NativeBridge.begin(nativeSink);
+        } catch (TwopcException e) {
+            throw escalate(e, "beginning a transaction");
+        }
+        TwopcTransaction transaction = new TwopcTransaction(handle);
+        transaction.setTransactionId(transactionIdOf(handle));
+        return transaction;
+    }
+
+    @Override
+    protected void invoke(TwopcTransaction transaction, IN value, Context context) {
+        if (poisoned != null) {
+            throw poisonedError("writing a record");
+        }
+        byte[] record = serializationSchema.serialize(value);
+        if (record == null) {
+            throw escalate(new TwopcConfigException(scope + ": the serialization schema "
+                    + serializationSchema.getClass().getName() + " returned null for a record. The "
+                    + "sink writes every record it receives; filter records before the sink instead"),
+                    "serializing a record");
+        }
+        batchFor = transaction;
+        batcher.add(record);
+    }
+
+    private void writeBatch(ByteBuffer batch, int length, int records) {
+        try {
+            NativeBridge.write(nativeSink, batchFor.handle(), batch, length);
+        } catch (TwopcException e) {
+            poisoned = "a write to " + batchFor + " failed (" + e.getMessage() + ")";
+            throw escalate(e, "writing to " + batchFor);
+        } catch (RuntimeException e) {
+            poisoned = "a write to " + batchFor + " failed (" + e.getMessage() + ")";
+            throw e;
+        }
+        metrics.recordBatch(records, length - 4L * records);
+    }
+
+    @Override
+    protected void preCommit(TwopcTransaction transaction) {
+        long checkpointId = snapshottingCheckpointId;
+        if (checkpointId < 0) {
+            throw new IllegalStateException(scope + ": preCommit of " + transaction
+                    + " outside a checkpoint snapshot; only snapshotState may prepare");
+        }
+        byte[] prepared;
+        try {
+            batchFor = transaction;
+            batcher.flush();
+            prepared = NativeBridge.prepare(nativeSink, transaction.handle(), checkpointId);
+        } catch (TwopcException e) {
+            poisoned = "its prepare for checkpoint " + checkpointId + " failed (" + e.getMessage() + ")";
+            throw escalate(e, "preparing " + transaction + " for checkpoint " + checkpointId);
+        } catch (RuntimeException e) {
+            poisoned = "its prepare for checkpoint " + checkpointId + " failed (" + e.getMessage() + ")";
+            throw e;
+        }
+        transaction.replaceHandle(prepared);
+        LOG.debug("{}: prepared {} for checkpoint {}", scope, transaction, checkpointId);
+    }
+
+    /**
+     * The error of a poisoned subtask: retryable, so Flink restarts from the last completed
+     * checkpoint and replays the records the failed write or prepare may have lost.
+     */
+    private TwopcException poisonedError(String activity) {
+        return new TwopcException(scope + ": " + activity + " refused: the open transaction is poisoned because "
+                + poisoned + ". Some of its records may be missing at the destination, so it can only be "
+                + "aborted; failing the task so that Flink restarts from the last completed checkpoint and "
+                + "replays them");
+    }
+
+    @Override
+    protected void commit(TwopcTransaction transaction) {
+        commitTransaction(transaction, false);
+    }
+
+    @Override
+    protected void recoverAndCommit(TwopcTransaction transaction) {
+        describe(transaction);
+        commitTransaction(transaction, true);
+    }
+
+    @Override
+    protected void abort(TwopcTransaction transaction) {
+        abortTransaction(transaction, false);
+    }
+
+    @Override
+    protected void recoverAndAbort(TwopcTransaction transaction) {
+        describe(transaction);
+        abortTransaction(transaction, true);
+    }
+
+    private void commitTransaction(TwopcTransaction transaction, boolean recovery) {
+        long preparedAgeMs = warnIfNearRetention(transaction, "committing");
+        long start = System.nanoTime();
+        int outcome;
+        try {
+            outcome = NativeBridge.commit(nativeSink, transaction.handle());
+        } catch (TwopcException e) {
+            throw escalate(e, (recovery ? "re-committing restored " : "committing ") + transaction);
+        }
+        long durationMs = (System.nanoTime() - start) / 1_000_000;
+        long checkpoint = checkpointOf(transaction);
+        metrics.recordCommit(durationMs, preparedAgeMs, outcome, recovery, checkpoint);
+        if (!recovery && checkpoint >= 0) {
+            // Flink commits the pending transactions of checkpoints up to a completed one
+            // (notifyCheckpointComplete, final in the base class): so this checkpoint completed,
+            // and the core's housekeeping for it runs now (failures are reported, not thrown).
+            try {
+                metrics.recordHousekeeping(NativeBridge.checkpointCompleted(nativeSink, checkpoint));
+            } catch (TwopcException e) {
+                throw escalate(e, "finishing a decided commit after checkpoint " + checkpoint);
+            }
+        }
+        // Flink removes the entry from its pending map right after this returns.
+        metrics.setPendingTransactions(Math.max(0, (int) pendingTransactions().count() - 1));
+        if (outcome == NativeBridge.ALREADY_COMMITTED && recovery) {
+            // The usual case after a restart: the restored checkpoint still lists a transaction
+            // committed before the failure (or one whose commit landed but reported failure).
+            LOG.info("{}: restored {} was committed before the restart; nothing written twice", scope,
+                    transaction);
+        } else if (outcome == NativeBridge.ALREADY_COMMITTED) {
+            LOG.info("{}: {} was already committed (an earlier commit landed although its outcome "
+                    + "was not reported); nothing written twice", scope, transaction);
+        } else if (recovery) {
+            LOG.info("{}: committed restored {} ({})", scope, transaction,
+                    outcome == NativeBridge.EMPTY ? "empty" : "now visible");
+        } else {
+            LOG.debug("{}: committed {} in {} ms", scope, transaction, durationMs);
+        }
+    }
+
+    private void abortTransaction(TwopcTransaction transaction, boolean recovery) {
+        if (transaction == currentTransaction() && batcher != null) {
+            // Unflushed records belong to this transaction only; they are in no checkpoint.
+            batcher.discard();
+        }
+        if (nativeSink == 0) {
+            return; // open() never succeeded: nothing native to abort
+        }
+        int outcome;
+        try {
+            outcome = NativeBridge.abort(nativeSink, transaction.handle());
+        } catch (TwopcException e) {
+            throw escalate(e, (recovery ? "aborting restored " : "aborting ") + transaction);
+        }
+        metrics.recordAbort(outcome == NativeBridge.ABORTED);
+        if (recovery) {
+            LOG.info("{}: aborted restored open {} ({})", scope, transaction,
+                    outcome == NativeBridge.NOTHING_STAGED ? "nothing was staged" : "staged data removed");
+        }
+    }
+
+    // ------------------------------------------------------------------ helpers
+
+    /**
+     * The checkpoint interval for the core's retention check. Read from the job configuration
+     * (where {@code enableCheckpointing} puts it in 1.20) so that it cannot drift from the real
+     * one; the builder's value is the fallback.
+     */
+    private long resolveCheckpointIntervalMs() {
+        RuntimeContext runtime = getRuntimeContext();
+        if (runtime instanceof StreamingRuntimeContext) {
+            StreamingRuntimeContext streaming = (StreamingRuntimeContext) runtime;
+            if (!streaming.isCheckpointingEnabled()) {
+                return 0; // the core refuses to start, saying to enable checkpointing
+            }
+            Optional<Duration> detected =
+                    streaming.getJobConfiguration().getOptional(CheckpointingOptions.CHECKPOINTING_INTERVAL);
+            if (detected.isPresent() && detected.get().toMillis() > 0) {
+                long detectedMs = detected.get().toMillis();
+                if (options.checkpointIntervalMs > 0 && options.checkpointIntervalMs != detectedMs) {
+                    LOG.warn("{}: the builder's checkpoint interval ({}) differs from the job's ({}); "
+                                    + "using the builder's for the retention check", scope,
+                            Durations.format(options.checkpointIntervalMs), Durations.format(detectedMs));
+                }
+                return detectedMs;
+            }
+        }
+        return options.checkpointIntervalMs;
+    }
+
+    /**
+     * Warns, naming the transaction, when one waiting for its commit has used most of the
+     * retention: past it, cleanup may remove it and its output would be lost. Returns its age
+     * since prepare (-1 for an open handle or when unknown).
+     */
+    private long warnIfNearRetention(TwopcTransaction transaction, String activity) {
+        long ageMs;
+        try {
+            ageMs = NativeBridge.preparedAgeMs(transaction.handle(), System.currentTimeMillis());
+        } catch (TwopcException e) {
+            // Unreadable handle: the commit that follows reports it properly.
+            return -1;
+        }
+        if (ageMs >= 0 && ageMs >= options.timeoutWarningRatio * options.retentionMs) {
+            LOG.warn("{}: {} {}: it was prepared {} ago, {}% of the retention of {}. If it is not "
+                            + "committed before the retention runs out, cleanup may remove it and its output "
+                            + "is lost (the job would stop with a LOST error). Check why checkpoints are not "
+                            + "completing, or raise the retention",
+                    scope, activity, transaction, Durations.format(ageMs),
+                    Math.round(100.0 * ageMs / options.retentionMs), Durations.format(options.retentionMs));
+        }
+        return ageMs;
+    }
+
+    private void warnAboutAgingPendingTransactions() {
+        pendingTransactions()
+                .map(Map.Entry::getValue)
+                .forEach(t -> warnIfNearRetention(t, "still waiting for its checkpoint to complete:"));
+    }
+
+    private void describe(TwopcTransaction transaction) {
+        if (transaction.transactionId() == null) {
+            transaction.setTransactionId(transactionIdOf(transaction.handle()));
+        }
+    }
+
+    private static final Pattern CHECKPOINT_FIELD = Pattern.compile("\"checkpoint\"\\s*:\\s*(\\d+)");
+
+    private static long checkpointOf(TwopcTransaction transaction) {
+        try {
+            Matcher m = CHECKPOINT_FIELD.matcher(NativeBridge.describeHandle(transaction.handle()));
+            return m.find() ? Long.parseLong(m.group(1)) : -1;
+        } catch (RuntimeException e) {
+            return -1;
+        }
+    }
+
+    /** The transaction id inside a handle, for log lines; null if it cannot be read. */
+    private static String transactionIdOf(byte[] handle) {
+        try {
+            Matcher m = TRANSACTION_FIELD.matcher(NativeBridge.describeHandle(handle));
+            return m.find() ? m.group(1) : null;
+        } catch (TwopcException | IllegalArgumentException e) {
+            return null; // an unreadable handle fails properly where it is used
+        }
+    }
+
+    private RuntimeException escalate(TwopcException error, String activity) {
+        return Escalation.escalate(LOG, scope, error, activity);
+    }
+}

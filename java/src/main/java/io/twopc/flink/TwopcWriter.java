@@ -1,0 +1,178 @@
+package io.twopc.flink;
+
+import io.twopc.flink.internal.Escalation;
+import io.twopc.flink.internal.NativeBridge;
+import io.twopc.flink.internal.RecordBatcher;
+
+import org.apache.flink.annotation.Internal;
+import org.apache.flink.api.common.serialization.SerializationSchema;
+import org.apache.flink.api.connector.sink2.CommittingSinkWriter;
+import org.apache.flink.api.connector.sink2.StatefulSinkWriter;
+import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.metrics.Counter;
+import org.apache.flink.metrics.groups.SinkWriterMetricGroup;
+
+import org.slf4j.Logger;
+import org.slf4j.LoggerFactory;
+
+import java.nio.ByteBuffer;
+import java.util.ArrayList;
+import java.util.Collection;
+import java.util.Collections;
+import java.util.List;
+
+/**
+ * The Sink V2 writer of a {@link TwopcSink}: stages records into one transaction per checkpoint
+ * (in batches, one native call each), prepares it when Flink asks for the checkpoint's
+ * committables, and hands the prepared handle to the {@link TwopcCommitter}. It never commits.
+ *
+ * <p>The checkpoint id recorded with a prepared transaction is the last checkpoint this writer
+ * snapshotted, plus one ({@code prepareCommit} is not told the id). Flink snapshots every subtask
+ * for a checkpoint that completes, so the recorded id is never above the true one and never at or
+ * below a completed checkpoint the transaction came after: exactly what rewind detection needs.
+ */
+@Internal
+public final class TwopcWriter<IN>
+        implements CommittingSinkWriter<IN, TwopcCommittable>, StatefulSinkWriter<IN, TwopcWriterState> {
+    private static final Logger LOG = LoggerFactory.getLogger(TwopcWriter.class);
+
+    private final SerializationSchema<IN> schema;
+    private final String scope;
+    private final long nativeWriter;
+    private final RecordBatcher batcher;
+    private final Counter recordsOut;
+    private final Counter bytesOut;
+    private final Counter prepared;
+    private byte[] current;
+    private long lastCheckpointId;
+    /** Set when a write or prepare failed: the transaction can only be aborted now. */
+    private String poisoned;
+    private boolean closed;
+
+    TwopcWriter(TwopcSinkOptions options, SerializationSchema<IN> schema, long detectedIntervalMs,
+            WriterInitContext ctx, Collection<TwopcWriterState> restored) throws Exception {
+        this.schema = schema;
+        int subtask = ctx.getTaskInfo().getIndexOfThisSubtask();
+        int parallelism = ctx.getTaskInfo().getNumberOfParallelSubtasks();
+        int attempt = ctx.getTaskInfo().getAttemptNumber();
+        String run = ctx.getJobInfo().getJobId().toHexString();
+        this.scope = "twopc sink '" + options.sinkId + "' writer " + subtask + "/" + parallelism;
+        SinkWriterMetricGroup metrics = ctx.metricGroup();
+        this.recordsOut = metrics.getNumRecordsSendCounter();
+        this.bytesOut = metrics.getNumBytesSendCounter();
+        this.prepared = metrics.counter("twopcTransactionsPrepared");
+        long restoredId = ctx.getRestoredCheckpointId().orElse(-1L);
+        this.lastCheckpointId = Math.max(restoredId, 0);
+        schema.open(ctx.asSerializationSchemaInitializationContext());
+        byte[][] states = new byte[restored.size()][];
+        int i = 0;
+        for (TwopcWriterState s : restored) {
+            states[i++] = s.bytes();
+        }
+        String operatorId = metrics.getAllVariables().get("<operator_id>");
+        long interval = options.checkpointIntervalMs > 0 ? options.checkpointIntervalMs : detectedIntervalMs;
+        LOG.info("{}: opening ({}; run {}, attempt {}, restored checkpoint {}, {} writer states)", scope, options,
+                run, attempt, restoredId < 0 ? "none" : restoredId, states.length);
+        try {
+            this.nativeWriter = NativeBridge.openWriter(options.toConfigJson(options.instanceFor(operatorId)), run,
+                    subtask, parallelism, attempt, Math.max(interval, 0), options.resolvePassword(), restoredId,
+                    states, new byte[0][]);
+            this.current = NativeBridge.begin(nativeWriter);
+        } catch (TwopcException e) {
+            throw Escalation.escalate(LOG, scope, e, "opening the writer");
+        }
+        this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+    }
+
+    @Override
+    public void write(IN element, Context context) {
+        if (poisoned != null) {
+            throw new TwopcException(scope + ": the open transaction can take no more records because " + poisoned
+                    + "; failing the task so that Flink restarts from the last completed checkpoint and replays "
+                    + "its records");
+        }
+        byte[] record = schema.serialize(element);
+        if (record == null) {
+            throw Escalation.escalate(LOG, scope, new TwopcConfigException(scope + ": the serialization schema "
+                    + schema.getClass().getName() + " returned null for a record. The sink writes every record "
+                    + "it receives; filter records before the sink instead"), "serializing a record");
+        }
+        batcher.add(record);
+    }
+
+    private void writeBatch(ByteBuffer batch, int length, int records) {
+        try {
+            NativeBridge.write(nativeWriter, current, batch, length);
+        } catch (TwopcException e) {
+            poisoned = "a write failed (" + e.getMessage() + ")";
+            throw Escalation.escalate(LOG, scope, e, "writing a batch");
+        } catch (RuntimeException e) {
+            poisoned = "a write failed (" + e.getMessage() + ")";
+            throw e;
+        }
+        recordsOut.inc(records);
+        bytesOut.inc(length - 4L * records);
+    }
+
+    @Override
+    public void flush(boolean endOfInput) {
+        if (poisoned == null) {
+            batcher.flush();
+        }
+    }
+
+    @Override
+    public Collection<TwopcCommittable> prepareCommit() {
+        if (poisoned != null) {
+            throw new TwopcException(scope + ": refusing to prepare, because " + poisoned + "; failing the task so "
+                    + "that Flink restarts from the last completed checkpoint and replays its records");
+        }
+        batcher.flush();
+        byte[] handle;
+        try {
+            handle = NativeBridge.prepare(nativeWriter, current, lastCheckpointId + 1);
+        } catch (RuntimeException e) {
+            poisoned = "its prepare failed (" + e.getMessage() + ")";
+            if (e instanceof TwopcException) {
+                throw Escalation.escalate(LOG, scope, (TwopcException) e, "preparing a transaction");
+            }
+            throw e;
+        }
+        prepared.inc();
+        try {
+            current = NativeBridge.begin(nativeWriter);
+        } catch (TwopcException e) {
+            current = null;
+            throw Escalation.escalate(LOG, scope, e, "beginning a transaction");
+        }
+        return Collections.singletonList(new TwopcCommittable(handle));
+    }
+
+    @Override
+    public List<TwopcWriterState> snapshotState(long checkpointId) {
+        lastCheckpointId = checkpointId;
+        List<TwopcWriterState> state = new ArrayList<>(1);
+        state.add(new TwopcWriterState(NativeBridge.writerState(nativeWriter)));
+        return state;
+    }
+
+    @Override
+    public void close() {
+        if (closed) {
+            return;
+        }
+        closed = true;
+        batcher.discard();
+        try {
+            if (current != null) {
+                // Its records are in no checkpoint: they are replayed.
+                NativeBridge.abort(nativeWriter, current);
+            }
+        } catch (RuntimeException e) {
+            LOG.warn("{}: aborting the open transaction at close failed; it stays invisible and is aborted at "
+                    + "the next start: {}", scope, e.getMessage());
+        } finally {
+            NativeBridge.close(nativeWriter);
+        }
+    }
+}

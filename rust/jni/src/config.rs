@@ -1,0 +1,515 @@
+//! The one configuration of a sink, as the Java builders write it: JSON,
+//! versioned, with the sink's settings and a tagged destination section.
+//! It is decoded and validated here, once, both when the Java builder's
+//! `build()` asks (so a mistake is refused before the job is submitted)
+//! and when a subtask opens the sink (so Java and Rust cannot disagree).
+//!
+//! ```json
+//! {"version": 1,
+//!  "sink": {"sinkId": "orders", "instance": "00112233aabbccdd", ...},
+//!  "destination": {"type": "filesystem", "path": "/data/out", ...}}
+//! ```
+//!
+//! Unknown fields are refused (a misspelt setting must not be silently
+//! ignored). A password is never part of it: the PostgreSQL section names
+//! where the task manager reads one (an environment variable or a system
+//! property), and the password itself crosses at open, apart.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use twopc_core::config::{validate_retention, FreshStartPolicy, RetryPolicy, RewindPolicy};
+use twopc_core::error::ConfigError;
+use twopc_core::{Destination, SinkId, SinkOptions, SubtaskContext, TwopcError};
+use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
+use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
+
+/// The version this release writes and reads.
+pub const CONFIG_VERSION: u32 = 1;
+
+/// Configurations are small; anything larger is not one.
+const MAX_CONFIG_LEN: usize = 1 << 20;
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct Document {
+    version: u32,
+    sink: SinkSection,
+    destination: DestinationSection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct SinkSection {
+    sink_id: String,
+    /// 16 hex digits, drawn when the sink was built.
+    instance: String,
+    retention_ms: u64,
+    restart_allowance_ms: u64,
+    /// 0 when the front end detects it at open.
+    #[serde(default)]
+    checkpoint_interval_ms: u64,
+    rewind_policy: String,
+    fresh_start_policy: String,
+    commit_max_attempts: u32,
+    commit_initial_backoff_ms: u64,
+    commit_max_backoff_ms: u64,
+    #[serde(default = "defaults::owner_wait_ms")]
+    owner_wait_ms: u64,
+    #[serde(default = "defaults::lineage_wait_ms")]
+    lineage_wait_ms: u64,
+    #[serde(default = "defaults::expiry_scan_interval_ms")]
+    expiry_scan_interval_ms: u64,
+}
+
+mod defaults {
+    pub fn owner_wait_ms() -> u64 {
+        twopc_core::SinkOptions::default().owner_wait_ms
+    }
+    pub fn lineage_wait_ms() -> u64 {
+        twopc_core::SinkOptions::default().lineage_wait_ms
+    }
+    pub fn expiry_scan_interval_ms() -> u64 {
+        twopc_core::SinkOptions::default().expiry_scan_interval_ms
+    }
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase", deny_unknown_fields)]
+enum DestinationSection {
+    Filesystem(FsSection),
+    Postgres(PgSection),
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct FsSection {
+    path: String,
+    part_prefix: String,
+    part_suffix: String,
+    record_format: String,
+    io_mode: String,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct PgSection {
+    url: Option<String>,
+    host: Option<String>,
+    port: Option<u32>,
+    database: Option<String>,
+    user: Option<String>,
+    /// `env:NAME` or `property:NAME`: where each task manager reads the
+    /// password (never the password itself).
+    password_source: Option<String>,
+    table: String,
+    columns: Vec<String>,
+    mode: String,
+    #[serde(default)]
+    key_columns: Vec<String>,
+    copy_format: String,
+    transaction_id_column: Option<String>,
+    control_schema: String,
+    connect_timeout_ms: u64,
+}
+
+/// A decoded, validated configuration.
+#[derive(Debug)]
+pub(crate) struct SinkConfig {
+    pub sink: SinkId,
+    pub instance: u64,
+    pub options: SinkOptions,
+    retention_ms: u64,
+    restart_allowance_ms: u64,
+    checkpoint_interval_ms: u64,
+    destination: DestinationSpec,
+}
+
+#[derive(Debug)]
+enum DestinationSpec {
+    Filesystem(FsOptions),
+    Postgres(Box<PgOptions>),
+}
+
+fn config_error(msg: impl Into<String>) -> ConfigError {
+    ConfigError::new(msg)
+}
+
+fn policy<T>(what: &str, value: &str, choices: &[(&str, T)]) -> Result<T, ConfigError>
+where
+    T: Copy,
+{
+    choices
+        .iter()
+        .find(|(name, _)| name.eq_ignore_ascii_case(value))
+        .map(|(_, v)| *v)
+        .ok_or_else(|| {
+            config_error(format!(
+                "unknown {what} {value:?}; choose one of {}",
+                choices
+                    .iter()
+                    .map(|(n, _)| *n)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ))
+        })
+}
+
+impl SinkConfig {
+    /// Decodes and validates a configuration. Any input, however damaged,
+    /// gives a `ConfigError` saying what to change, never a panic.
+    pub fn decode(text: &str) -> Result<SinkConfig, ConfigError> {
+        if text.len() > MAX_CONFIG_LEN {
+            return Err(config_error(format!(
+                "the sink configuration has {} bytes, more than any real one ({MAX_CONFIG_LEN})",
+                text.len()
+            )));
+        }
+        let version = serde_json::from_str::<serde_json::Value>(text)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        match version {
+            Some(v) if v == u64::from(CONFIG_VERSION) => {}
+            Some(v) => {
+                return Err(config_error(format!(
+                    "the sink configuration has version {v}, but this twopc library reads \
+                     version {CONFIG_VERSION}: the jar's Java classes and its native library \
+                     come from different releases; use one jar"
+                )))
+            }
+            None => {
+                return Err(config_error(
+                    "the sink configuration is not a twopc configuration (no version)",
+                ))
+            }
+        }
+        let doc: Document = serde_json::from_str(text)
+            .map_err(|e| config_error(format!("the sink configuration is not valid: {e}")))?;
+        debug_assert_eq!(doc.version, CONFIG_VERSION);
+        Self::from_document(doc)
+    }
+
+    fn from_document(doc: Document) -> Result<SinkConfig, ConfigError> {
+        let s = doc.sink;
+        let sink = SinkId::new(s.sink_id)?;
+        let instance = (s.instance.len() == 16)
+            .then(|| u64::from_str_radix(&s.instance, 16).ok())
+            .flatten()
+            .ok_or_else(|| {
+                config_error(format!(
+                    "the sink instance {:?} is not 16 hex digits",
+                    s.instance
+                ))
+            })?;
+        let rewind = policy(
+            "rewind policy",
+            &s.rewind_policy,
+            &[
+                ("FAIL", RewindPolicy::Fail),
+                ("REPLACE_RANGE", RewindPolicy::ReplaceRange),
+            ],
+        )?;
+        let fresh_start = policy(
+            "fresh-start policy",
+            &s.fresh_start_policy,
+            &[
+                ("FAIL", FreshStartPolicy::Fail),
+                ("ABORT_PREPARED", FreshStartPolicy::AbortPrepared),
+                ("APPEND", FreshStartPolicy::Append),
+                (
+                    "APPEND_AND_ABORT_PREPARED",
+                    FreshStartPolicy::AppendAndAbortPrepared,
+                ),
+            ],
+        )?;
+        if s.commit_max_attempts == 0 {
+            return Err(config_error(
+                "commit max attempts must be at least 1 (the first attempt counts)",
+            ));
+        }
+        if s.commit_initial_backoff_ms > s.commit_max_backoff_ms {
+            return Err(config_error(format!(
+                "the initial commit back-off ({} ms) exceeds the maximum back-off ({} ms)",
+                s.commit_initial_backoff_ms, s.commit_max_backoff_ms
+            )));
+        }
+        if s.checkpoint_interval_ms > 0 {
+            validate_retention(
+                s.retention_ms,
+                s.checkpoint_interval_ms,
+                s.restart_allowance_ms,
+            )?;
+        } else if s.retention_ms == 0 {
+            return Err(config_error("the staged-transaction retention must not be 0"));
+        }
+        let options = SinkOptions {
+            retention_ms: s.retention_ms,
+            rewind,
+            fresh_start,
+            commit_retry: RetryPolicy {
+                max_attempts: s.commit_max_attempts,
+                initial_backoff_ms: s.commit_initial_backoff_ms,
+                max_backoff_ms: s.commit_max_backoff_ms,
+            },
+            expiry_scan_interval_ms: s.expiry_scan_interval_ms,
+            owner_wait_ms: s.owner_wait_ms,
+            lineage_wait_ms: s.lineage_wait_ms,
+        };
+        let destination = match doc.destination {
+            DestinationSection::Filesystem(f) => DestinationSpec::Filesystem(fs_options(f)?),
+            DestinationSection::Postgres(p) => {
+                DestinationSpec::Postgres(Box::new(pg_options(p, rewind)?))
+            }
+        };
+        Ok(SinkConfig {
+            sink,
+            instance,
+            options,
+            retention_ms: s.retention_ms,
+            restart_allowance_ms: s.restart_allowance_ms,
+            checkpoint_interval_ms: s.checkpoint_interval_ms,
+            destination,
+        })
+    }
+
+    /// The retention check against the checkpoint interval in force: the
+    /// configured one, else the one the front end detected at open.
+    pub fn check_interval(&self, detected_ms: u64) -> Result<(), ConfigError> {
+        let interval = if self.checkpoint_interval_ms > 0 {
+            self.checkpoint_interval_ms
+        } else {
+            detected_ms
+        };
+        validate_retention(self.retention_ms, interval, self.restart_allowance_ms)
+    }
+
+    /// A short description for log lines: no password can be in it.
+    pub fn describe(&self) -> String {
+        match &self.destination {
+            DestinationSpec::Filesystem(f) => format!(
+                "sink '{}' on directory {}",
+                self.sink,
+                f.output_dir.display()
+            ),
+            DestinationSpec::Postgres(p) => format!(
+                "sink '{}' on PostgreSQL table {} ({:?})",
+                self.sink, p.table, p.endpoint
+            ),
+        }
+    }
+
+    /// Opens the configured destination for `ctx`'s subtask (the factory:
+    /// the only place that knows every kind). `password` is the one the
+    /// task manager read from the source the configuration names.
+    pub fn open_destination(
+        &self,
+        ctx: &SubtaskContext,
+        password: Option<String>,
+    ) -> Result<Box<dyn Destination + Send>, TwopcError> {
+        match &self.destination {
+            DestinationSpec::Filesystem(options) => {
+                let dest = FsDestination::open(options.clone(), &self.sink).map_err(|source| {
+                    TwopcError::Scan {
+                        scope: ctx.scope(),
+                        action: "opening the output directory",
+                        source,
+                    }
+                })?;
+                Ok(Box::new(dest))
+            }
+            DestinationSpec::Postgres(options) => {
+                let mut options = (**options).clone();
+                options.password = password.map(Password::new);
+                Ok(Box::new(PgDestination::connect(options, ctx)?))
+            }
+        }
+    }
+}
+
+fn fs_options(f: FsSection) -> Result<FsOptions, ConfigError> {
+    let options = FsOptions {
+        output_dir: PathBuf::from(f.path),
+        part_prefix: f.part_prefix,
+        part_suffix: f.part_suffix,
+        format: policy(
+            "record format",
+            &f.record_format,
+            &[("LINES", RecordFormat::Lines), ("RAW", RecordFormat::Raw)],
+        )?,
+        io_mode: policy(
+            "I/O mode",
+            &f.io_mode,
+            &[
+                ("AUTO", IoMode::Auto),
+                ("DIRECT", IoMode::Direct),
+                ("BUFFERED", IoMode::Buffered),
+            ],
+        )?,
+    };
+    options.validate()?;
+    Ok(options)
+}
+
+fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigError> {
+    let endpoint = match (p.url, p.host) {
+        (Some(url), None) => {
+            if p.database.is_some() || p.user.is_some() || p.port.is_some() {
+                return Err(config_error(
+                    "the PostgreSQL connection is given both as a URL and as port/database/user; \
+                     put them into the URL, or give host, port, database and user instead",
+                ));
+            }
+            Endpoint::Url(url)
+        }
+        (None, Some(host)) => Endpoint::Params {
+            host,
+            port: p
+                .port
+                .and_then(|port| u16::try_from(port).ok())
+                .filter(|port| *port > 0)
+                .ok_or_else(|| {
+                    config_error(format!(
+                        "PostgreSQL port {:?} is not a TCP port; set 1..65535 (5432 by default)",
+                        p.port
+                    ))
+                })?,
+            dbname: p.database.unwrap_or_default(),
+            user: p.user.unwrap_or_default(),
+        },
+        (Some(_), Some(_)) => {
+            return Err(config_error(
+                "the PostgreSQL connection is given both as a URL and as a host; set one of them",
+            ))
+        }
+        (None, None) => {
+            return Err(config_error(
+                "no PostgreSQL connection is set; give a URL (postgres://user@host:5432/db) or \
+                 host, port, database and user",
+            ))
+        }
+    };
+    if let Some(source) = &p.password_source {
+        let ok = source
+            .split_once(':')
+            .is_some_and(|(kind, name)| matches!(kind, "env" | "property") && !name.is_empty());
+        if !ok {
+            return Err(config_error(format!(
+                "the password source {source:?} is neither env:<VARIABLE> nor property:<name>"
+            )));
+        }
+    }
+    let mode = match p.mode.to_ascii_uppercase().as_str() {
+        "TRANSACTIONAL" => {
+            if !p.key_columns.is_empty() {
+                return Err(config_error(format!(
+                    "key columns {:?} are set for transactional mode, which does not use them; \
+                     remove them, or choose idempotent mode",
+                    p.key_columns
+                )));
+            }
+            PgMode::Transactional
+        }
+        "IDEMPOTENT" => PgMode::Idempotent {
+            key_columns: p.key_columns,
+        },
+        other => {
+            return Err(config_error(format!(
+                "unknown PostgreSQL mode {other:?}; choose TRANSACTIONAL or IDEMPOTENT"
+            )))
+        }
+    };
+    if rewind == RewindPolicy::ReplaceRange && p.transaction_id_column.is_none() {
+        return Err(config_error(
+            "the rewind policy REPLACE_RANGE needs a transaction-id column on PostgreSQL (set \
+             transactionIdColumn): without it the rows a rewind must remove cannot be told apart \
+             from the others",
+        ));
+    }
+    let copy_format = policy(
+        "COPY format",
+        &p.copy_format,
+        &[("TEXT", CopyFormat::Text), ("CSV", CopyFormat::Csv)],
+    )?;
+    let options = PgOptions {
+        endpoint,
+        password: None,
+        table: p.table,
+        columns: p.columns,
+        mode,
+        copy_format,
+        control_schema: p.control_schema,
+        transaction_id_column: p.transaction_id_column,
+        connect_timeout: Duration::from_millis(p.connect_timeout_ms),
+    };
+    options.validate()?;
+    Ok(options)
+}
+
+#[cfg(test)]
+pub(crate) mod tests {
+    use super::*;
+
+    pub(crate) fn fs_config(path: &str) -> String {
+        format!(
+            r#"{{"version":1,"sink":{{"sinkId":"orders","instance":"00000000000000aa",
+            "retentionMs":604800000,"restartAllowanceMs":600000,"checkpointIntervalMs":1000,
+            "rewindPolicy":"FAIL","freshStartPolicy":"FAIL","commitMaxAttempts":5,
+            "commitInitialBackoffMs":100,"commitMaxBackoffMs":5000}},
+            "destination":{{"type":"filesystem","path":"{path}","partPrefix":"part",
+            "partSuffix":"","recordFormat":"LINES","ioMode":"AUTO"}}}}"#
+        )
+    }
+
+    fn pg_config(extra: &str) -> String {
+        format!(
+            r#"{{"version":1,"sink":{{"sinkId":"orders","instance":"00000000000000aa",
+            "retentionMs":604800000,"restartAllowanceMs":600000,
+            "rewindPolicy":"REPLACE_RANGE","freshStartPolicy":"APPEND","commitMaxAttempts":5,
+            "commitInitialBackoffMs":100,"commitMaxBackoffMs":5000}},
+            "destination":{{"type":"postgres","url":"postgres://app@db/shop",
+            "passwordSource":"env:PW","table":"public.orders","columns":["id","body"],
+            "mode":"TRANSACTIONAL","copyFormat":"CSV","controlSchema":"public",
+            "connectTimeoutMs":1000{extra}}}}}"#
+        )
+    }
+
+    #[test]
+    fn a_valid_configuration_decodes() {
+        let c = SinkConfig::decode(&fs_config("/tmp/x")).unwrap();
+        assert_eq!(c.sink.as_str(), "orders");
+        assert_eq!(c.instance, 0xaa);
+        assert!(c.describe().contains("/tmp/x"));
+        let c = SinkConfig::decode(&pg_config(r#","transactionIdColumn":"txn""#)).unwrap();
+        assert_eq!(c.options.fresh_start, FreshStartPolicy::Append);
+    }
+
+    #[test]
+    fn mistakes_are_refused_saying_what_to_change() {
+        let cases = [
+            (fs_config("").replace("\"orders\"", "\"../x\""), "sink id"),
+            (fs_config("/x").replace("\"AUTO\"", "\"FAST\""), "I/O mode"),
+            (fs_config("/x").replace("\"FAIL\",\"fresh", "\"MAYBE\",\"fresh"), "rewind policy"),
+            (fs_config("/x").replace("604800000", "1000"), "retention"),
+            (fs_config("/x").replace("\"version\":1", "\"version\":9"), "version 9"),
+            (fs_config("/x").replace("\"ioMode\"", "\"ioMod\""), "ioMod"),
+            (fs_config("/x").replace("\"partPrefix\":\"part\"", "\"partPrefix\":\"a/b\""), "part prefix"),
+            // REPLACE_RANGE on PostgreSQL without a transaction-id column.
+            (pg_config(""), "REPLACE_RANGE needs a transaction-id column"),
+            ("not json".to_string(), "not a twopc configuration"),
+            ("{\"version\":1}".to_string(), "not valid"),
+        ];
+        for (text, needle) in cases {
+            let err = SinkConfig::decode(&text).unwrap_err();
+            assert!(err.to_string().contains(needle), "{needle:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn a_password_in_the_url_is_refused_and_never_shown() {
+        let text = pg_config(r#","transactionIdColumn":"txn""#)
+            .replace("postgres://app@db", "postgres://app:s3cr3t@db");
+        let err = SinkConfig::decode(&text).unwrap_err();
+        assert!(!err.to_string().contains("s3cr3t"), "{err}");
+    }
+}
