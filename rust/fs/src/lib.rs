@@ -135,8 +135,39 @@ pub enum ControlFile {
 
 /// Decodes the bytes of a control file read back from a destination. Any
 /// input, however damaged, gives a typed error, never a panic.
+///
+/// Serde bypasses the constructors, so what they would refuse is refused
+/// here: the handle inside must pass the checks of a restored handle (its
+/// ids become paths), and a commit record's file, which `retract` removes
+/// from the output directory, must be a plain visible name in it, not a
+/// path (found by the fuzz harness, `rust/fuzz`).
 pub fn decode_control_file(bytes: &[u8]) -> Result<ControlFile, HandleError> {
-    decode_payload::<ControlFile>(PayloadKind::Manifest, bytes)
+    let control = decode_payload::<ControlFile>(PayloadKind::Manifest, bytes)?;
+    match &control {
+        ControlFile::Prepared(m) => m.handle.validate()?,
+        ControlFile::Committed(r) => {
+            r.handle.validate()?;
+            if let Some(file) = r.file.as_deref().filter(|f| !is_visible_name(f)) {
+                return Err(HandleError::Invalid(format!(
+                    "commit record names file {file:?}, which is not a file name in the output \
+                     directory"
+                )));
+            }
+        }
+    }
+    Ok(control)
+}
+
+/// A name `part_name` can produce: a validated prefix (letter or digit
+/// first), `-`, a transaction id, an optional `.suffix`. So: 1 to 255 of
+/// `[A-Za-z0-9._-]`, starting with a letter or digit (no separators, no
+/// `..`, not hidden).
+fn is_visible_name(name: &str) -> bool {
+    name.len() <= 255
+        && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-'))
 }
 
 /// Paths of one sink inside an output directory.
@@ -195,6 +226,11 @@ impl Layout {
     }
 
     /// Parses a commit record name into (lineage, checkpoint, transaction).
+    /// Only the spelling [`Self::commit_record_name`] writes is accepted:
+    /// `retract` finds a record by that spelling, so a record named
+    /// otherwise (`+`, upper-case hex, leading zeros, all of which the
+    /// number parsers take) would be listed but never retracted (found by
+    /// the fuzz harness, `rust/fuzz`).
     pub fn parse_commit_record_name(
         name: &str,
     ) -> Option<(LineageId, CheckpointId, TransactionId)> {
@@ -206,6 +242,9 @@ impl Layout {
         let lineage = LineageId(u64::from_str_radix(lineage, 16).ok()?);
         let checkpoint: CheckpointId = checkpoint.parse().ok()?;
         let txn = TransactionId::parse(txn)?.id;
+        if Self::commit_record_name(lineage, checkpoint, &txn) != name {
+            return None;
+        }
         Some((lineage, checkpoint, txn))
     }
 

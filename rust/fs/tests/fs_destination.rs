@@ -6,11 +6,17 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
+use twopc_core::envelope::PayloadKind;
 use twopc_core::error::DestinationErrorKind;
-use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
+use twopc_core::handle::{
+    encode_payload, HandleError, PreparedInfo, TransactionHandle, TransactionState,
+};
 use twopc_core::ids::{random_u64, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::{push_record, RecordBatch};
-use twopc_fs::{FsDestination, FsOptions, RecordFormat};
+use twopc_fs::{
+    decode_control_file, CommitRecord, ControlFile, FsDestination, FsOptions, PreparedMarker,
+    RecordFormat,
+};
 
 struct TempDir(PathBuf);
 impl TempDir {
@@ -246,6 +252,98 @@ fn damaged_control_files_give_clear_errors() {
     fs::write(&marker, b"garbage").unwrap();
     fs::remove_dir_all(d.layout().staging_dir(&h.transaction)).unwrap();
     assert!(d.staged().unwrap().is_empty());
+}
+
+/// Found by the fuzz harness (`rust/fuzz`): control files were decoded
+/// without the checks a restored handle gets, and a commit record's file
+/// was joined to the output directory as it stood, so a forged record made
+/// `retract` remove a file outside it.
+#[test]
+fn forged_control_files_are_refused_and_retract_stays_in_the_output_directory() {
+    let t = TempDir::new("forged");
+    let out = t.0.join("out");
+    fs::create_dir_all(&out).unwrap();
+    let victim = t.0.join("victim");
+    fs::write(&victim, b"not twopc's").unwrap();
+    let mut d = dest(&out);
+    let h = stage(&mut d, 1, 1, &["x"]);
+    d.commit(&h, 1).unwrap();
+    let committed = d.committed_after(LineageId(7), 0).unwrap();
+    assert_eq!(committed.len(), 1);
+    let record = |file: &str, handle: TransactionHandle| {
+        encode_payload(
+            PayloadKind::Manifest,
+            &ControlFile::Committed(CommitRecord {
+                handle,
+                file: Some(file.to_string()),
+                data_len: 1,
+                committed_at_ms: 0,
+            }),
+        )
+    };
+    fs::write(
+        d.layout().commit_record_path(&h, 1),
+        record("../victim", h.clone()),
+    )
+    .unwrap();
+    let err = d.retract(&committed[0]).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    assert!(victim.exists(), "retract removed a file outside the output");
+
+    let invalid = |bytes: &[u8]| matches!(decode_control_file(bytes), Err(HandleError::Invalid(_)));
+    for file in [
+        "/etc/passwd",
+        "../x",
+        "a/b",
+        ".hidden",
+        "_twopc",
+        "",
+        "a\\b",
+    ] {
+        assert!(invalid(&record(file, h.clone())), "file {file:?} accepted");
+    }
+    assert!(
+        decode_control_file(&record(&format!("part-{}.txt", h.transaction), h.clone())).is_ok()
+    );
+    let mut outside = h.clone();
+    outside.subtask = 3;
+    outside.transaction = TransactionId::compose(&sink(), 3, 0xabcdef, 1);
+    let mut foreign = h.clone();
+    foreign.transaction = TransactionId::compose(&SinkId::new("other").unwrap(), 0, 1, 1);
+    for bad in [outside, foreign] {
+        let marker = ControlFile::Prepared(PreparedMarker {
+            handle: bad.clone(),
+            data_len: 1,
+        });
+        assert!(invalid(&encode_payload(PayloadKind::Manifest, &marker)));
+        assert!(invalid(&record("part-x", bad)));
+    }
+}
+
+/// Found by the fuzz harness: the number parsers took `+`, upper-case hex
+/// and leading zeros, so one record had many names, and `retract`, which
+/// looks a record up by the name twopc writes, missed the others.
+#[test]
+fn commit_record_names_have_one_spelling() {
+    let txn = TransactionId::compose(&sink(), 0, 0xabcdef, 1);
+    let name = twopc_fs::Layout::commit_record_name(LineageId(0xabc), 12, &txn);
+    assert_eq!(name, format!("0000000000000abc-12-{txn}"));
+    assert_eq!(
+        twopc_fs::Layout::parse_commit_record_name(&name),
+        Some((LineageId(0xabc), 12, txn.clone()))
+    );
+    for other in [
+        format!("0000000000000ABC-12-{txn}"),
+        format!("+000000000000abc-12-{txn}"),
+        format!("0000000000000abc-012-{txn}"),
+        format!("0000000000000abc-+12-{txn}"),
+    ] {
+        assert_eq!(
+            twopc_fs::Layout::parse_commit_record_name(&other),
+            None,
+            "{other}"
+        );
+    }
 }
 
 #[test]
