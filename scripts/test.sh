@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Runs every test: Rust formatting and lints, the Rust core's unit tests,
-# golden vectors, the crash simulation and the SIGKILL test, then the Java
+# golden vectors, the crash simulation, the fuzz harness (100,000 inputs per
+# decoder; `scripts/fuzz.sh` runs 10^7) and the SIGKILL test, then the Java
 # tests (JNI bridge and Flink MiniCluster integration tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -25,7 +26,7 @@ say "cargo fmt --check"
 cargo fmt --all -- --check
 say "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-say "cargo test"
+say "cargo test (includes the fuzz run of rust/fuzz)"
 cargo test --workspace --locked
 
 # The integration tests inject faults through the core's fail points, so

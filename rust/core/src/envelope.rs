@@ -90,7 +90,9 @@ pub fn open(kind: PayloadKind, bytes: &[u8]) -> Result<&[u8], HandleError> {
     Ok(&bytes[HEADER_LEN..end])
 }
 
-const CRC_TABLE: [u32; 256] = {
+// A `static`, not a `const`: a `const` array is materialised at each use,
+// and unoptimised builds then copy all 1 KiB of it for every byte summed.
+static CRC_TABLE: [u32; 256] = {
     let mut table = [0u32; 256];
     let mut i = 0;
     while i < 256 {

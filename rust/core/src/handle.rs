@@ -132,7 +132,9 @@ impl TransactionHandle {
 
     /// Serde bypasses constructors, so the invariants the constructors
     /// enforce are checked again here: a forged handle must not smuggle a
-    /// path or a quote into a file name or SQL literal.
+    /// path or a quote into a file name or SQL literal. Decoders of
+    /// anything that embeds a handle (a destination's control files) call
+    /// it too.
     pub fn validate(&self) -> Result<(), HandleError> {
         SinkId::new(self.sink.as_str()).map_err(|e| HandleError::Invalid(e.to_string()))?;
         RunId::new(self.run.as_str()).map_err(|e| HandleError::Invalid(e.to_string()))?;

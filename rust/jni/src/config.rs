@@ -116,7 +116,7 @@ struct PgSection {
 
 /// A decoded, validated configuration.
 #[derive(Debug)]
-pub(crate) struct SinkConfig {
+pub struct SinkConfig {
     pub sink: SinkId,
     pub instance: u64,
     pub options: SinkOptions,
@@ -241,7 +241,9 @@ impl SinkConfig {
                 s.restart_allowance_ms,
             )?;
         } else if s.retention_ms == 0 {
-            return Err(config_error("the staged-transaction retention must not be 0"));
+            return Err(config_error(
+                "the staged-transaction retention must not be 0",
+            ));
         }
         let options = SinkOptions {
             retention_ms: s.retention_ms,
@@ -352,43 +354,40 @@ fn fs_options(f: FsSection) -> Result<FsOptions, ConfigError> {
 }
 
 fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigError> {
-    let endpoint = match (p.url, p.host) {
-        (Some(url), None) => {
-            if p.database.is_some() || p.user.is_some() || p.port.is_some() {
-                return Err(config_error(
+    let endpoint =
+        match (p.url, p.host) {
+            (Some(url), None) => {
+                if p.database.is_some() || p.user.is_some() || p.port.is_some() {
+                    return Err(config_error(
                     "the PostgreSQL connection is given both as a URL and as port/database/user; \
                      put them into the URL, or give host, port, database and user instead",
                 ));
+                }
+                Endpoint::Url(url)
             }
-            Endpoint::Url(url)
-        }
-        (None, Some(host)) => Endpoint::Params {
-            host,
-            port: p
-                .port
-                .and_then(|port| u16::try_from(port).ok())
-                .filter(|port| *port > 0)
-                .ok_or_else(|| {
-                    config_error(format!(
+            (None, Some(host)) => Endpoint::Params {
+                host,
+                port: p
+                    .port
+                    .and_then(|port| u16::try_from(port).ok())
+                    .filter(|port| *port > 0)
+                    .ok_or_else(|| {
+                        config_error(format!(
                         "PostgreSQL port {:?} is not a TCP port; set 1..65535 (5432 by default)",
                         p.port
                     ))
-                })?,
-            dbname: p.database.unwrap_or_default(),
-            user: p.user.unwrap_or_default(),
-        },
-        (Some(_), Some(_)) => {
-            return Err(config_error(
+                    })?,
+                dbname: p.database.unwrap_or_default(),
+                user: p.user.unwrap_or_default(),
+            },
+            (Some(_), Some(_)) => return Err(config_error(
                 "the PostgreSQL connection is given both as a URL and as a host; set one of them",
-            ))
-        }
-        (None, None) => {
-            return Err(config_error(
+            )),
+            (None, None) => return Err(config_error(
                 "no PostgreSQL connection is set; give a URL (postgres://user@host:5432/db) or \
                  host, port, database and user",
-            ))
-        }
-    };
+            )),
+        };
     if let Some(source) = &p.password_source {
         let ok = source
             .split_once(':')
@@ -489,11 +488,20 @@ pub(crate) mod tests {
         let cases = [
             (fs_config("").replace("\"orders\"", "\"../x\""), "sink id"),
             (fs_config("/x").replace("\"AUTO\"", "\"FAST\""), "I/O mode"),
-            (fs_config("/x").replace("\"FAIL\",\"fresh", "\"MAYBE\",\"fresh"), "rewind policy"),
+            (
+                fs_config("/x").replace("\"FAIL\",\"fresh", "\"MAYBE\",\"fresh"),
+                "rewind policy",
+            ),
             (fs_config("/x").replace("604800000", "1000"), "retention"),
-            (fs_config("/x").replace("\"version\":1", "\"version\":9"), "version 9"),
+            (
+                fs_config("/x").replace("\"version\":1", "\"version\":9"),
+                "version 9",
+            ),
             (fs_config("/x").replace("\"ioMode\"", "\"ioMod\""), "ioMod"),
-            (fs_config("/x").replace("\"partPrefix\":\"part\"", "\"partPrefix\":\"a/b\""), "part prefix"),
+            (
+                fs_config("/x").replace("\"partPrefix\":\"part\"", "\"partPrefix\":\"a/b\""),
+                "part prefix",
+            ),
             // REPLACE_RANGE on PostgreSQL without a transaction-id column.
             (pg_config(""), "REPLACE_RANGE needs a transaction-id column"),
             ("not json".to_string(), "not a twopc configuration"),

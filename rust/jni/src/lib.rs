@@ -188,9 +188,18 @@ macro_rules! open_entry_point {
     };
 }
 
-open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openSink0, open::Role::Sink);
-open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openWriter0, open::Role::Writer);
-open_entry_point!(Java_io_twopc_flink_internal_NativeBridge_openCommitter0, open::Role::Committer);
+open_entry_point!(
+    Java_io_twopc_flink_internal_NativeBridge_openSink0,
+    open::Role::Sink
+);
+open_entry_point!(
+    Java_io_twopc_flink_internal_NativeBridge_openWriter0,
+    open::Role::Writer
+);
+open_entry_point!(
+    Java_io_twopc_flink_internal_NativeBridge_openCommitter0,
+    open::Role::Committer
+);
 
 fn not_a(role: &str, n: &Native, id: i64) -> BridgeError {
     BridgeError::illegal_state(format!(

@@ -8,8 +8,8 @@
 //! damaged state fails it before recovery acts on anything.
 
 use twopc_core::{
-    CommitterSession, Restore, RunId, SubtaskContext, SubtaskSink, SystemClock,
-    TransactionHandle, TwopcError, WriterSession, WriterState,
+    CommitterSession, Restore, RunId, SubtaskContext, SubtaskSink, SystemClock, TransactionHandle,
+    TwopcError, WriterSession, WriterState,
 };
 
 use crate::args::non_negative;
@@ -142,8 +142,15 @@ fn restore(ctx: &SubtaskContext, args: &OpenArgs) -> BridgeResult<Option<Restore
         .iter()
         .enumerate()
         .map(|(i, b)| {
-            TransactionHandle::decode(b)
-                .map_err(|e| damaged("transaction handle", i, args.known_handles.len(), b.len(), e))
+            TransactionHandle::decode(b).map_err(|e| {
+                damaged(
+                    "transaction handle",
+                    i,
+                    args.known_handles.len(),
+                    b.len(),
+                    e,
+                )
+            })
         })
         .collect::<BridgeResult<Vec<_>>>()?;
     let states = args
