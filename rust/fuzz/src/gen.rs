@@ -227,24 +227,6 @@ pub fn records(rng: &mut Rng) -> Vec<Vec<u8>> {
         .collect()
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn generated_values_are_valid() {
-        for seed in 0..2000 {
-            let mut rng = Rng::new(seed);
-            let h = handle(&mut rng);
-            assert_eq!(TransactionHandle::decode(&h.encode()).unwrap(), h);
-            let p = parsed_transaction_id(&mut rng);
-            assert_eq!(TransactionId::parse(p.id.as_str()).unwrap(), p);
-            let t = token(&mut rng, 64);
-            assert!(twopc_core::ids::validate_token("t", &t, 64).is_ok(), "{t}");
-        }
-    }
-}
-
 /// Writer state as a writer snapshots it: open transactions of its own
 /// sink and lineage.
 pub fn writer_state(rng: &mut Rng) -> WriterState {
@@ -270,5 +252,23 @@ pub fn writer_state(rng: &mut Rng) -> WriterState {
         run: run_id(rng),
         subtask: rng.below(u64::from(u32::MAX)) as u32,
         open,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generated_values_are_valid() {
+        for seed in 0..2000 {
+            let mut rng = Rng::new(seed);
+            let h = handle(&mut rng);
+            assert_eq!(TransactionHandle::decode(&h.encode()).unwrap(), h);
+            let p = parsed_transaction_id(&mut rng);
+            assert_eq!(TransactionId::parse(p.id.as_str()).unwrap(), p);
+            let t = token(&mut rng, 64);
+            assert!(twopc_core::ids::validate_token("t", &t, 64).is_ok(), "{t}");
+        }
     }
 }
