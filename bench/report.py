@@ -23,6 +23,7 @@ LABELS = {
     "discard": "DiscardingSink (no serialization)",
     "discard-serialized": "DiscardingSink after serialization (ceiling)",
     "twopc-fs": "twopc, filesystem",
+    "twopc-fs-sinkfunction": "twopc, filesystem (SinkFunction shim)",
     "filesink": "Flink FileSink (row format)",
     "twopc-pg-tx": "twopc, PostgreSQL transactional",
     "twopc-pg-idem": "twopc, PostgreSQL idempotent",
@@ -32,7 +33,7 @@ LABELS = {
     "raw-disk-direct": "raw sequential disk write (O_DIRECT)",
     "raw-copy": "psql \\copy",
 }
-MAIN_ORDER = ["discard", "discard-serialized", "twopc-fs", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
+MAIN_ORDER = ["discard", "discard-serialized", "twopc-fs", "twopc-fs-sinkfunction", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
               "raw-copy"]
 SWEEP = {"twopc-fs": ["twopc-fs@100ms", "twopc-fs", "twopc-fs@10s"],
          "filesink": ["filesink@100ms", "filesink", "filesink@10s"]}

@@ -84,6 +84,8 @@ CASES = [
     # DiscardingSink fed through the byte-writing sinks' serialization schema.
     ("discard-serialized", "discard-serialized", "discard", 1000, False),
     ("twopc-fs", "twopc-fs", "fs", 1000, False),
+    # The same destination through the SinkFunction shim (Flink 1.20's addSink).
+    ("twopc-fs-sinkfunction", "twopc-fs-sinkfunction", "fs", 1000, False),
     ("filesink", "filesink", "filesink", 1000, False),
     ("twopc-pg-tx", "twopc-pg-tx", "pg", 1000, True),
     ("twopc-pg-idem", "twopc-pg-idem", "pg", 1000, True),

@@ -113,6 +113,11 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         self.writer.open_stats()
     }
 
+    /// The committer half's counters (repeated commits, housekeeping).
+    pub fn committer_stats(&self) -> CommitterStats {
+        self.committer.stats()
+    }
+
     pub fn destination(&mut self) -> &mut D {
         &mut self.dest
     }

@@ -194,7 +194,22 @@ impl Writer {
             bytes: open.bytes,
             prepared_at_ms: now_ms,
         });
-        if let Err(source) = dest.prepare(&handle) {
+        // Test-only: a destination prepare that fails part-way (as on a
+        // full disk), so the poisoning path runs under a real Flink job.
+        #[cfg(feature = "failpoints")]
+        let injected = fail::eval("twopc-prepare-destination", |_| {
+            crate::error::DestinationError::new(
+                crate::error::DestinationErrorKind::Io,
+                "fail point twopc-prepare-destination triggered (as if the disk were full)",
+            )
+        });
+        #[cfg(not(feature = "failpoints"))]
+        let injected: Option<crate::error::DestinationError> = None;
+        let prepared = match injected {
+            Some(e) => Err(e),
+            None => dest.prepare(&handle),
+        };
+        if let Err(source) = prepared {
             open.poisoned = Some(format!(
                 "its prepare for checkpoint {checkpoint} failed: {source}"
             ));

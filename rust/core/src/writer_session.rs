@@ -27,6 +27,8 @@ use crate::writer::{OpenStats, Writer};
 ///
 /// Points: `twopc-write`, `twopc-prepare-before`, `twopc-prepare-after`
 /// (prepared at the destination, failure reported), `twopc-abort-before`;
+/// `twopc-prepare-destination` (in `Writer::prepare`: the destination's
+/// prepare fails, which poisons the transaction);
 /// and in the committers, `twopc-commit-before`, `twopc-commit-after`.
 macro_rules! fault_point {
     ($name:literal, $scope:expr, $txn:expr) => {

@@ -499,6 +499,7 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_stats<'l>(
             Ok(match n {
                 Native::Sink(s) => {
                     let st = s.stats();
+                    let c = s.committer_stats();
                     [
                         to_jlong(st.records_written),
                         to_jlong(st.bytes_written),
@@ -506,10 +507,10 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_stats<'l>(
                         to_jlong(st.aborted),
                         st.last_committed_checkpoint.map_or(-1, to_jlong),
                         to_jlong(s.open_stats().records),
-                        0,
-                        0,
-                        0,
-                        0,
+                        to_jlong(c.already_committed),
+                        to_jlong(c.lingering_aborted),
+                        to_jlong(c.expired),
+                        to_jlong(c.housekeeping_failures),
                     ]
                 }
                 Native::Writer(w) => {

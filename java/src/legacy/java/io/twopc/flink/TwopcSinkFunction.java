@@ -81,7 +81,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     private transient ListState<byte[]> knownTransactionsState;
     private transient RecordBatcher batcher;
     private transient TwopcTransaction batchFor;
-    private transient TwopcSinkMetrics metrics;
+    private transient TwopcMetrics metrics;
     /** Why the open transaction can only be aborted; null while it is usable. */
     private transient String poisoned;
     /** Set by finish(): the end of input, so close() runs the last housekeeping. */
@@ -134,7 +134,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         int attempt = runtime.getTaskInfo().getAttemptNumber();
         String runId = runtime.getJobInfo().getJobId().toHexString();
         scope = "twopc sink '" + options.sinkId + "' subtask " + subtask + "/" + parallelism;
-        metrics = new TwopcSinkMetrics(runtime.getMetricGroup());
+        metrics = TwopcMetrics.forWriterAndCommitter(runtime.getMetricGroup());
         // Transient fields skip their initialisers when Flink deserializes the function.
         snapshottingCheckpointId = -1;
         poisoned = null;

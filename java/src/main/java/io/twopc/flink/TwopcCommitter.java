@@ -6,7 +6,6 @@ import io.twopc.flink.internal.NativeBridge;
 import org.apache.flink.annotation.Internal;
 import org.apache.flink.api.connector.sink2.Committer;
 import org.apache.flink.api.connector.sink2.CommitterInitContext;
-import org.apache.flink.metrics.Counter;
 import org.apache.flink.metrics.groups.SinkCommitterMetricGroup;
 
 import org.slf4j.Logger;
@@ -35,24 +34,23 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
 
     private final String scope;
     private final long nativeCommitter;
-    private final Counter lingeringAborted;
-    private final Counter expired;
-    private final Counter housekeepingFailures;
+    private final TwopcMetrics metrics;
+    /** The checkpoint the job restored (-1: none): commits up to it are the restart's recovery. */
+    private final long restoredCheckpointId;
     private boolean closed;
 
     TwopcCommitter(TwopcSinkOptions options, CommitterInitContext ctx) {
         int subtask = ctx.getTaskInfo().getIndexOfThisSubtask();
         int parallelism = ctx.getTaskInfo().getNumberOfParallelSubtasks();
         this.scope = "twopc sink '" + options.sinkId + "' committer " + subtask + "/" + parallelism;
-        SinkCommitterMetricGroup metrics = ctx.metricGroup();
-        this.lingeringAborted = metrics.counter("twopcLingeringAborted");
-        this.expired = metrics.counter("twopcExpired");
-        this.housekeepingFailures = metrics.counter("twopcHousekeepingFailures");
+        SinkCommitterMetricGroup group = ctx.metricGroup();
+        this.metrics = TwopcMetrics.forCommitter(group);
+        this.restoredCheckpointId = ctx.getRestoredCheckpointId().orElse(-1L);
         try {
             this.nativeCommitter = NativeBridge.openCommitter(options.toConfigJson(),
                     ctx.getJobInfo().getJobId().toHexString(), subtask, parallelism,
                     ctx.getTaskInfo().getAttemptNumber(), options.resolvePassword(),
-                    ctx.getRestoredCheckpointId().orElse(-1L));
+                    restoredCheckpointId);
         } catch (TwopcException e) {
             throw Escalation.escalate(LOG, scope, e, "opening the committer");
         }
@@ -63,6 +61,9 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         long completed = -1;
         for (CommitRequest<TwopcCommittable> request : requests) {
             byte[] handle = request.getCommittable().handle();
+            long checkpoint = checkpointOf(handle);
+            long started = System.nanoTime();
+            long preparedAgeMs = preparedAgeOf(handle);
             int outcome;
             try {
                 outcome = NativeBridge.commit(nativeCommitter, handle);
@@ -73,7 +74,9 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
                 // Counted by Flink's committer metrics as already committed.
                 request.signalAlreadyCommitted();
             }
-            completed = Math.max(completed, checkpointOf(handle));
+            metrics.recordCommit((System.nanoTime() - started) / 1_000_000, preparedAgeMs, outcome,
+                    checkpoint >= 0 && checkpoint <= restoredCheckpointId, checkpoint);
+            completed = Math.max(completed, checkpoint);
         }
         if (completed >= 0) {
             long[] report;
@@ -82,9 +85,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             } catch (TwopcException e) {
                 throw Escalation.escalate(LOG, scope, e, "finishing a decided commit");
             }
-            lingeringAborted.inc(report[0]);
-            expired.inc(report[1]);
-            housekeepingFailures.inc(report[2]);
+            metrics.recordHousekeeping(report);
         }
     }
 
@@ -98,6 +99,14 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         }
     }
 
+    private static long preparedAgeOf(byte[] handle) {
+        try {
+            return NativeBridge.preparedAgeMs(handle, System.currentTimeMillis());
+        } catch (RuntimeException e) {
+            return -1; // its commit reports it
+        }
+    }
+
     @Override
     public void close() {
         if (closed) {
@@ -107,7 +116,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         try {
             // Housekeeping still due after the last completed checkpoint gets one more try; its
             // failure fails the task, and Flink tries again from the final checkpoint.
-            lingeringAborted.inc(NativeBridge.finish(nativeCommitter));
+            metrics.recordLingeringAborted(NativeBridge.finish(nativeCommitter));
         } catch (TwopcException e) {
             throw Escalation.escalate(LOG, scope, e, "the last housekeeping");
         } finally {

@@ -131,12 +131,22 @@ public final class TwopcSink<IN>
 
     /**
      * Not a topology change: the hook where the sink reads the job's checkpoint interval (for the
-     * retention check) while the job graph is built.
+     * retention check) while the job graph is built, after the job's settings are final.
+     *
+     * @throws TwopcConfigException when checkpointing is disabled: output is committed only when a
+     *     checkpoint completes, so without checkpoints nothing would ever become visible (and a
+     *     BATCH job, which has none, could not recover exactly once)
      */
     @Override
     public DataStream<IN> addPreWriteTopology(DataStream<IN> inputDataStream) {
         CheckpointConfig checkpoints = inputDataStream.getExecutionEnvironment().getCheckpointConfig();
-        detectedIntervalMs = checkpoints.isCheckpointingEnabled() ? checkpoints.getCheckpointInterval() : 0;
+        if (!checkpoints.isCheckpointingEnabled()) {
+            throw new TwopcConfigException("twopc sink '" + options.sinkId + "': checkpointing is disabled, but this "
+                    + "sink commits output only when a checkpoint completes. Enable it "
+                    + "(env.enableCheckpointing(interval), or execution.checkpointing.interval) and run in STREAMING "
+                    + "execution mode");
+        }
+        detectedIntervalMs = checkpoints.getCheckpointInterval();
         return inputDataStream;
     }
 }

@@ -42,7 +42,7 @@ public final class TwopcWriter<IN>
     private final RecordBatcher batcher;
     private final Counter recordsOut;
     private final Counter bytesOut;
-    private final Counter prepared;
+    private final TwopcMetrics twopcMetrics;
     private byte[] current;
     private long lastCheckpointId;
     /** Set when a write or prepare failed: the transaction can only be aborted now. */
@@ -60,7 +60,7 @@ public final class TwopcWriter<IN>
         SinkWriterMetricGroup metrics = ctx.metricGroup();
         this.recordsOut = metrics.getNumRecordsSendCounter();
         this.bytesOut = metrics.getNumBytesSendCounter();
-        this.prepared = metrics.counter("twopcTransactionsPrepared");
+        this.twopcMetrics = TwopcMetrics.forWriter(metrics);
         long restoredId = ctx.getRestoredCheckpointId().orElse(-1L);
         this.lastCheckpointId = Math.max(restoredId, 0);
         schema.open(ctx.asSerializationSchemaInitializationContext());
@@ -112,6 +112,7 @@ public final class TwopcWriter<IN>
         }
         recordsOut.inc(records);
         bytesOut.inc(length - 4L * records);
+        twopcMetrics.recordBatch(records, length - 4L * records);
     }
 
     @Override
@@ -138,7 +139,7 @@ public final class TwopcWriter<IN>
             }
             throw e;
         }
-        prepared.inc();
+        twopcMetrics.recordPrepare();
         try {
             current = NativeBridge.begin(nativeWriter);
         } catch (TwopcException e) {
@@ -166,7 +167,7 @@ public final class TwopcWriter<IN>
         try {
             if (current != null) {
                 // Its records are in no checkpoint: they are replayed.
-                NativeBridge.abort(nativeWriter, current);
+                twopcMetrics.recordAbort(NativeBridge.abort(nativeWriter, current) == NativeBridge.ABORTED);
             }
         } catch (RuntimeException e) {
             LOG.warn("{}: aborting the open transaction at close failed; it stays invisible and is aborted at "

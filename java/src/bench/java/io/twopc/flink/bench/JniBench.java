@@ -37,8 +37,16 @@ public final class JniBench {
         Files.createDirectories(dir);
 
         NativeBridge.ensureLoaded();
-        long sink = NativeBridge.open("jnibench", "0123456789abcdef0123456789abcdef", 0, 1, dir.toString(), "part",
-                "", false, 7L * 24 * 3600 * 1000, 1000, 600_000, false, true, 5, 100, 5000, -1, new byte[0][]);
+        // The configuration a builder writes, with the default settings.
+        String config = io.twopc.flink.TwopcSink.<String>forDirectory(dir.toString())
+                .setSinkId("jnibench")
+                .setSerializationSchema(new org.apache.flink.api.common.serialization.SimpleStringSchema())
+                .setFreshStartPolicy(io.twopc.flink.FreshStartPolicy.APPEND)
+                .build()
+                .getOptions()
+                .toConfigJson();
+        long sink = NativeBridge.openSink(config, "0123456789abcdef0123456789abcdef", 0, 1, 0, 1000, null, -1,
+                new byte[0][], new byte[0][]);
         byte[][] records100 = new byte[1024][];
         for (int i = 0; i < records100.length; i++) {
             records100[i] = BenchRecords.utf8(BenchRecords.record(i + 1));

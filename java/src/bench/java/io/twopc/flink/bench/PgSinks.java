@@ -28,7 +28,7 @@ final class PgSinks {
                 .columns("id", "payload")
                 .copyFormat(PostgresCopyFormat.TEXT);
         destination = sink.equals("twopc-pg-idem") ? destination.idempotent("id") : destination.transactional();
-        stream.addSink(TwopcSink.<String>builder()
+        stream.sinkTo(TwopcSink.<String>builder()
                         .forPostgres(destination)
                         .setSinkId(Sinks.SINK_ID)
                         .setSerializationSchema(new SimpleStringSchema())

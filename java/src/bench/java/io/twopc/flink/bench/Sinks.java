@@ -49,6 +49,7 @@ final class Sinks {
             case "discard-serialized":
                 return new Target(false);
             case "twopc-fs":
+            case "twopc-fs-sinkfunction":
             case "filesink":
                 return new Target(true);
             case "twopc-pg-tx":
@@ -72,12 +73,22 @@ final class Sinks {
                         .uid("sink").name("discard-serialized");
                 break;
             case "twopc-fs":
-                stream.addSink(TwopcSink.<String>builder()
+                // The Sink V2 front end (stream.sinkTo), as on Flink 2.x.
+                stream.sinkTo(TwopcSink.<String>builder()
                                 .forDirectory(dir)
                                 .setSinkId(SINK_ID)
                                 .setSerializationSchema(new SimpleStringSchema())
                                 .build())
                         .uid("sink").name("twopc-fs");
+                break;
+            case "twopc-fs-sinkfunction":
+                // The SinkFunction shim (stream.addSink), Flink 1.20 only.
+                stream.addSink(io.twopc.flink.TwopcSinkFunction.<String>builder()
+                                .forDirectory(dir)
+                                .setSinkId(SINK_ID)
+                                .setSerializationSchema(new SimpleStringSchema())
+                                .build())
+                        .uid("sink").name("twopc-fs-sinkfunction");
                 break;
             case "filesink":
                 // Row format, the same encoder (the string's bytes and a newline), the same flat
@@ -142,6 +153,7 @@ final class Sinks {
             case "discard-serialized":
                 return "ok: nothing to check";
             case "twopc-fs":
+            case "twopc-fs-sinkfunction":
             case "filesink":
                 return verifyFiles(dir, records);
             default:

@@ -17,6 +17,7 @@ import org.apache.flink.runtime.executiongraph.ArchivedExecutionGraph;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.minicluster.MiniCluster;
 import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
+import org.apache.flink.runtime.util.EnvironmentInformation;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 
 import java.io.IOException;
@@ -43,13 +44,14 @@ import java.util.stream.Stream;
  * is there exactly once, printing what it found; it exits non-zero on any violation.
  *
  * <pre>
- * DemoJob [--destination directory|postgres] [output directory]
+ * DemoJob [--destination directory|postgres] [--flink VERSION] [output directory]
  * </pre>
  *
  * <p>{@code directory} (the default) writes to the output directory; {@code postgres} writes to
  * table {@code twopc_demo} of the server in {@code TWOPC_PG_URL} (transactional mode). Run with
  * {@code bash scripts/demo.sh [--destination postgres]}, which passes the option through {@code
- * gradle runDemo}.
+ * gradle runDemo}. {@code --flink} names the Flink version the classpath was built for ({@code
+ * gradle runDemo -PdemoFlink=2} runs on Flink 2.x); the demo checks that it is the one running.
  */
 public final class DemoJob {
     static final long RECORDS = 1_000_000;
@@ -72,10 +74,16 @@ public final class DemoJob {
 
     public static void main(String[] args) throws Exception {
         DemoTarget target = targetOf(args);
+        String flink = EnvironmentInformation.getVersion();
+        String expected = expectedFlinkOf(args);
+        if (expected != null && !expected.equals(flink)) {
+            System.out.printf("twopc demo: asked for Flink %s, but the classpath holds Flink %s%n", expected, flink);
+            System.exit(2);
+        }
         target.reset();
-        System.out.printf("twopc demo: %,d records, parallelism %d, checkpoint every %d ms, one failure after %,d "
-                + "records; output %s%n", RECORDS, PARALLELISM, CHECKPOINT_INTERVAL.toMillis(), FAIL_AFTER_RECORDS,
-                target);
+        System.out.printf("twopc demo on Flink %s (Sink V2, stream.sinkTo): %,d records, parallelism %d, checkpoint "
+                + "every %d ms, one failure after %,d records; output %s%n", flink, RECORDS, PARALLELISM,
+                CHECKPOINT_INTERVAL.toMillis(), FAIL_AFTER_RECORDS, target);
 
         long start = System.nanoTime();
         Configuration conf = new Configuration();
@@ -104,7 +112,7 @@ public final class DemoJob {
         int taskRestarts = MAX_ATTEMPT_BY_SUBTASK.values().stream().mapToInt(Integer::intValue).sum();
         List<String> violations = new ArrayList<>();
         if (!result.isSuccess()) {
-            violations.add("the job ended " + result.getApplicationStatus() + ": "
+            violations.add("the job ended " + (result.isSuccess() ? "SUCCEEDED" : "FAILED") + ": "
                     + result.getSerializedThrowable().map(Throwable::getMessage).orElse("no error"));
         }
         if (verdict.duplicates > 0) {
@@ -141,7 +149,7 @@ public final class DemoJob {
         System.out.printf("failures injected             %,12d%n", FAILURE_INJECTED.get() ? 1 : 0);
         System.out.printf("task restarts                 %,12d   (by subtask: %s)%n", taskRestarts,
                 MAX_ATTEMPT_BY_SUBTASK);
-        System.out.printf("job status                    %12s   in %.1f s%n", result.getApplicationStatus(), seconds);
+        System.out.printf("job status                    %12s   in %.1f s%n", (result.isSuccess() ? "SUCCEEDED" : "FAILED"), seconds);
         if (violations.isEmpty()) {
             System.out.println("EXACTLY ONCE: every record committed once, nothing staged.");
             System.exit(0);
@@ -151,7 +159,17 @@ public final class DemoJob {
         System.exit(1);
     }
 
-    /** Reads {@code [--destination directory|postgres] [output directory]}. */
+    /** The value of {@code --flink}, or null. */
+    static String expectedFlinkOf(String[] args) {
+        for (int i = 0; i + 1 < args.length; i++) {
+            if (args[i].equals("--flink")) {
+                return args[i + 1];
+            }
+        }
+        return null;
+    }
+
+    /** Reads {@code [--destination directory|postgres] [--flink VERSION] [output directory]}. */
     static DemoTarget targetOf(String[] args) {
         String destination = "directory";
         String directory = "build/demo-out";
@@ -160,9 +178,11 @@ public final class DemoJob {
                 destination = args[++i];
             } else if (args[i].startsWith("--destination=")) {
                 destination = args[i].substring("--destination=".length());
+            } else if (args[i].equals("--flink") && i + 1 < args.length) {
+                i++;
             } else if (args[i].startsWith("--")) {
                 throw new IllegalArgumentException("unknown option " + args[i]
-                        + "; usage: DemoJob [--destination directory|postgres] [output directory]");
+                        + "; usage: DemoJob [--destination directory|postgres] [--flink VERSION] [output directory]");
             } else {
                 directory = args[i];
             }
@@ -184,7 +204,7 @@ public final class DemoJob {
         env.enableCheckpointing(CHECKPOINT_INTERVAL.toMillis());
         env.fromSequence(1, RECORDS).uid("numbers").name("numbers")
                 .map(new PacedFailOnce()).uid("paced-fail-once").name("paced-fail-once")
-                .addSink(sink)
+                .sinkTo(sink)
                 .uid("twopc-sink").name("twopc-sink");
         return env;
     }

@@ -67,7 +67,7 @@ public class FailPointsTest {
                     .isExactlyInstanceOf(IllegalStateException.class)
                     .hasMessageContaining("unusable");
             // Other sinks are unaffected, and a poisoned one can still be closed.
-            assertThat(NativeBridge.stats(other)).hasSize(6);
+            assertThat(NativeBridge.stats(other)).hasSize(10);
         } finally {
             NativeBridge.close(sink);
             NativeBridge.close(other);
@@ -89,6 +89,39 @@ public class FailPointsTest {
             NativeBridge.configureFailPoints("twopc-commit-after=off");
             // The first commit landed before the fault: the retry finds it.
             assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.ALREADY_COMMITTED);
+            assertThat(read(visibleFiles(out).get(0))).isEqualTo("a\nb\n");
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    @Test
+    public void aFailedPrepareLeavesATransactionThatCanOnlyBeAborted() throws Exception {
+        File out = tmp.newFolder("out");
+        long sink = open(out, "orders");
+        try {
+            byte[] open = NativeBridge.begin(sink);
+            write(sink, open, "a", "b");
+            NativeBridge.configureFailPoints("twopc-prepare-destination=1*return");
+            Throwable t = catchThrowable(() -> NativeBridge.prepare(sink, open, 5));
+            assertThat(t).isExactlyInstanceOf(TwopcException.class)
+                    .hasMessageContaining("twopc-prepare-destination")
+                    .hasMessageContaining("can only be aborted");
+            NativeBridge.configureFailPoints("twopc-prepare-destination=off");
+            // Flink may call preCommit again for the same transaction when checkpoint failures are
+            // tolerated; a retried prepare must never publish what the failed one left behind.
+            assertThatThrownBy(() -> NativeBridge.prepare(sink, open, 6))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("poisoned");
+            assertThatThrownBy(() -> write(sink, open, "c"))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("poisoned");
+            assertThat(NativeBridge.abort(sink, open)).isEqualTo(NativeBridge.ABORTED);
+            // The sink goes on with a new transaction.
+            byte[] next = NativeBridge.begin(sink);
+            write(sink, next, "a", "b");
+            assertThat(NativeBridge.commit(sink, NativeBridge.prepare(sink, next, 7))).isEqualTo(NativeBridge.COMMITTED);
+            assertThat(visibleFiles(out)).hasSize(1);
             assertThat(read(visibleFiles(out).get(0))).isEqualTo("a\nb\n");
         } finally {
             NativeBridge.close(sink);

@@ -13,6 +13,8 @@ import io.twopc.flink.TwopcLostTransactionException;
 import io.twopc.flink.TwopcRecordRejectedException;
 import io.twopc.flink.testing.TestPostgres;
 
+import java.util.Arrays;
+
 import org.apache.flink.testutils.logging.TestLoggerResource;
 import org.junit.After;
 import org.junit.Before;
@@ -20,7 +22,7 @@ import org.junit.Test;
 import org.slf4j.event.Level;
 
 /**
- * {@link NativeBridge#openPostgres} against the test server ({@code
+ * {@link NativeBridge#openSink} on PostgreSQL against the test server ({@code
  * TWOPC_PG_URL}): the bridge's PostgreSQL path end to end. The destination's
  * own behaviour is covered by the Rust tests of {@code twopc-pg}; these check
  * that the settings cross JNI intact and that its outcomes come back as the
@@ -48,9 +50,9 @@ public class NativeBridgePostgresTest {
     }
 
     /**
-     * The arguments of {@link NativeBridge#openPostgres} with workable
-     * defaults (transactional, COPY text, the URL without its password and the
-     * password passed on its own); each test changes what it is about.
+     * A PostgreSQL sink's configuration with workable defaults (transactional, COPY text, the URL
+     * without its password and the password passed on its own, as a task manager reads it); each
+     * test changes what it is about.
      */
     private final class PgOpen {
         String url = pg.urlWithoutPassword();
@@ -60,9 +62,9 @@ public class NativeBridgePostgresTest {
         String user;
         String password = pg.password;
         String[] columns = {"id", "body"};
-        String mode = NativeBridge.PG_TRANSACTIONAL;
+        String mode = "TRANSACTIONAL";
         String[] keyColumns = {};
-        String copyFormat = NativeBridge.COPY_TEXT;
+        String copyFormat = "TEXT";
         long restoredCheckpointId = -1;
         byte[][] knownHandles = {};
 
@@ -75,13 +77,42 @@ public class NativeBridgePostgresTest {
             return this;
         }
 
+        String config() {
+            Json destination = Json.object().put("type", "postgres");
+            if (url != null) {
+                destination.put("url", url);
+            }
+            if (host != null) {
+                destination.put("host", host).put("port", port).put("database", database).put("user", user);
+            }
+            destination.put("passwordSource", "env:TWOPC_TEST_UNUSED")
+                    .put("table", table)
+                    .put("columns", Arrays.asList(columns))
+                    .put("mode", mode)
+                    .put("keyColumns", Arrays.asList(keyColumns))
+                    .put("copyFormat", copyFormat)
+                    .put("controlSchema", "public")
+                    .put("connectTimeoutMs", 5_000L);
+            return Json.object()
+                    .put("version", 1)
+                    .put("sink", Json.object()
+                            .put("sinkId", sinkId)
+                            .put("instance", "00000000000000bb")
+                            .put("retentionMs", 3_600_000L)
+                            .put("restartAllowanceMs", 60_000L)
+                            .put("rewindPolicy", "FAIL")
+                            .put("freshStartPolicy", "FAIL")
+                            .put("commitMaxAttempts", 3)
+                            .put("commitInitialBackoffMs", 10L)
+                            .put("commitMaxBackoffMs", 100L)
+                            .put("ownerWaitMs", 0L))
+                    .put("destination", destination)
+                    .end();
+        }
+
         long open() {
-            return NativeBridge.openPostgres(
-                    sinkId, RUN_ID, 0, 1,
-                    url, host, port, database, user, password,
-                    table, columns, mode, keyColumns, copyFormat, null, "public", 5_000L,
-                    3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L,
-                    restoredCheckpointId, knownHandles);
+            return NativeBridge.openSink(config(), RUN_ID, 0, 1, 0, 10_000L, password, restoredCheckpointId,
+                    new byte[0][], knownHandles);
         }
     }
 
@@ -185,9 +216,9 @@ public class NativeBridgePostgresTest {
     @Test
     public void hostPortSettingsCsvRowsAndIdempotentUpserts() throws Exception {
         PgOpen settings = new PgOpen().byHostAndPort();
-        settings.mode = NativeBridge.PG_IDEMPOTENT;
+        settings.mode = "IDEMPOTENT";
         settings.keyColumns = new String[] {"id"};
-        settings.copyFormat = NativeBridge.COPY_CSV;
+        settings.copyFormat = "CSV";
         long sink = settings.open();
         try {
             byte[] open = NativeBridge.begin(sink);
@@ -300,17 +331,11 @@ public class NativeBridgePostgresTest {
                 .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("both as a URL and as a host");
 
-        PgOpen nullColumn = new PgOpen();
-        nullColumn.columns = new String[] {"id", null};
-        assertThatThrownBy(nullColumn::open)
-                .isExactlyInstanceOf(IllegalArgumentException.class)
-                .hasMessageContaining("columns[1] of 2 is null");
-
         PgOpen unknownMode = new PgOpen();
         unknownMode.mode = "eventual";
         assertThatThrownBy(unknownMode::open)
                 .isExactlyInstanceOf(TwopcConfigException.class)
-                .hasMessageContaining("choose transactional or idempotent");
+                .hasMessageContaining("choose TRANSACTIONAL or IDEMPOTENT");
         assertThat(pg.preparedTransactions(sinkId)).as("nothing was started").isEmpty();
     }
 }

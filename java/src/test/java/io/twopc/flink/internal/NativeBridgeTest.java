@@ -72,9 +72,10 @@ public class NativeBridgeTest {
             assertThat(read(visibleFiles(out).get(0))).isEqualTo("alpha\nbeta\n\ngamma \u00e9\n");
 
             long[] stats = NativeBridge.stats(sink);
-            assertThat(stats).hasSize(6);
+            assertThat(stats).hasSize(10);
             assertThat(stats[0]).as("records written").isEqualTo(4);
-            assertThat(stats[2]).as("committed").isEqualTo(2);
+            assertThat(stats[NativeBridge.STAT_COMMITTED]).as("committed").isEqualTo(1);
+            assertThat(stats[NativeBridge.STAT_ALREADY_COMMITTED]).as("already committed").isEqualTo(1);
             assertThat(stats[4]).as("last committed checkpoint").isEqualTo(7);
             assertThat(stats[5]).as("open records").isEqualTo(0);
         } finally {
@@ -254,7 +255,7 @@ public class NativeBridgeTest {
         byte[][] known = {prepared, flipped(prepared, 9)};
         assertThatThrownBy(() -> open(out, "orders", 0, 1, 3_600_000L, 4, known))
                 .isExactlyInstanceOf(TwopcStateException.class)
-                .hasMessageContaining("knownHandles[1] of 2");
+                .hasMessageContaining("restored transaction handle [1] of 2");
         assertThatThrownBy(() -> open(out, "orders", 0, 1, 3_600_000L, 4, new byte[][] {prepared, null}))
                 .isExactlyInstanceOf(TwopcStateException.class)
                 .hasMessageContaining("knownHandles[1] of 2 is null");
@@ -307,19 +308,118 @@ public class NativeBridgeTest {
         assertThatThrownBy(() -> open(out, "orders", 2, 2, 3_600_000L, -1, new byte[0][]))
                 .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("outside parallelism");
-        assertThatThrownBy(() -> NativeBridge.open(
-                        "orders", NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "txt", false,
-                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]))
-                .isExactlyInstanceOf(TwopcConfigException.class)
-                .hasMessageContaining("suffix");
-        assertThatThrownBy(() -> NativeBridge.open(
-                        null, NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "", false,
-                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]))
+        String good = NativeTestSupport.fsConfig(out, "orders", 3_600_000L);
+        // validate() answers exactly as an open would, without touching the destination.
+        NativeBridge.validate(good);
+        String[][] mistakes = {
+            {good.replace("\".txt\"", "\"txt\""), "suffix"},
+            {good.replace("\"ioMode\"", "\"ioMod\""), "ioMod"},
+            {good.replace("\"AUTO\"", "\"FAST\""), "I/O mode"},
+            {good.replace("\"version\":1", "\"version\":2"), "different releases"},
+            {good.replace(out.getAbsolutePath(), "relative/dir"), "absolute"},
+            {"{}", "not a twopc configuration"},
+        };
+        for (String[] m : mistakes) {
+            assertThatThrownBy(() -> NativeBridge.validate(m[0]))
+                    .as(m[1])
+                    .isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining(m[1]);
+            assertThatThrownBy(() -> NativeBridge.openSink(m[0], NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null,
+                            -1L, new byte[0][], new byte[0][]))
+                    .as(m[1])
+                    .isExactlyInstanceOf(TwopcConfigException.class)
+                    .hasMessageContaining(m[1]);
+        }
+        assertThat(visibleFiles(out)).isEmpty();
+        assertThat(out.list()).as("a refused configuration touches nothing").isEmpty();
+        assertThatThrownBy(() -> NativeBridge.validate(null)).isExactlyInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                        new byte[0][], null))
                 .isExactlyInstanceOf(IllegalArgumentException.class);
-        assertThatThrownBy(() -> NativeBridge.open(
-                        "orders", NativeTestSupport.RUN_ID, 0, 1, out.getAbsolutePath(), "part", "", false,
-                        3_600_000L, 10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, null))
-                .isExactlyInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                        new byte[0][], new byte[][] {new byte[] {1}}))
+                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("without a restored checkpoint id");
+    }
+
+    @Test
+    public void aWriterPreparesAndACommitterCommits() throws Exception {
+        File out = tmp.newFolder("out");
+        String config = NativeTestSupport.fsConfig(out, "orders", 3_600_000L);
+        long writer = NativeBridge.openWriter(config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                new byte[0][], new byte[0][]);
+        long committer = NativeBridge.openCommitter(config, NativeTestSupport.RUN_ID, 0, 1, 0, null, -1L);
+        try {
+            byte[] open = NativeBridge.begin(writer);
+            write(writer, open, "a", "b");
+            byte[] state = NativeBridge.writerState(writer);
+            assertThat(state).as("writer state names the open transaction").isNotEmpty();
+            byte[] prepared = NativeBridge.prepare(writer, open, 1);
+            // Roles are kept apart: a writer never commits, a committer never writes.
+            assertThatThrownBy(() -> NativeBridge.commit(writer, prepared))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("writer");
+            assertThatThrownBy(() -> NativeBridge.begin(committer))
+                    .isExactlyInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("committer");
+            assertThat(visibleFiles(out)).isEmpty();
+            assertThat(NativeBridge.commit(committer, prepared)).isEqualTo(NativeBridge.COMMITTED);
+            assertThat(NativeBridge.commit(committer, prepared)).isEqualTo(NativeBridge.ALREADY_COMMITTED);
+            assertThat(read(visibleFiles(out).get(0))).isEqualTo("a\nb\n");
+            long[] housekeeping = NativeBridge.checkpointCompleted(committer, 1);
+            assertThat(housekeeping).containsExactly(0L, 0L, 0L);
+            assertThat(NativeBridge.stats(committer)[NativeBridge.STAT_COMMITTED]).isEqualTo(1);
+            assertThat(NativeBridge.stats(committer)[NativeBridge.STAT_ALREADY_COMMITTED]).isEqualTo(1);
+            assertThat(NativeBridge.stats(writer)[NativeBridge.STAT_RECORDS_WRITTEN]).isEqualTo(2);
+            assertThat(NativeBridge.finish(committer)).isEqualTo(0);
+        } finally {
+            NativeBridge.close(writer);
+            NativeBridge.close(committer);
+        }
+    }
+
+    @Test
+    public void aRestoredWritersOpenTransactionIsAborted() throws Exception {
+        File out = tmp.newFolder("out");
+        String config = NativeTestSupport.fsConfig(out, "orders", 3_600_000L);
+        long writer = NativeBridge.openWriter(config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                new byte[0][], new byte[0][]);
+        byte[] state;
+        byte[] open;
+        try {
+            byte[] first = NativeBridge.begin(writer);
+            write(writer, first, "committed");
+            byte[] prepared = NativeBridge.prepare(writer, first, 1);
+            long committer = NativeBridge.openCommitter(config, NativeTestSupport.RUN_ID, 0, 1, 0, null, -1L);
+            try {
+                NativeBridge.commit(committer, prepared);
+            } finally {
+                NativeBridge.close(committer);
+            }
+            open = NativeBridge.begin(writer);
+            write(writer, open, "after the checkpoint: never part of one");
+            state = NativeBridge.writerState(writer);
+        } finally {
+            NativeBridge.close(writer);
+        }
+        String txn = transactionOf(open);
+        Path staging = Paths.get(out.getAbsolutePath(), "_twopc", "orders", "staging", txn);
+        assertThat(staging).exists();
+        long restored = NativeBridge.openWriter(config, NativeTestSupport.RUN_ID, 0, 1, 1, 10_000L, null, 1L,
+                new byte[][] {state}, new byte[0][]);
+        try {
+            assertThat(staging).as("the open transaction of the restored state is aborted at open").doesNotExist();
+            assertThat(NativeBridge.stats(restored)[NativeBridge.STAT_ABORTED]).isEqualTo(1);
+        } finally {
+            NativeBridge.close(restored);
+        }
+        assertThat(visibleFiles(out)).hasSize(1);
+        assertThat(read(visibleFiles(out).get(0))).isEqualTo("committed\n");
+        // Damaged writer state stops the open before anything is touched.
+        assertThatThrownBy(() -> NativeBridge.openWriter(config, NativeTestSupport.RUN_ID, 0, 1, 2, 10_000L, null, 1L,
+                        new byte[][] {flipped(state, state.length / 2)}, new byte[0][]))
+                .isExactlyInstanceOf(TwopcStateException.class)
+                .hasMessageContaining("restored writer state [0] of 1");
     }
 
     @Test

@@ -66,15 +66,9 @@ public class NativeLoaderTest {
                 try (ChildFirst loader = new ChildFirst()) {
                     Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
                     assertThat(bridge).isNotSameAs(NativeBridge.class);
-                    Method open = bridge.getMethod("open", String.class, String.class, int.class, int.class,
-                            String.class, String.class, String.class, boolean.class, long.class, long.class,
-                            long.class, boolean.class, boolean.class, int.class, long.class, long.class, long.class,
-                            byte[][].class);
-                    long childSink = (long) open.invoke(null, "child", NativeTestSupport.RUN_ID, 0, 1,
-                            tmp.newFolder("child" + attempt).getAbsolutePath(), "part", "", false, 3_600_000L,
-                            10_000L, 60_000L, false, false, 3, 10L, 100L, -1L, new byte[0][]);
+                    long childSink = openIn(bridge, tmp.newFolder("child" + attempt), "child");
                     Method stats = bridge.getMethod("stats", long.class);
-                    assertThat((long[]) stats.invoke(null, childSink)).hasSize(6);
+                    assertThat((long[]) stats.invoke(null, childSink)).hasSize(10);
 
                     // Registries are per library copy.
                     assertThatThrownBy(() -> NativeBridge.stats(childSink)).isInstanceOf(IllegalStateException.class);
@@ -90,7 +84,7 @@ public class NativeLoaderTest {
                     bridge.getMethod("close", long.class).invoke(null, childSink);
                 }
             }
-            assertThat(NativeBridge.stats(parentSink)).hasSize(6);
+            assertThat(NativeBridge.stats(parentSink)).hasSize(10);
         } finally {
             NativeBridge.close(parentSink);
         }
@@ -124,13 +118,7 @@ public class NativeLoaderTest {
     private static WeakReference<ClassLoader> useInChildLoader(File out) throws Exception {
         try (ChildFirst loader = new ChildFirst()) {
             Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
-            Method open = bridge.getMethod("open", String.class, String.class, int.class, int.class,
-                    String.class, String.class, String.class, boolean.class, long.class, long.class,
-                    long.class, boolean.class, boolean.class, int.class, long.class, long.class, long.class,
-                    byte[][].class);
-            long sink = (long) open.invoke(null, "child", NativeTestSupport.RUN_ID, 0, 1,
-                    out.getAbsolutePath(), "part", "", false, 3_600_000L, 10_000L, 60_000L, false, false, 3,
-                    10L, 100L, -1L, new byte[0][]);
+            long sink = openIn(bridge, out, "child");
             // Throw and log through the child's classes too.
             assertThat(causeOf(() -> bridge.getMethod("describeHandle", byte[].class).invoke(null, (Object) new byte[3])))
                     .isNotNull();
@@ -139,17 +127,24 @@ public class NativeLoaderTest {
         }
     }
 
-    /** A library that cannot initialise fails System.load with a Java error, not a crash. */
+    /**
+     * A library that cannot initialise (here: the log bridge class is missing) fails System.load
+     * with a Java error, not a crash; every use then reports that original error.
+     */
     @Test
     public void aLibraryThatCannotInitialiseFailsCleanly() throws Exception {
         try (ChildFirst loader = new ChildFirst("io.twopc.flink.internal.NativeLog")) {
-            Throwable t = causeOf(() -> Class.forName(NativeBridge.class.getName(), true, loader));
-            assertThat(t).isInstanceOf(LinkageError.class);
-            Throwable root = t;
-            while (root.getCause() != null) {
-                root = root.getCause();
+            Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+            assertThat((boolean) bridge.getMethod("isLoaded").invoke(null)).isFalse();
+            for (int attempt = 0; attempt < 2; attempt++) {
+                Throwable t = causeOf(() -> bridge.getMethod("ensureLoaded").invoke(null));
+                assertThat(t.getClass().getName()).startsWith("io.twopc.flink.Twopc");
+                StringBuilder chain = new StringBuilder();
+                for (Throwable c = t; c != null; c = c.getCause()) {
+                    chain.append(c).append('\n');
+                }
+                assertThat(chain.toString()).contains("NativeLog");
             }
-            assertThat(root.toString()).contains("NativeLog");
         }
     }
 
@@ -161,12 +156,22 @@ public class NativeLoaderTest {
         try {
             System.setProperty(NativeLoader.LIBRARY_PROPERTY, "/nonexistent/libtwopc_jni.so");
             try (ChildFirst loader = new ChildFirst()) {
-                Throwable t = causeOf(() -> Class.forName(NativeBridge.class.getName(), true, loader));
-                Throwable root = t.getCause() != null ? t.getCause() : t;
-                assertThat(root)
-                        .isInstanceOf(UnsatisfiedLinkError.class)
-                        .hasMessageContaining(NativeLoader.LIBRARY_PROPERTY)
-                        .hasMessageContaining("/nonexistent/libtwopc_jni.so");
+                // The class initialises (a failed static initializer would leave every later
+                // attempt with only "Could not initialize class"); each use reports the original
+                // message, as a configuration error a restart cannot fix.
+                Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+                assertThat((boolean) bridge.getMethod("isLoaded").invoke(null)).isFalse();
+                for (int attempt = 0; attempt < 3; attempt++) {
+                    Throwable t = causeOf(() -> bridge.getMethod("ensureLoaded").invoke(null));
+                    assertThat(t.getClass().getName()).isEqualTo("io.twopc.flink.TwopcConfigException");
+                    assertThat(t)
+                            .hasMessageContaining(NativeLoader.LIBRARY_PROPERTY)
+                            .hasMessageContaining("/nonexistent/libtwopc_jni.so");
+                    assertThat(t.getCause()).isInstanceOf(UnsatisfiedLinkError.class);
+                    Throwable atOpen = causeOf(() -> openIn(bridge, tmp.newFolder(), "never"));
+                    assertThat(atOpen.getClass().getName()).isEqualTo("io.twopc.flink.TwopcConfigException");
+                    assertThat(atOpen).hasMessage(t.getMessage());
+                }
             }
             System.setProperty(NativeLoader.LIBRARY_PROPERTY, real);
             try (ChildFirst loader = new ChildFirst()) {
@@ -181,6 +186,14 @@ public class NativeLoaderTest {
                 System.setProperty(NativeLoader.LIBRARY_PROPERTY, before);
             }
         }
+    }
+
+    /** Opens a sink through another class loader's copy of {@link NativeBridge}. */
+    private static long openIn(Class<?> bridge, File out, String sinkId) throws Exception {
+        Method open = bridge.getMethod("openSink", String.class, String.class, int.class, int.class, int.class,
+                long.class, String.class, long.class, byte[][].class, byte[][].class);
+        return (long) open.invoke(null, NativeTestSupport.fsConfig(out, sinkId, 3_600_000L), NativeTestSupport.RUN_ID,
+                0, 1, 0, 10_000L, null, -1L, new byte[0][], new byte[0][]);
     }
 
     private interface Call {

@@ -18,10 +18,44 @@ import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.ObjectMap
 final class NativeTestSupport {
     static final String RUN_ID = "a1b2c3d4e5f60718293a4b5c6d7e8f90";
     static final ObjectMapper JSON = new ObjectMapper();
+    static final long CHECKPOINT_INTERVAL_MS = 10_000L;
 
     private NativeTestSupport() {}
 
-    /** A fresh sink with workable defaults (lines format, suffix .txt). */
+    /**
+     * The configuration the builders write (see {@code TwopcSinkOptions.toConfigJson}), for a
+     * directory: lines format, parts {@code part-<txn>.txt}, retry back-off short for tests.
+     */
+    static String fsConfig(File out, String sinkId, long retentionMs) {
+        return fsConfig(out.getAbsolutePath(), sinkId, retentionMs, "FAIL", "FAIL");
+    }
+
+    static String fsConfig(String path, String sinkId, long retentionMs, String rewind, String freshStart) {
+        return Json.object()
+                .put("version", 1)
+                .put("sink", Json.object()
+                        .put("sinkId", sinkId)
+                        .put("instance", "00000000000000aa")
+                        .put("retentionMs", retentionMs)
+                        .put("restartAllowanceMs", 60_000L)
+                        .put("checkpointIntervalMs", 0L)
+                        .put("rewindPolicy", rewind)
+                        .put("freshStartPolicy", freshStart)
+                        .put("commitMaxAttempts", 3)
+                        .put("commitInitialBackoffMs", 10L)
+                        .put("commitMaxBackoffMs", 100L)
+                        .put("ownerWaitMs", 0L))
+                .put("destination", Json.object()
+                        .put("type", "filesystem")
+                        .put("path", path)
+                        .put("partPrefix", "part")
+                        .put("partSuffix", ".txt")
+                        .put("recordFormat", "LINES")
+                        .put("ioMode", "AUTO"))
+                .end();
+    }
+
+    /** A fresh sink (the SinkFunction shim's writer and committer in one) with workable defaults. */
     static long open(File out, String sinkId) {
         return open(out, sinkId, 0, 1, 3_600_000L, -1L, new byte[0][]);
     }
@@ -29,10 +63,9 @@ final class NativeTestSupport {
     static long open(
             File out, String sinkId, int subtask, int parallelism, long retentionMs,
             long restoredCheckpointId, byte[][] knownHandles) {
-        return NativeBridge.open(
-                sinkId, RUN_ID, subtask, parallelism, out.getAbsolutePath(), "part", ".txt", false,
-                retentionMs, 10_000L, 60_000L, false, false, 3, 10L, 100L,
-                restoredCheckpointId, knownHandles);
+        return NativeBridge.openSink(
+                fsConfig(out, sinkId, retentionMs), RUN_ID, subtask, parallelism, 0, CHECKPOINT_INTERVAL_MS,
+                null, restoredCheckpointId, new byte[0][], knownHandles);
     }
 
     /** {@code [u32 LE length][bytes]} per record, in a direct buffer; returns it with its length as limit. */

@@ -48,6 +48,11 @@ public class TwopcSinkUserJarITCase {
     @Rule
     public final TemporaryFolder tmp = new TemporaryFolder();
 
+    /** The front end under test; the shim's subclass runs these tests through {@code addSink}. */
+    protected FrontEnd frontEnd() {
+        return FrontEnd.SINK_V2;
+    }
+
     /** Per test: whether the sink class the tasks saw came from the user jar, not the test classpath. */
     static final Map<String, Set<Boolean>> SINK_FROM_USER_JAR = new ConcurrentHashMap<>();
 
@@ -85,16 +90,12 @@ public class TwopcSinkUserJarITCase {
     private JobID submitWithUserJar(ClusterClient<?> client, Path output, String testName, int failingAttempts)
             throws Exception {
         StreamExecutionEnvironment env = environment(2, 100, failingAttempts + 2, Duration.ofMillis(100));
-        env.fromSequence(1, 30_000).uid("numbers")
-                .map(new Throttle(10)).uid("throttle")
-                .map(new AttemptTracker(testName)).uid("attempts")
-                .map(new SinkClassProbe(testName)).uid("probe")
-                .map(new FailOnce(testName, 2_000, true, failingAttempts)).uid("injector")
-                .addSink(TwopcSink.<Long>builder()
-                        .forDirectory(output)
-                        .setSinkId(SINK_ID)
-                        .setSerializationSchema(new DecimalLine())
-                        .build())
+        frontEnd().attach(env.fromSequence(1, 30_000).uid("numbers")
+                        .map(new Throttle(10)).uid("throttle")
+                        .map(new AttemptTracker(testName)).uid("attempts")
+                        .map(new SinkClassProbe(testName)).uid("probe")
+                        .map(new FailOnce(testName, 2_000, true, failingAttempts)).uid("injector"),
+                b -> b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine()))
                 .uid("twopc-sink");
         JobGraph jobGraph = env.getStreamGraph().getJobGraph();
         jobGraph.addJar(new org.apache.flink.core.fs.Path(userJar().toURI()));

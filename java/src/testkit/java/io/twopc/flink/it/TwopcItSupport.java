@@ -60,16 +60,16 @@ import static org.assertj.core.api.Assertions.assertThat;
  * tasks run in this JVM and load these test classes through the test's own classloader (they are
  * not in the user jar, which carries only the sink).
  */
-final class TwopcItSupport {
-    static final Duration JOB_TIMEOUT = Duration.ofMinutes(3);
-    static final int MAX_PARALLELISM = 128;
+public final class TwopcItSupport {
+    public static final Duration JOB_TIMEOUT = Duration.ofMinutes(3);
+    public static final int MAX_PARALLELISM = 128;
 
     private TwopcItSupport() {}
 
     // ------------------------------------------------------------------ environment and jobs
 
     /** One task manager with {@code slots} slots, reporting its metrics to {@code metrics}. */
-    static MiniClusterWithClientResource cluster(InMemoryReporter metrics, int slots) {
+    public static MiniClusterWithClientResource cluster(InMemoryReporter metrics, int slots) {
         return new MiniClusterWithClientResource(
                 new MiniClusterResourceConfiguration.Builder()
                         .setConfiguration(metrics.addToConfiguration(new Configuration()))
@@ -79,7 +79,7 @@ final class TwopcItSupport {
     }
 
     /** A streaming environment on the test cluster with checkpointing and a bounded restart strategy. */
-    static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,
+    public static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,
             int restartAttempts, Duration restartDelay) {
         Configuration conf = new Configuration();
         conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
@@ -92,7 +92,7 @@ final class TwopcItSupport {
         return env;
     }
 
-    static JobID submit(ClusterClient<?> client, StreamExecutionEnvironment env, String restoreFrom)
+    public static JobID submit(ClusterClient<?> client, StreamExecutionEnvironment env, String restoreFrom)
             throws Exception {
         JobGraph jobGraph = env.getStreamGraph().getJobGraph();
         if (restoreFrom != null) {
@@ -101,22 +101,22 @@ final class TwopcItSupport {
         return client.submitJob(jobGraph).get(1, TimeUnit.MINUTES);
     }
 
-    static JobResult awaitResult(ClusterClient<?> client, JobID jobId) throws Exception {
+    public static JobResult awaitResult(ClusterClient<?> client, JobID jobId) throws Exception {
         return client.requestJobResult(jobId).get(JOB_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
     }
 
     /** Waits for a job and fails the test, with the job's error, unless it finished. */
-    static void awaitSuccess(ClusterClient<?> client, JobID jobId) throws Exception {
+    public static void awaitSuccess(ClusterClient<?> client, JobID jobId) throws Exception {
         JobResult result = awaitResult(client, jobId);
         if (!result.isSuccess()) {
             Throwable cause = result.getSerializedThrowable()
                     .map(t -> t.deserializeError(TwopcItSupport.class.getClassLoader()))
                     .orElse(null);
-            throw new AssertionError("job " + jobId + " ended " + result.getApplicationStatus(), cause);
+            throw new AssertionError("job " + jobId + " ended " + (result.isSuccess() ? "SUCCEEDED" : "FAILED"), cause);
         }
     }
 
-    static void waitUntil(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
+    public static void waitUntil(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
         long deadline = System.nanoTime() + timeout.toNanos();
         while (!condition.getAsBoolean()) {
             if (System.nanoTime() > deadline) {
@@ -132,7 +132,7 @@ final class TwopcItSupport {
      * caller adds the sink (uid {@code twopc-sink}). Operator uids stay the same in every job, so
      * savepoint state maps back.
      */
-    static DataStream<Long> numberedStream(StreamExecutionEnvironment env, long count, int recordsPerMs,
+    public static DataStream<Long> numberedStream(StreamExecutionEnvironment env, long count, int recordsPerMs,
             String testName, MapFunction<Long, Long> injector) {
         DataStream<Long> numbers = env.fromSequence(1, count).uid("numbers").name("numbers")
                 .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle")
@@ -146,7 +146,7 @@ final class TwopcItSupport {
     // ------------------------------------------------------------------ fail points
 
     /** Configures the core's fail points (the library must be built with the failpoints feature). */
-    static void configureFailPoints(String spec) {
+    public static void configureFailPoints(String spec) {
         NativeBridge.configureFailPoints(spec);
     }
 
@@ -154,7 +154,7 @@ final class TwopcItSupport {
      * Random faults at every protocol point, each with a bounded count so that the job keeps
      * making progress.
      */
-    static final String RANDOM_FAULTS = String.join(";",
+    public static final String RANDOM_FAULTS = String.join(";",
             "twopc-write=3%3*return",
             "twopc-prepare-before=5%3*return",
             "twopc-prepare-after=5%3*return",
@@ -162,7 +162,7 @@ final class TwopcItSupport {
             "twopc-commit-after=5%3*return",
             "twopc-abort-before=5%2*return");
 
-    static void clearFailPoints() {
+    public static void clearFailPoints() {
         try {
             NativeBridge.configureFailPoints("");
         } catch (IllegalStateException e) {
@@ -173,7 +173,7 @@ final class TwopcItSupport {
     // ------------------------------------------------------------------ the job's functions
 
     /** Numbers as decimal text, one per line. */
-    static final class DecimalLine implements SerializationSchema<Long> {
+    public static final class DecimalLine implements SerializationSchema<Long> {
         private static final long serialVersionUID = 1L;
 
         @Override
@@ -186,12 +186,12 @@ final class TwopcItSupport {
      * Slows the stream to about {@code recordsPerMs} per millisecond per subtask, so that a job
      * spans many checkpoints and failures land in the middle of it.
      */
-    static final class Throttle extends RichMapFunction<Long, Long> {
+    public static final class Throttle extends RichMapFunction<Long, Long> {
         private static final long serialVersionUID = 1L;
         private final int recordsPerMs;
         private transient long seen;
 
-        Throttle(int recordsPerMs) {
+        public Throttle(int recordsPerMs) {
             this.recordsPerMs = recordsPerMs;
         }
 
@@ -205,16 +205,16 @@ final class TwopcItSupport {
     }
 
     /** Highest attempt number seen per test: attempt n means n restarts happened before it. */
-    static final Map<String, AtomicInteger> MAX_ATTEMPT = new ConcurrentHashMap<>();
+    public static final Map<String, AtomicInteger> MAX_ATTEMPT = new ConcurrentHashMap<>();
     /** Distinct user-code classloaders seen per test. */
-    static final Map<String, Set<Integer>> CLASSLOADERS = new ConcurrentHashMap<>();
+    public static final Map<String, Set<Integer>> CLASSLOADERS = new ConcurrentHashMap<>();
 
     /** Records the attempt number (and user classloader) of every subtask that opens. */
-    static final class AttemptTracker extends RichMapFunction<Long, Long> {
+    public static final class AttemptTracker extends RichMapFunction<Long, Long> {
         private static final long serialVersionUID = 1L;
         private final String testName;
 
-        AttemptTracker(String testName) {
+        public AttemptTracker(String testName) {
             this.testName = testName;
         }
 
@@ -232,15 +232,15 @@ final class TwopcItSupport {
         }
     }
 
-    static int maxAttempt(String testName) {
+    public static int maxAttempt(String testName) {
         AtomicInteger a = MAX_ATTEMPT.get(testName);
         return a == null ? 0 : a.get();
     }
 
     /** Which failures a {@link FailOnce} actually threw, per test. */
-    static final Map<String, List<String>> INJECTED = new ConcurrentHashMap<>();
+    public static final Map<String, List<String>> INJECTED = new ConcurrentHashMap<>();
 
-    static List<String> injected(String testName) {
+    public static List<String> injected(String testName) {
         return INJECTED.getOrDefault(testName, Collections.emptyList());
     }
 
@@ -249,7 +249,7 @@ final class TwopcItSupport {
      * if a checkpoint has (or, with {@code requireCheckpoint == false}, has not yet) completed in
      * this attempt: the two sides of the protocol's commit point.
      */
-    static final class FailOnce extends RichMapFunction<Long, Long> implements CheckpointListener {
+    public static final class FailOnce extends RichMapFunction<Long, Long> implements CheckpointListener {
         private static final long serialVersionUID = 1L;
         private static final Map<String, AtomicBoolean> FIRED = new ConcurrentHashMap<>();
         private final String testName;
@@ -259,7 +259,7 @@ final class TwopcItSupport {
         private transient long seen;
         private transient volatile boolean checkpointCompleted;
 
-        FailOnce(String testName, long afterRecords, boolean requireCheckpoint, int failingAttempts) {
+        public FailOnce(String testName, long afterRecords, boolean requireCheckpoint, int failingAttempts) {
             this.testName = testName;
             this.afterRecords = afterRecords;
             this.requireCheckpoint = requireCheckpoint;
@@ -292,11 +292,11 @@ final class TwopcItSupport {
 
     // ------------------------------------------------------------------ output checks
 
-    static Path stagingDir(Path output, String sinkId) {
+    public static Path stagingDir(Path output, String sinkId) {
         return output.resolve("_twopc").resolve(sinkId).resolve("staging");
     }
 
-    static List<String> listNames(Path dir) throws IOException {
+    public static List<String> listNames(Path dir) throws IOException {
         if (!Files.isDirectory(dir)) {
             return Collections.emptyList();
         }
@@ -308,7 +308,7 @@ final class TwopcItSupport {
         return names;
     }
 
-    static int committedFileCount(Path output) {
+    public static int committedFileCount(Path output) {
         try {
             return TwopcOutput.committedFiles(output, "part").size();
         } catch (IOException e) {
@@ -316,7 +316,7 @@ final class TwopcItSupport {
         }
     }
 
-    static long committedRecordCount(Path output) {
+    public static long committedRecordCount(Path output) {
         try {
             return TwopcOutput.readCommittedRecords(output).size();
         } catch (IOException e) {
@@ -325,7 +325,7 @@ final class TwopcItSupport {
     }
 
     /** Reads the committed output with Flink's own FileSource on the test cluster. */
-    static List<String> readWithFileSource(Path output) throws Exception {
+    public static List<String> readWithFileSource(Path output) throws Exception {
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment();
         env.setParallelism(1);
         FileSource<String> source = FileSource
@@ -343,7 +343,7 @@ final class TwopcItSupport {
      * The heart of every test: the committed output, read through our reader and through Flink's
      * FileSource, holds each of {@code 1..count} exactly once, and nothing is left staged.
      */
-    static void assertExactlyOnce(Path output, String sinkId, long count) throws Exception {
+    public static void assertExactlyOnce(Path output, String sinkId, long count) throws Exception {
         assertAllOnce("TwopcOutput.readCommittedRecords", TwopcOutput.readCommittedRecords(output), count);
         assertAllOnce("Flink FileSource + TextLineInputFormat", readWithFileSource(output), count);
         assertThat(listNames(stagingDir(output, sinkId)))
@@ -351,7 +351,7 @@ final class TwopcItSupport {
                 .isEmpty();
     }
 
-    static void assertAllOnce(String reader, List<String> lines, long count) {
+    public static void assertAllOnce(String reader, List<String> lines, long count) {
         long[] seen = new long[(int) count + 1];
         List<String> foreign = new ArrayList<>();
         for (String line : lines) {
@@ -391,7 +391,7 @@ final class TwopcItSupport {
      * Finds an exception class in a cause chain. Flink may hand back failures as {@link
      * SerializedThrowable}, which keeps the original class name and message.
      */
-    static Throwable findCause(Throwable error, Class<? extends Throwable> type) {
+    public static Throwable findCause(Throwable error, Class<? extends Throwable> type) {
         for (Throwable t = error; t != null; t = t.getCause()) {
             if (type.isInstance(t)) {
                 return t;
@@ -407,7 +407,7 @@ final class TwopcItSupport {
         return null;
     }
 
-    static Throwable failureOf(JobResult result) {
+    public static Throwable failureOf(JobResult result) {
         assertThat(result.isSuccess()).as("job %s should have failed", result.getJobId()).isFalse();
         return result.getSerializedThrowable()
                 .map(t -> t.deserializeError(TwopcItSupport.class.getClassLoader()))
@@ -419,7 +419,7 @@ final class TwopcItSupport {
      * metrics of finished and failed attempts). {@code name} is the end of the identifier, e.g.
      * {@code twopc.recordsWritten}.
      */
-    static long sumMetric(InMemoryReporter reporter, JobID jobId, String name) {
+    public static long sumMetric(InMemoryReporter reporter, JobID jobId, String name) {
         long sum = 0;
         String job = jobId.toString();
         for (Map.Entry<MetricGroup, Map<String, Metric>> group : reporter.getMetricsByGroup().entrySet()) {
@@ -445,7 +445,7 @@ final class TwopcItSupport {
     }
 
     /** Deletes a directory tree, tolerating entries that vanish meanwhile (the job may be cleaning too). */
-    static void deleteTree(Path root) throws IOException {
+    public static void deleteTree(Path root) throws IOException {
         if (!Files.exists(root)) {
             return;
         }

@@ -138,7 +138,7 @@ public class TwopcSinkPostgresITCase {
             MapFunction<Long, Long> injector, int restartAttempts) {
         StreamExecutionEnvironment env = environment(parallelism, 100, restartAttempts, Duration.ofMillis(100));
         numberedStream(env, count, recordsPerMs, test(), injector)
-                .addSink(transactionalSink()).uid("twopc-sink").name("twopc-sink");
+                .sinkTo(transactionalSink()).uid("twopc-sink").name("twopc-sink");
         return env;
     }
 
@@ -325,7 +325,7 @@ public class TwopcSinkPostgresITCase {
             RewindPolicy rewind) {
         StreamExecutionEnvironment env = environment(2, 100, 100, Duration.ofMillis(100));
         numberedStream(env, count, 10, test(), null)
-                .addSink(transactionalSink(destination, rewind)).uid("twopc-sink").name("twopc-sink");
+                .sinkTo(transactionalSink(destination, rewind)).uid("twopc-sink").name("twopc-sink");
         return env;
     }
 
@@ -334,7 +334,7 @@ public class TwopcSinkPostgresITCase {
         long count = 60_000;
         StreamExecutionEnvironment env = environment(2, 50, 100, Duration.ofMillis(50));
         numberedStream(env, count, 10, test(), null)
-                .addSink(transactionalSink()).uid("twopc-sink").name("twopc-sink");
+                .sinkTo(transactionalSink()).uid("twopc-sink").name("twopc-sink");
         configureFailPoints(RANDOM_FAULTS);
 
         JobID jobId = submit(client(), env, null);
@@ -414,7 +414,7 @@ public class TwopcSinkPostgresITCase {
                     .map(new AttemptTracker(test())).setParallelism(1).uid("attempts").name("attempts")
                     .map(new FailOnce(test(), 10_000, true, 2)).setParallelism(1).uid("injector").name("injector")
                     .keyBy(new KeyOf(keys))
-                    .addSink(TwopcSink.<Long>forPostgres(PostgresDestination.url(pg.urlWithoutPassword())
+                    .sinkTo(TwopcSink.<Long>forPostgres(PostgresDestination.url(pg.urlWithoutPassword())
                                     .passwordFromSystemProperty(PASSWORD_PROPERTY)
                                     .table(keyed)
                                     .columns("key", "value")

@@ -41,27 +41,35 @@ public class TwopcSinkSavepointITCase {
     @Rule
     public final TemporaryFolder tmp = new TemporaryFolder();
 
-    private static ClusterClient<?> client() {
+    static ClusterClient<?> client() {
         return CLUSTER.getClusterClient();
     }
 
+    /** The front end under test; the shim's subclass runs these tests through {@code addSink}. */
+    protected FrontEnd frontEnd() {
+        return FrontEnd.SINK_V2;
+    }
+
     /** The same job graph shape (and operator uids) in every run, so savepoint state maps back. */
-    private static StreamExecutionEnvironment numbersJob(int parallelism, long count, int recordsPerMs,
+    StreamExecutionEnvironment numbersJob(FrontEnd frontEnd, int parallelism, long count, int recordsPerMs,
             Path output, RewindPolicy rewind) {
         StreamExecutionEnvironment env = environment(parallelism, 100, 100, Duration.ofMillis(100));
-        env.fromSequence(1, count).uid("numbers").name("numbers")
-                .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle")
-                .addSink(TwopcSink.<Long>builder()
-                        .forDirectory(output)
-                        .setSinkId(SINK_ID)
-                        .setSerializationSchema(new DecimalLine())
-                        .setRewindPolicy(rewind)
-                        .build())
+        frontEnd.attach(env.fromSequence(1, count).uid("numbers").name("numbers")
+                                .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle"),
+                        b -> b.forDirectory(output)
+                                .setSinkId(SINK_ID)
+                                .setSerializationSchema(new DecimalLine())
+                                .setRewindPolicy(rewind))
                 .uid("twopc-sink").name("twopc-sink");
         return env;
     }
 
-    private String stopWithSavepoint(JobID jobId, Path savepoints) throws Exception {
+    private StreamExecutionEnvironment numbersJob(int parallelism, long count, int recordsPerMs, Path output,
+            RewindPolicy rewind) {
+        return numbersJob(frontEnd(), parallelism, count, recordsPerMs, output, rewind);
+    }
+
+    String stopWithSavepoint(JobID jobId, Path savepoints) throws Exception {
         String savepoint = client()
                 .stopWithSavepoint(jobId, false, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
                 .get(2, TimeUnit.MINUTES);
@@ -70,7 +78,7 @@ public class TwopcSinkSavepointITCase {
     }
 
     /** The committed output so far: no record twice, and nothing left staged by a stopped job. */
-    private static long assertConsistentPrefix(Path output) throws Exception {
+    static long assertConsistentPrefix(Path output) throws Exception {
         List<String> records = TwopcOutput.readCommittedRecords(output);
         assertThat(records).as("records committed so far").doesNotHaveDuplicates();
         assertThat(listNames(stagingDir(output, SINK_ID))).as("staged transactions of a stopped job").isEmpty();
