@@ -107,10 +107,15 @@ fn describe(text: &str, owners: &Dir, name: &str) -> String {
     let path = owners.child(name);
     match (field(text, "run"), field(text, "host"), field(text, "pid")) {
         (Some(run), Some(host), Some(pid)) => format!(
-            "run {run} (attempt {}) holds it from host {host}, process {pid}, since {} ms after \
-             the epoch (lock file {})",
+            "run {run} (attempt {}) holds it from host {host}, process {pid}, since {} (lock \
+             file {})",
             field(text, "attempt").unwrap_or("?"),
-            field(text, "since_ms").unwrap_or("?"),
+            field(text, "since_ms")
+                .and_then(|ms| ms.parse().ok())
+                .map_or_else(
+                    || "an unknown time".to_string(),
+                    twopc_core::clock::format_utc
+                ),
             path.display()
         ),
         _ => format!("a process holds the lock file {}", path.display()),

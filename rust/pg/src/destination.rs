@@ -428,7 +428,8 @@ impl PgDestination {
             claim,
             holder: format!(
                 "run {run} (attempt {attempt}) holds it through PostgreSQL backend {pid}, since \
-                 {since} ms after the epoch (see pg_stat_activity and {})",
+                 {} (see pg_stat_activity and {})",
+                twopc_core::clock::format_utc(u64::try_from(since).unwrap_or(0)),
                 self.control_tables.owners
             ),
         })

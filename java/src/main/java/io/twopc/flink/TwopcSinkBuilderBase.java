@@ -271,7 +271,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             problems.add("serialization schema is not set; call setSerializationSchema(...), "
                     + "e.g. new SimpleStringSchema() for String records");
         }
-        if (sinkId == null) {
+        if (sinkId == null || sinkId.isEmpty()) {
             problems.add("sink id is not set; set it with setSinkId(\"my-sink\"); keep it the same across "
                     + "restores");
         }
@@ -289,8 +289,12 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
         }
         Object[][] required = {
             {"retention", retention}, {"restart allowance", restartAllowance},
-            {"rewind policy", rewindPolicy}, {"fresh-start policy", freshStartPolicy},
-            {"record format", recordFormat}, {"I/O mode", ioMode}, {"part prefix", partPrefix},
+            {"rewind policy (use RewindPolicy.FAIL, the default, or RewindPolicy.REPLACE_RANGE)", rewindPolicy},
+            {"fresh-start policy (use FreshStartPolicy.FAIL, the default, FreshStartPolicy.ABORT_PREPARED, "
+                    + "FreshStartPolicy.APPEND or FreshStartPolicy.APPEND_AND_ABORT_PREPARED)", freshStartPolicy},
+            {"record format (use RecordFormat.LINES, the default, or RecordFormat.RAW)", recordFormat},
+            {"I/O mode (use IoMode.AUTO, the default, IoMode.DIRECT or IoMode.BUFFERED)", ioMode},
+            {"part prefix", partPrefix},
             {"part suffix (use \"\" for none)", partSuffix}, {"commit initial backoff", commitInitialBackoff},
             {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait},
         };
@@ -305,6 +309,8 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait}}) {
             if (d[1] != null && ((Duration) d[1]).isNegative()) {
                 problems.add(d[0] + " " + d[1] + " is negative; give zero or more");
+            } else if (d[1] != null && ((Duration) d[1]).getSeconds() > Long.MAX_VALUE / 1000 - 1) {
+                problems.add(d[0] + " " + d[1] + " is too large to count in milliseconds");
             }
         }
         if (checkpointInterval != null && checkpointInterval.isZero()) {
@@ -380,7 +386,15 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
         int slash = value.indexOf('/');
         boolean hasScheme = colon > 1 && (slash < 0 || colon < slash);
         if (!hasScheme) {
-            return value;
+            // Lexical clean-up only ("/a/./b/../c/" is "/a/c"); whether the path is acceptable
+            // (absolute, not the root) is the core's rule.
+            try {
+                Path path = Paths.get(value).normalize();
+                return path.toString().isEmpty() ? value : path.toString();
+            } catch (InvalidPathException e) {
+                throw new IllegalArgumentException("output directory \"" + raw + "\" is not a valid path: "
+                        + e.getMessage());
+            }
         }
         try {
             URI uri = new URI(value);
@@ -393,7 +407,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
                 throw new IllegalArgumentException("output directory \"" + raw + "\" names a host ("
                         + uri.getAuthority() + "); use file:///absolute/path or a plain absolute path");
             }
-            Path path = Paths.get(uri);
+            Path path = Paths.get(uri).normalize();
             return path.toString();
         } catch (URISyntaxException | InvalidPathException e) {
             throw new IllegalArgumentException("output directory \"" + raw + "\" is not a valid path: "

@@ -81,7 +81,7 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setSinkId("a.b"))).contains("contains '.'");
         assertThat(problemOf(valid().setSinkId("_hidden"))).contains("must start with a letter or digit");
         assertThat(problemOf(valid().setSinkId("-x"))).contains("must start with a letter or digit");
-        assertThat(problemOf(valid().setSinkId("x".repeat(65)))).contains("use at most 64");
+        assertThat(problemOf(valid().setSinkId("x".repeat(65)))).contains("must be 1 to 64 characters long");
         assertThat(problemOf(valid().setSinkId(""))).contains("sink id is not set");
         valid().setSinkId("x".repeat(64)).build();
         valid().setSinkId("Orders_2024-eu").build();
@@ -92,7 +92,7 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().forDirectory("out"))).contains("is relative", "absolute path");
         assertThat(problemOf(valid().forDirectory("s3://bucket/out"))).contains("scheme 's3'", "local or mounted");
         assertThat(problemOf(valid().forDirectory("file://host/out"))).contains("names a host");
-        assertThat(problemOf(valid().forDirectory("/"))).contains("filesystem root");
+        assertThat(problemOf(valid().forDirectory("/"))).contains("the file system's root");
     }
 
     @Test
@@ -100,7 +100,7 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setBatchSize(0))).contains("batch size 0 must be between 1 and");
         assertThat(problemOf(valid().setBatchBytes(-1))).contains("batch bytes -1 must be between 1 and");
         assertThat(problemOf(valid().setBatchBytes(Integer.MAX_VALUE))).contains("256 MiB");
-        assertThat(problemOf(valid().setCommitMaxAttempts(0))).contains("commit max attempts 0");
+        assertThat(problemOf(valid().setCommitMaxAttempts(0))).contains("commit max attempts must be at least 1");
     }
 
     @Test
@@ -111,7 +111,7 @@ public class TwopcSinkBuilderTest {
                 .setRestartAllowance(Duration.ofSeconds(10)));
         assertThat(message).contains("retention of 60000 ms is shorter than two checkpoint intervals",
                 "at least 70000 ms");
-        assertThat(problemOf(valid().setRetention(Duration.ZERO))).contains("retention PT0S must be at least 1 ms");
+        assertThat(problemOf(valid().setRetention(Duration.ZERO))).contains("retention must not be 0");
         assertThat(problemOf(valid().setRestartAllowance(Duration.ofSeconds(-1)))).contains("is negative");
         assertThat(problemOf(valid().setRetention(Duration.ofSeconds(Long.MAX_VALUE)))).contains("too large");
     }
@@ -125,7 +125,7 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setFreshStartPolicy(null))).contains("FreshStartPolicy.ABORT_PREPARED");
         assertThat(problemOf(valid().setRecordFormat(null))).contains("RecordFormat.RAW");
         assertThat(problemOf(valid().setCommitRetryBackoff(Duration.ofSeconds(2), Duration.ofSeconds(1))))
-                .contains("commit max backoff (1000 ms) is below the initial backoff (2000 ms)");
+                .contains("the initial commit back-off (2000 ms) exceeds the maximum back-off (1000 ms)");
         assertThat(problemOf(valid().setTimeoutWarningRatio(1.5))).contains("must be in [0, 1]");
     }
 
@@ -173,7 +173,7 @@ public class TwopcSinkBuilderTest {
                         .table("t").columns("a").copyFormat(PostgresCopyFormat.TEXT))))
                 .contains("CsvRowSchema but the PostgreSQL COPY format is TEXT");
         assertThat(problemOfPostgres(validPostgres().setRewindPolicy(RewindPolicy.REPLACE_RANGE)))
-                .contains("REPLACE_RANGE on PostgreSQL needs a transaction id column");
+                .contains("REPLACE_RANGE needs a transaction-id column on PostgreSQL");
         validPostgres().setRewindPolicy(RewindPolicy.REPLACE_RANGE).forPostgres(
                 PostgresDestination.url("postgres://app@db/shop").table("t").columns("a").transactionIdColumn("txn"))
                 .build();
@@ -185,8 +185,11 @@ public class TwopcSinkBuilderTest {
 
     @Test
     public void everyProblemIsReportedAtOnce() {
-        String message = problemOf(valid().setSinkId("bad id").setBatchSize(-5).forDirectory("rel"));
-        assertThat(message).contains("(1)", "(2)", "(3)");
+        // Every problem the builder sees on its own, at once; the core's rules (sink id, paths,
+        // retention) are checked once those are fixed.
+        String message = problemOf(valid().setBatchSize(-5).setBatchBytes(0).setTimeoutWarningRatio(2));
+        assertThat(message).contains("(1) batch size -5", "(2) batch bytes 0", "(3) timeout warning ratio 2.0");
+        assertThat(problemOf(valid().setSinkId("bad id"))).contains("sink id", "' '");
     }
 
     @Test
