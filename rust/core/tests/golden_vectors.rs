@@ -11,6 +11,7 @@ use std::path::PathBuf;
 use serde_json::Value;
 use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{LineageId, RunId, SinkId, TransactionId};
+use twopc_core::state::WriterState;
 
 fn vectors_dir() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../tests/vectors")
@@ -123,4 +124,39 @@ fn golden_vectors_reject_damage() {
             "{name}"
         );
     }
+}
+
+/// A writer's checkpoint state (`writer-state-v1.bin`): the Sink V2 writer
+/// state and the SinkFunction shim's own element both carry these bytes.
+fn writer_state_case() -> WriterState {
+    let open = cases().remove(0).1;
+    WriterState {
+        sink: open.sink.clone(),
+        lineage: open.lineage,
+        run: open.run.clone(),
+        subtask: 0,
+        open: vec![open],
+    }
+}
+
+#[test]
+fn golden_writer_state_decodes_and_encodes_identically() {
+    let bin = vectors_dir().join("writer-state-v1.bin");
+    let state = writer_state_case();
+    if std::env::var_os("TWOPC_WRITE_VECTORS").is_some() {
+        std::fs::write(&bin, state.encode()).unwrap();
+    }
+    let bytes = std::fs::read(&bin).unwrap_or_else(|e| panic!("{}: {e}", bin.display()));
+    let decoded = WriterState::decode(&bytes)
+        .unwrap_or_else(|e| panic!("writer-state-v1: golden bytes no longer decode: {e}"));
+    assert_eq!(decoded, state, "writer-state-v1: decoded state differs");
+    assert_eq!(
+        state.encode(),
+        bytes,
+        "writer-state-v1: encoding changed; bump the format version"
+    );
+    let mut flipped = bytes.clone();
+    let mid = flipped.len() / 2;
+    flipped[mid] ^= 0x40;
+    assert!(WriterState::decode(&flipped).is_err());
 }

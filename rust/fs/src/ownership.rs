@@ -26,6 +26,11 @@ use twopc_core::ids::{RunId, SinkId};
 
 use crate::dir::Dir;
 
+/// How often, and how far apart, a held lock's claim is read before it
+/// counts as unreadable (about half a second in all).
+const CLAIM_READ_ATTEMPTS: u32 = 25;
+const CLAIM_READ_PAUSE_MS: u64 = 20;
+
 /// Tries to take the lock of `claim.subtask` in `owners`. On success the
 /// returned file holds it (drop it to release).
 pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, Option<File>)> {
@@ -34,13 +39,25 @@ pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, 
     match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
         Ok(()) => {}
         Err(rustix::io::Errno::WOULDBLOCK) => {
+            // The holder writes its claim right after locking: a claim
+            // that is empty or half-written is read again for a moment
+            // before it counts as unknown (two sinks starting together
+            // would otherwise see each other's lock without its record).
             let mut text = String::new();
-            // The holder writes its claim right after locking; an empty or
-            // half-written one reads as unknown.
-            file.read_to_string(&mut text).ok();
+            let mut parsed = None;
+            for _ in 0..CLAIM_READ_ATTEMPTS {
+                text.clear();
+                file.seek(SeekFrom::Start(0))?;
+                file.read_to_string(&mut text).ok();
+                parsed = parse(&text, &claim.sink, claim.subtask);
+                if parsed.is_some() {
+                    break;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(CLAIM_READ_PAUSE_MS));
+            }
             return Ok((
                 Ownership::HeldBy(OwnerInfo {
-                    claim: parse(&text, &claim.sink, claim.subtask),
+                    claim: parsed,
                     holder: describe(&text, owners, &name),
                 }),
                 None,
@@ -119,5 +136,66 @@ fn describe(text: &str, owners: &Dir, name: &str) -> String {
             path.display()
         ),
         _ => format!("a process holds the lock file {}", path.display()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::faults::FaultHook;
+
+    fn claim_of(run: &str, instance: u64) -> OwnerClaim {
+        OwnerClaim {
+            sink: SinkId::new("orders").unwrap(),
+            subtask: 0,
+            run: RunId::new(run).unwrap(),
+            attempt: 0,
+            instance,
+        }
+    }
+
+    /// Two sinks starting together: the second meets the first's lock
+    /// before its claim is written, and must still name it (not report an
+    /// unreadable owner).
+    #[test]
+    fn a_claim_written_just_after_locking_is_still_read() {
+        let root = std::env::temp_dir().join(format!(
+            "twopc-owner-{:016x}",
+            twopc_core::ids::random_u64()
+        ));
+        std::fs::create_dir_all(&root).unwrap();
+        let owners = Dir::open_path(&root, FaultHook::default()).unwrap();
+        let holder = owners.open_or_create("0").unwrap();
+        rustix::fs::flock(
+            &holder,
+            rustix::fs::FlockOperation::NonBlockingLockExclusive,
+        )
+        .unwrap();
+        let first = claim_of("a1b2c3d4e5f60718293a4b5c6d7e8f90", 1);
+        let late = {
+            let first = first.clone();
+            let mut holder = holder.try_clone().unwrap();
+            std::thread::spawn(move || {
+                std::thread::sleep(std::time::Duration::from_millis(150));
+                holder.write_all(render(&first).as_bytes()).unwrap();
+            })
+        };
+        let (ownership, file) =
+            claim(&owners, &claim_of("ffffffffffffffffffffffffffffffff", 2)).unwrap();
+        late.join().unwrap();
+        assert!(file.is_none());
+        match ownership {
+            Ownership::HeldBy(info) => {
+                assert_eq!(info.claim, Some(first));
+                assert!(
+                    info.holder.contains("a1b2c3d4e5f60718293a4b5c6d7e8f90"),
+                    "{}",
+                    info.holder
+                );
+            }
+            other => panic!("expected the lock to be held, got {other:?}"),
+        }
+        drop(holder);
+        std::fs::remove_dir_all(&root).unwrap();
     }
 }

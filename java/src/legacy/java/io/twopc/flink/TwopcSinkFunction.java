@@ -14,6 +14,7 @@ import org.apache.flink.api.common.state.ListStateDescriptor;
 import org.apache.flink.api.common.typeutils.base.VoidSerializer;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
 import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.core.io.SimpleVersionedSerialization;
 import org.apache.flink.runtime.state.FunctionInitializationContext;
 import org.apache.flink.runtime.state.FunctionSnapshotContext;
 import org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction;
@@ -22,6 +23,7 @@ import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
+import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
@@ -45,10 +47,13 @@ import java.util.regex.Pattern;
  * once the first checkpoint of the new attempt completes.
  *
  * <p>Besides Flink's own state ({@code "state"}: pending and open handles), every subtask writes
- * one small element of its own ({@value #KNOWN_TRANSACTIONS_STATE}): the core's writer state, with
- * the lineage. A subtask that receives none after the parallelism grew learns the lineage from the
- * destination. (Earlier releases wrote copies of the open handle there instead; they are still
- * read.)
+ * state of its own in the format of {@link TwopcSink}'s writer ({@value
+ * TwopcWriterState#SINK_FUNCTION_STATE_NAME}): the core's writer state, with the lineage, and a
+ * copy of each prepared transaction waiting for its commit. A subtask that receives no writer state
+ * after the parallelism grew learns the lineage from the destination; and a savepoint of this
+ * function restores into {@link TwopcSink} under the same uid and sink id (the upgrade path: its
+ * prepared transactions are committed, its lineage kept). Earlier releases wrote copies of the
+ * open handle into {@value #KNOWN_TRANSACTIONS_STATE} instead; they are still read.
  *
  * <p>A checkpoint whose prepare failed leaves the open transaction poisoned: some of its records
  * may be missing at the destination. Flink would prepare the same transaction again at the next
@@ -63,8 +68,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     private static final long serialVersionUID = 1L;
     private static final Logger LOG = LoggerFactory.getLogger(TwopcSinkFunction.class);
 
-    /** Split list state: this subtask's writer state (see the class comment). */
+    /** Split list state of earlier releases: handle copies, or the writer state (read, never written). */
     static final String KNOWN_TRANSACTIONS_STATE = "twopc-restored-transactions";
+    private static final TwopcWriterStateSerializer WRITER_STATE_SERIALIZER = new TwopcWriterStateSerializer();
 
     private static final Pattern TRANSACTION_FIELD = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
     /** Byte 6 of the core's envelope: the payload kind. */
@@ -79,6 +85,8 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     /** Checkpoint being snapshotted, for preCommit (which Flink does not tell); -1 outside. */
     private transient long snapshottingCheckpointId = -1;
     private transient ListState<byte[]> knownTransactionsState;
+    /** {@link TwopcWriterState#SINK_FUNCTION_STATE_NAME}: what {@link TwopcSink} restores. */
+    private transient ListState<byte[]> writerState;
     private transient RecordBatcher batcher;
     private transient TwopcTransaction batchFor;
     private transient TwopcMetrics metrics;
@@ -142,9 +150,27 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
 
         knownTransactionsState = context.getOperatorStateStore().getListState(
                 new ListStateDescriptor<>(KNOWN_TRANSACTIONS_STATE, BytePrimitiveArraySerializer.INSTANCE));
+        writerState = context.getOperatorStateStore().getListState(new ListStateDescriptor<>(
+                TwopcWriterState.SINK_FUNCTION_STATE_NAME, BytePrimitiveArraySerializer.INSTANCE));
         List<byte[]> writerStates = new ArrayList<>();
         List<byte[]> knownHandles = new ArrayList<>();
         if (context.isRestored()) {
+            for (byte[] element : writerState.get()) {
+                TwopcWriterState restored;
+                try {
+                    restored = SimpleVersionedSerialization.readVersionAndDeSerialize(WRITER_STATE_SERIALIZER, element);
+                } catch (IOException e) {
+                    throw escalate(new TwopcStateException(scope + ": restored state "
+                            + TwopcWriterState.SINK_FUNCTION_STATE_NAME + " holds an element that cannot be read ("
+                            + e.getMessage() + "); the checkpoint is damaged or was written by an unknown release. "
+                            + "Restore an earlier checkpoint"), "restoring");
+                }
+                // Prepared copies are for TwopcSink; this function restores them from Flink's own
+                // state (recoverAndCommit) instead.
+                if (!restored.isTransactionHandle()) {
+                    writerStates.add(restored.bytes());
+                }
+            }
             for (byte[] element : knownTransactionsState.get()) {
                 if (element != null && element.length > KIND_OFFSET && element[KIND_OFFSET] == KIND_WRITER_STATE) {
                     writerStates.add(element);
@@ -197,9 +223,11 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         } finally {
             snapshottingCheckpointId = -1;
         }
-        List<byte[]> state = new ArrayList<>(1);
-        state.add(NativeBridge.writerState(nativeSink));
-        knownTransactionsState.update(state);
+        List<byte[]> state = new ArrayList<>();
+        state.add(versioned(NativeBridge.writerState(nativeSink)));
+        pendingTransactions().forEach(pending -> state.add(versioned(pending.getValue().handle())));
+        writerState.update(state);
+        knownTransactionsState.clear();
         metrics.setPendingTransactions((int) pendingTransactions().count());
     }
 
@@ -398,6 +426,16 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     }
 
     // ------------------------------------------------------------------ helpers
+
+    /** An element of {@link TwopcWriterState#SINK_FUNCTION_STATE_NAME}, framed as Sink V2 reads it. */
+    private static byte[] versioned(byte[] coreBytes) {
+        try {
+            return SimpleVersionedSerialization.writeVersionAndSerialize(WRITER_STATE_SERIALIZER,
+                    new TwopcWriterState(coreBytes));
+        } catch (IOException e) {
+            throw new IllegalStateException("framing " + coreBytes.length + " bytes of writer state", e);
+        }
+    }
 
     /**
      * The checkpoint interval for the core's retention check. Read from the job configuration

@@ -54,7 +54,7 @@ import java.util.Collections;
 @PublicEvolving
 public final class TwopcSink<IN>
         implements Sink<IN>, SupportsWriterState<IN, TwopcWriterState>, SupportsCommitter<TwopcCommittable>,
-                SupportsPreWriteTopology<IN> {
+                SupportsPreWriteTopology<IN>, SupportsWriterState.WithCompatibleState {
     private static final long serialVersionUID = 1L;
 
     private final TwopcSinkOptions options;
@@ -117,6 +117,17 @@ public final class TwopcSink<IN>
     @Override
     public SimpleVersionedSerializer<TwopcWriterState> getWriterStateSerializer() {
         return new TwopcWriterStateSerializer();
+    }
+
+    /**
+     * The state the SinkFunction shim writes for this sink (see {@link
+     * TwopcWriterState#SINK_FUNCTION_STATE_NAME}): a savepoint of a job with {@code
+     * addSink(TwopcSinkFunction)} restores into {@code sinkTo(TwopcSink)} under the same uid and
+     * sink id, its prepared transactions committed and its lineage kept.
+     */
+    @Override
+    public Collection<String> getCompatibleWriterStateNames() {
+        return Collections.singletonList(TwopcWriterState.SINK_FUNCTION_STATE_NAME);
     }
 
     @Override

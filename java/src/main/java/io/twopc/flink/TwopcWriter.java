@@ -64,24 +64,60 @@ public final class TwopcWriter<IN>
         long restoredId = ctx.getRestoredCheckpointId().orElse(-1L);
         this.lastCheckpointId = Math.max(restoredId, 0);
         schema.open(ctx.asSerializationSchemaInitializationContext());
-        byte[][] states = new byte[restored.size()][];
-        int i = 0;
+        // Restored elements are this sink's writer states, and, after an upgrade from the
+        // SinkFunction shim, copies of the shim's prepared transactions (see TwopcWriterState).
+        List<byte[]> states = new ArrayList<>();
+        List<byte[]> shimPrepared = new ArrayList<>();
         for (TwopcWriterState s : restored) {
-            states[i++] = s.bytes();
+            (s.isTransactionHandle() ? shimPrepared : states).add(s.bytes());
         }
         String operatorId = metrics.getAllVariables().get("<operator_id>");
         long interval = options.checkpointIntervalMs > 0 ? options.checkpointIntervalMs : detectedIntervalMs;
-        LOG.info("{}: opening ({}; run {}, attempt {}, restored checkpoint {}, {} writer states)", scope, options,
-                run, attempt, restoredId < 0 ? "none" : restoredId, states.length);
+        LOG.info("{}: opening ({}; run {}, attempt {}, restored checkpoint {}, {} writer states{})", scope, options,
+                run, attempt, restoredId < 0 ? "none" : restoredId, states.size(),
+                shimPrepared.isEmpty() ? "" : ", " + shimPrepared.size() + " prepared transactions of the SinkFunction");
+        String config = options.toConfigJson(options.instanceFor(operatorId));
         try {
-            this.nativeWriter = NativeBridge.openWriter(options.toConfigJson(options.instanceFor(operatorId)), run,
-                    subtask, parallelism, attempt, Math.max(interval, 0), options.resolvePassword(), restoredId,
-                    states, new byte[0][]);
-            this.current = NativeBridge.begin(nativeWriter);
+            this.nativeWriter = NativeBridge.openWriter(config, run, subtask, parallelism, attempt,
+                    Math.max(interval, 0), options.resolvePassword(), restoredId, states.toArray(new byte[0][]),
+                    shimPrepared.toArray(new byte[0][]));
         } catch (TwopcException e) {
             throw Escalation.escalate(LOG, scope, e, "opening the writer");
         }
+        try {
+            commitShimTransactions(config, run, subtask, parallelism, attempt, options, restoredId, shimPrepared);
+            this.current = NativeBridge.begin(nativeWriter);
+        } catch (TwopcException e) {
+            NativeBridge.close(nativeWriter);
+            throw Escalation.escalate(LOG, scope, e, "opening the writer");
+        } catch (RuntimeException e) {
+            NativeBridge.close(nativeWriter);
+            throw e;
+        }
         this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+    }
+
+    /**
+     * Commits the prepared transactions a SinkFunction shim's savepoint holds (the upgrade to this
+     * sink). Their checkpoint completed, so committing is the only way forward, as the shim would
+     * on restore; it happens here, while the subtask opens and before any checkpoint of this job
+     * can complete, so that no committer's lingering cleanup (after that checkpoint) can meet them
+     * still prepared. A repeat is recognised as already committed.
+     */
+    private static void commitShimTransactions(String config, String run, int subtask, int parallelism, int attempt,
+            TwopcSinkOptions options, long restoredId, List<byte[]> prepared) {
+        if (prepared.isEmpty()) {
+            return;
+        }
+        long committer = NativeBridge.openCommitter(config, run, subtask, parallelism, attempt,
+                options.resolvePassword(), restoredId);
+        try {
+            for (byte[] handle : prepared) {
+                NativeBridge.commit(committer, handle);
+            }
+        } finally {
+            NativeBridge.close(committer);
+        }
     }
 
     @Override

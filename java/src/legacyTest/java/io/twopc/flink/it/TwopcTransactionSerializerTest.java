@@ -107,6 +107,34 @@ public class TwopcTransactionSerializerTest {
                 .hasMessageContaining("upgrade twopc");
     }
 
+    /**
+     * The golden vector of the shim's state ({@code tests/vectors/java/sink-function-transaction-v1.bin}):
+     * a prepared handle as this serializer writes it into the SinkFunction's savepoint, and the
+     * serializer snapshot Flink stores beside it. Regenerate only when adding a vector
+     * ({@code -Dtwopc.writeVectors=true}).
+     */
+    @Test
+    public void goldenShimStateReadsAndWritesTheSameBytes() throws Exception {
+        java.nio.file.Path vectors = java.nio.file.Paths.get(System.getProperty("twopc.repoRoot"), "tests", "vectors");
+        byte[] handle = java.nio.file.Files.readAllBytes(vectors.resolve("handle-prepared-v1.bin"));
+        DataOutputSerializer out = new DataOutputSerializer(256);
+        SERIALIZER.serialize(new TwopcTransaction(handle), out);
+        TypeSerializerSnapshot.writeVersionedSnapshot(out, SERIALIZER.snapshotConfiguration());
+        byte[] written = out.getCopyOfBuffer();
+        java.nio.file.Path file = vectors.resolve("java").resolve("sink-function-transaction-v1.bin");
+        if (Boolean.getBoolean("twopc.writeVectors")) {
+            java.nio.file.Files.write(file, written);
+        }
+        byte[] stored = java.nio.file.Files.readAllBytes(file);
+        assertThat(written).as("this release writes other bytes for the same shim state").isEqualTo(stored);
+        DataInputDeserializer in = new DataInputDeserializer(stored);
+        assertThat(SERIALIZER.deserialize(in).handle()).isEqualTo(handle);
+        TypeSerializerSnapshot<TwopcTransaction> snapshot =
+                TypeSerializerSnapshot.readVersionedSnapshot(in, getClass().getClassLoader());
+        assertThat(SERIALIZER.snapshotConfiguration().resolveSchemaCompatibility(snapshot).isCompatibleAsIs())
+                .isTrue();
+    }
+
     @Test
     public void serializerSurvivesJavaSerialization() throws Exception {
         assertThat(InstantiationUtil.clone(SERIALIZER)).isEqualTo(SERIALIZER);

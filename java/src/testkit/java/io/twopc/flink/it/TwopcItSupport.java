@@ -94,9 +94,15 @@ public final class TwopcItSupport {
 
     public static JobID submit(ClusterClient<?> client, StreamExecutionEnvironment env, String restoreFrom)
             throws Exception {
+        return submit(client, env, restoreFrom, false);
+    }
+
+    /** Submits, restoring from {@code restoreFrom} (if set), optionally allowing state no operator takes. */
+    public static JobID submit(ClusterClient<?> client, StreamExecutionEnvironment env, String restoreFrom,
+            boolean allowNonRestoredState) throws Exception {
         JobGraph jobGraph = env.getStreamGraph().getJobGraph();
         if (restoreFrom != null) {
-            jobGraph.setSavepointRestoreSettings(SavepointRestoreSettings.forPath(restoreFrom, false));
+            jobGraph.setSavepointRestoreSettings(SavepointRestoreSettings.forPath(restoreFrom, allowNonRestoredState));
         }
         return client.submitJob(jobGraph).get(1, TimeUnit.MINUTES);
     }

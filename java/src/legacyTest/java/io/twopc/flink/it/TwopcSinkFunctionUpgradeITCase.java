@@ -1,0 +1,170 @@
+package io.twopc.flink.it;
+
+import io.twopc.flink.RewindPolicy;
+import io.twopc.flink.TwopcFreshStartException;
+import io.twopc.flink.TwopcRewindException;
+
+import org.apache.flink.api.common.JobID;
+import org.apache.flink.client.program.ClusterClient;
+import org.apache.flink.core.execution.SavepointFormatType;
+import org.apache.flink.runtime.jobmaster.JobResult;
+import org.apache.flink.runtime.testutils.InMemoryReporter;
+import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
+import org.apache.flink.test.util.MiniClusterWithClientResource;
+
+import org.junit.After;
+import org.junit.ClassRule;
+import org.junit.Rule;
+import org.junit.Test;
+import org.junit.rules.TemporaryFolder;
+
+import java.io.IOException;
+import java.nio.file.Files;
+import java.nio.file.Path;
+import java.time.Duration;
+import java.util.concurrent.TimeUnit;
+
+import static io.twopc.flink.it.TwopcItSupport.*;
+import static org.assertj.core.api.Assertions.assertThat;
+
+/**
+ * The upgrade from the SinkFunction shim ({@code addSink}) to the Sink V2 sink ({@code sinkTo})
+ * through a savepoint, on Flink 1.20: same operator uid, same sink id. The savepoint holds
+ * prepared transactions whose commit never happened; the Sink V2 job must commit them, continue
+ * the lineage (so a rewind is still detected) and end exactly once. A restore under another uid
+ * must not start fresh over them silently.
+ */
+public class TwopcSinkFunctionUpgradeITCase {
+    private static final String SINK_ID = "upgraded";
+    private static final InMemoryReporter METRICS = InMemoryReporter.createWithRetainedMetrics();
+
+    @ClassRule
+    public static final MiniClusterWithClientResource CLUSTER = cluster(METRICS, 4);
+
+    @Rule
+    public final TemporaryFolder tmp = new TemporaryFolder();
+
+    @After
+    public void resetFailPoints() {
+        clearFailPoints();
+    }
+
+    private static ClusterClient<?> client() {
+        return CLUSTER.getClusterClient();
+    }
+
+    private static StreamExecutionEnvironment job(FrontEnd frontEnd, int parallelism, long count, Path output,
+            int restarts, String sinkUid, RewindPolicy rewind) {
+        StreamExecutionEnvironment env = environment(parallelism, 100, restarts, Duration.ofMillis(100));
+        frontEnd.attach(env.fromSequence(1, count).uid("numbers").name("numbers")
+                                .map(new Throttle(5)).uid("throttle").name("throttle"),
+                        b -> b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine())
+                                .setRewindPolicy(rewind))
+                .uid(sinkUid).name("twopc-sink");
+        return env;
+    }
+
+    /**
+     * Runs the shim until output is committed, then takes a savepoint whose commit fails (as if
+     * the job died right after it): the savepoint holds prepared, uncommitted transactions.
+     */
+    private String shimSavepointWithPreparedTransactions(Path output, Path savepoints, long count) throws Exception {
+        JobID shim = submit(client(), job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0, "twopc-sink",
+                RewindPolicy.FAIL), null);
+        waitUntil("5000 records are committed", Duration.ofMinutes(1), () -> committedRecordCount(output) >= 5_000);
+        configureFailPoints("twopc-commit-before=return");
+        String savepoint = client()
+                .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
+                .get(2, TimeUnit.MINUTES);
+        JobResult result = awaitResult(client(), shim);
+        assertThat(result.isSuccess()).as("the shim's job ends at its failed commit").isFalse();
+        clearFailPoints();
+        assertThat(preparedTransactions(output)).as("prepared transactions the savepoint holds").isGreaterThan(0);
+        return savepoint;
+    }
+
+    private static long preparedTransactions(Path output) throws IOException {
+        long prepared = 0;
+        Path staging = stagingDir(output, SINK_ID);
+        for (String txn : listNames(staging)) {
+            if (Files.exists(staging.resolve(txn).resolve("prepared"))) {
+                prepared++;
+            }
+        }
+        return prepared;
+    }
+
+    @Test
+    public void aShimSavepointRestoresIntoTheSinkV2SinkExactlyOnce() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        long count = 40_000;
+        String savepoint = shimSavepointWithPreparedTransactions(output, savepoints, count);
+
+        // The upgrade, at another parallelism as well.
+        JobID upgraded = submit(client(), job(FrontEnd.SINK_V2, 3, count, output, 3, "twopc-sink",
+                RewindPolicy.FAIL), savepoint);
+        awaitSuccess(client(), upgraded);
+
+        assertExactlyOnce(output, SINK_ID, count);
+        assertThat(sumMetric(METRICS, upgraded, "twopc.transactionsCommitted"))
+                .as("transactions the Sink V2 job committed").isGreaterThan(0);
+    }
+
+    @Test
+    public void theLineageCarriesOverSoARewindIsStillDetected() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        long count = 30_000;
+        // The shim runs to the end, with a savepoint taken early on.
+        JobID shim = submit(client(), job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0, "twopc-sink",
+                RewindPolicy.FAIL), null);
+        waitUntil("3000 records are committed", Duration.ofMinutes(1), () -> committedRecordCount(output) >= 3_000);
+        String early = client()
+                .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
+                .get(2, TimeUnit.MINUTES);
+        awaitSuccess(client(), shim);
+        assertExactlyOnce(output, SINK_ID, count);
+
+        // Restored into the Sink V2 sink, the savepoint is older than committed output of the
+        // same lineage: a rewind, refused under FAIL (a sink that lost the lineage would see a
+        // fresh start instead).
+        JobID rewound = submit(client(), job(FrontEnd.SINK_V2, 2, count, output, 3, "twopc-sink",
+                RewindPolicy.FAIL), early);
+        Throwable failure = failureOf(awaitResult(client(), rewound));
+        assertThat(findCause(failure, TwopcRewindException.class))
+                .as("TwopcRewindException in the cause chain of %s", failure).isNotNull();
+
+        // REPLACE_RANGE repairs it across the upgrade.
+        JobID replaced = submit(client(), job(FrontEnd.SINK_V2, 2, count, output, 3, "twopc-sink",
+                RewindPolicy.REPLACE_RANGE), early);
+        awaitSuccess(client(), replaced);
+        assertExactlyOnce(output, SINK_ID, count);
+    }
+
+    @Test
+    public void aForgottenUidNeverStartsFreshOverTheShimsPreparedTransactions() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        long count = 40_000;
+        String savepoint = shimSavepointWithPreparedTransactions(output, savepoints, count);
+        long prepared = preparedTransactions(output);
+
+        // Another uid: the sink's state maps to no operator. Flink refuses that unless told to
+        // drop it; told so, the sink starts without state and must refuse to go over the
+        // prepared transactions of the earlier run.
+        JobID dropped = submit(client(), job(FrontEnd.SINK_V2, 2, count, output, 3, "another-uid",
+                RewindPolicy.FAIL), savepoint, true);
+        Throwable failure = failureOf(awaitResult(client(), dropped));
+        Throwable fresh = findCause(failure, TwopcFreshStartException.class);
+        assertThat(fresh).as("TwopcFreshStartException in the cause chain of %s", failure).isNotNull();
+        assertThat(fresh.getMessage()).contains("prepared, uncommitted");
+        assertThat(preparedTransactions(output)).as("prepared transactions left untouched").isEqualTo(prepared);
+
+        // With the uid right, the upgrade goes through.
+        JobID upgraded = submit(client(), job(FrontEnd.SINK_V2, 2, count, output, 3, "twopc-sink",
+                RewindPolicy.FAIL), savepoint);
+        awaitSuccess(client(), upgraded);
+        assertExactlyOnce(output, SINK_ID, count);
+    }
+}
