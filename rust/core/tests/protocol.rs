@@ -843,3 +843,131 @@ fn a_fresh_start_onto_committed_output_of_earlier_runs_stops_unless_appending() 
         .expect("the new lineage is recorded");
     assert!(appended.appended);
 }
+
+/// Issue 16 (seeds 65997, 1112645, 1287467): the fresh-start listing meets
+/// a transient error. The product must fail the attempt without changing
+/// anything, so that Flink's restart repeats the check; the repeated check
+/// refuses and names the prepared transactions of every subtask, whichever
+/// subtask runs it.
+#[test]
+fn fresh_start_check_cut_short_by_a_scan_error_changes_nothing_and_runs_again() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s0 = open(&store, &clock, ctx("run1", 0, 2), options(), None, 1).unwrap();
+    let mut s1 = open(&store, &clock, ctx("run1", 1, 2), options(), None, 2).unwrap();
+    let mut want = vec![
+        (prepared(&mut s0, &["a"], 3).transaction, 3),
+        (prepared(&mut s1, &["b"], 3).transaction, 3),
+    ];
+    want.sort();
+    let staged = store.staged_ids();
+    drop((s0, s1)); // run1 stopped
+
+    for fault in [Fault::FailBefore, Fault::FailAfter] {
+        store.set_faults(move |op, _| {
+            if op == Operation::Scan {
+                fault
+            } else {
+                Fault::None
+            }
+        });
+        let err = open(&store, &clock, ctx("run2", 1, 2), options(), None, 3)
+            .err()
+            .unwrap();
+        assert!(matches!(err, TwopcError::Scan { .. }), "{err}");
+        assert!(!err.is_fatal(), "a restart must repeat the check");
+        assert_eq!(store.staged_ids(), staged, "{fault:?}: nothing removed");
+    }
+    store.clear_faults();
+
+    for subtask in 0..2 {
+        let err = open(&store, &clock, ctx("run2", subtask, 2), options(), None, 4)
+            .err()
+            .unwrap();
+        let TwopcError::PreparedOnFreshStart(f) = &err else {
+            panic!("expected fresh-start error, got {err}")
+        };
+        let mut named = f.prepared.clone();
+        named.sort();
+        assert_eq!(named, want, "subtask {subtask} names both subtasks' shares");
+    }
+    assert_eq!(store.staged_ids(), staged);
+}
+
+/// Issue 16 (seeds 975606, 1254192, 1512710): the commit-record read of the
+/// rewind check meets a transient error. The attempt fails without
+/// touching the output, and the restarted attempt repeats the check.
+#[test]
+fn rewind_check_cut_short_by_a_read_error_changes_nothing_and_runs_again() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let c1 = prepared(&mut s, &["one"], 1);
+    s.commit(&c1).unwrap();
+    let c2 = prepared(&mut s, &["two"], 2);
+    s.commit(&c2).unwrap();
+    let savepoint = Restore {
+        states: Vec::new(),
+        checkpoint: 1,
+        known: vec![c1, s.begin().unwrap()],
+    };
+    drop(s); // the job is stopped
+    for fault in [Fault::FailBefore, Fault::FailAfter] {
+        store.set_faults(move |op, _| {
+            if op == Operation::Scan {
+                fault
+            } else {
+                Fault::None
+            }
+        });
+        let err = open(
+            &store,
+            &clock,
+            ctx("run2", 0, 1),
+            options(),
+            Some(&savepoint),
+            2,
+        )
+        .err()
+        .unwrap();
+        assert!(matches!(err, TwopcError::Scan { .. }), "{err}");
+        assert!(!err.is_fatal(), "a restart must repeat the check");
+        assert_eq!(visible(&store), vec!["one", "two"], "{fault:?}");
+    }
+    store.clear_faults();
+    let err = open(
+        &store,
+        &clock,
+        ctx("run2", 0, 1),
+        options(),
+        Some(&savepoint),
+        3,
+    )
+    .err()
+    .unwrap();
+    let TwopcError::Rewind(r) = &err else {
+        panic!("expected rewind, got {err}")
+    };
+    assert_eq!(r.committed_after, vec![(c2.transaction, 2)]);
+}
+
+/// Issue 16 (seeds 987795, 1515702): a prepared leftover that the
+/// destination timed out between two attempts is no longer there to name;
+/// the check names what is left, and lets the start proceed when nothing is.
+#[test]
+fn fresh_start_check_names_what_the_destination_still_holds() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s0 = open(&store, &clock, ctx("run1", 0, 2), options(), None, 1).unwrap();
+    let mut s1 = open(&store, &clock, ctx("run1", 1, 2), options(), None, 2).unwrap();
+    let p0 = prepared(&mut s0, &["a"], 1);
+    let p1 = prepared(&mut s1, &["b"], 1);
+    drop((s0, s1)); // run1 stopped
+    assert!(store.expire_externally(&p0.transaction));
+    let err = open(&store, &clock, ctx("run2", 0, 2), options(), None, 3)
+        .err()
+        .unwrap();
+    let TwopcError::PreparedOnFreshStart(f) = &err else {
+        panic!("expected fresh-start error, got {err}")
+    };
+    assert_eq!(f.prepared, vec![(p1.transaction.clone(), 1)]);
+    assert!(store.expire_externally(&p1.transaction));
+    open(&store, &clock, ctx("run2", 0, 2), options(), None, 4).unwrap();
+}

@@ -33,6 +33,11 @@ pub struct FaultPlan {
     echo: bool,
     /// "Commit fail-after" → how many were injected.
     pub injected: BTreeMap<String, u64>,
+    /// Scripted faults: (run, attempt, operation, n-th call, fault).
+    script: Vec<(u32, u32, Operation, u32, Fault)>,
+    /// The current (run, attempt) and its calls so far per operation.
+    at: (u32, u32),
+    calls: BTreeMap<Operation, u32>,
 }
 
 /// The plan is consulted from inside the store's lock, hence a mutex.
@@ -49,7 +54,17 @@ impl SharedFaults {
             enabled: true,
             echo,
             injected: BTreeMap::new(),
+            script: Vec::new(),
+            at: (0, 0),
+            calls: BTreeMap::new(),
         })))
+    }
+
+    /// A scripted scenario's faults (see `Script::faults`).
+    pub fn scripted(rng: Rng, script: Vec<(u32, u32, Operation, u32, Fault)>, echo: bool) -> Self {
+        let faults = Self::new(rng, 0.0, 0, echo);
+        faults.lock().script = script;
+        faults
     }
 
     pub fn lock(&self) -> MutexGuard<'_, FaultPlan> {
@@ -66,7 +81,17 @@ impl FaultPlan {
         if !self.enabled {
             return Fault::None;
         }
-        let fault = if op == Operation::Commit && self.commit_burst > 0 {
+        let n = self.calls.entry(op).or_default();
+        *n += 1;
+        let (run, attempt, n) = (self.at.0, self.at.1, *n);
+        let scripted = self
+            .script
+            .iter()
+            .find(|&&(r, a, o, k, _)| (r, a, o, k) == (run, attempt, op, n))
+            .map(|&(.., f)| f);
+        let fault = if let Some(f) = scripted {
+            f
+        } else if op == Operation::Commit && self.commit_burst > 0 {
             self.commit_burst -= 1;
             Fault::FailBefore
         } else if self.budget > 0 && self.rng.chance(self.rate) {
@@ -118,6 +143,13 @@ impl FaultPlan {
             println!("      fault: I/O {step:?} {timing:?} errno {errno}");
         }
         Some((timing, errno))
+    }
+
+    /// Attempt `attempt` of the `run`-th submission begins: scripted faults
+    /// count calls from here.
+    pub fn at(&mut self, run: u32, attempt: u32) {
+        self.at = (run, attempt);
+        self.calls.clear();
     }
 
     /// The next `n` commit calls fail.

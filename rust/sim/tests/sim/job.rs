@@ -25,7 +25,7 @@ use super::coverage::{Coverage, Section};
 use super::faults::SharedFaults;
 use super::invariants;
 use super::rng::Rng;
-use super::schedule::{Chaos, CrashPoint, OperatorAction, Schedule};
+use super::schedule::{Chaos, CrashPoint, Mutant, OperatorAction, Schedule};
 use super::source::Source;
 use super::trace::Trace;
 
@@ -100,6 +100,8 @@ enum Expectation {
 /// One submission of the job (one Flink job id).
 struct Run {
     id: RunId,
+    /// 1-based position among the submissions (scripted events use it).
+    number: u32,
     parallelism: usize,
     options: SinkOptions,
     /// The run's checkpoint store: the restored savepoint, then its own
@@ -111,6 +113,9 @@ struct Run {
     attempts: u32,
     restored_from: Option<CompletedCheckpoint>,
     expect: Expectation,
+    /// The first subtask that got past the start-up check (`open`
+    /// returned), as "attempt a, subtask i": once set, the run proceeded.
+    past_check: Option<String>,
 }
 
 enum AttemptEnd {
@@ -223,6 +228,12 @@ impl<B: Backend> SimulatedJob<B> {
                     }
                 }
                 JobEnd::Operator(action) => {
+                    if !matches!(run.expect, Expectation::Proceed) && run.past_check.is_none() {
+                        self.coverage.bump(
+                            Section::OperatorAction,
+                            "took over a run whose start-up check had failed transiently",
+                        );
+                    }
                     self.expectation_met(&run, None)?;
                     run = self.operator(action)?;
                 }
@@ -268,6 +279,7 @@ impl<B: Backend> SimulatedJob<B> {
         };
         let run = Run {
             id,
+            number: self.submissions,
             parallelism,
             options: self.schedule.options(RewindPolicy::Fail, fresh_start),
             latest: None,
@@ -276,6 +288,7 @@ impl<B: Backend> SimulatedJob<B> {
             attempts: 0,
             restored_from: None,
             expect,
+            past_check: None,
         };
         trace!(
             self.trace,
@@ -331,8 +344,10 @@ impl<B: Backend> SimulatedJob<B> {
             self.coverage
                 .bump(Section::OperatorAction, "rescaled on restore");
         }
+        let id = self.new_run_id();
         let run = Run {
-            id: self.new_run_id(),
+            id,
+            number: self.submissions,
             parallelism,
             options: self.schedule.options(rewind, FreshStartPolicy::Fail),
             latest: Some(from.clone()),
@@ -343,6 +358,7 @@ impl<B: Backend> SimulatedJob<B> {
             attempts: 0,
             restored_from: Some(from),
             expect,
+            past_check: None,
         };
         trace!(
             self.trace,
@@ -366,13 +382,10 @@ impl<B: Backend> SimulatedJob<B> {
         let parallelism = self.chaos.parallelism();
         match action {
             OperatorAction::RestoreSavepoint => {
-                let from = self.chaos.rng.pick(self.store.all()).clone();
+                let all = self.store.all();
+                let from = all[self.chaos.pick_restore(all.len())].clone();
                 let latest = self.store.latest().map(|c| c.id) == Some(from.id);
-                let rewind = if self.chaos.rng.chance(0.5) {
-                    RewindPolicy::ReplaceRange
-                } else {
-                    RewindPolicy::Fail
-                };
+                let rewind = self.chaos.rewind_policy();
                 self.coverage.bump(
                     Section::OperatorAction,
                     format!(
@@ -571,6 +584,19 @@ impl<B: Backend> SimulatedJob<B> {
             Some(e) => format!("stopped with {}", e.kind()),
         };
         match (&run.expect, fatal) {
+            // Every attempt of the run failed its start-up check with a
+            // transient error (a failover, which repeats the check), and
+            // the operator took the stopped job over before an attempt got
+            // through: the job never proceeded past the check, which is
+            // what the expected stop protects. `check_gate` has verified
+            // after each attempt that none got past it and that nothing
+            // was changed. (Found by seeds 65997 and 975606: the oracle
+            // used to demand the stop from a run the operator ended.)
+            (Expectation::Refusal { .. } | Expectation::Rewind { .. }, None)
+                if run.past_check.is_none() =>
+            {
+                Ok(())
+            }
             (
                 Expectation::Rewind {
                     committed_after,
@@ -654,7 +680,10 @@ impl<B: Backend> SimulatedJob<B> {
                     run.id
                 ));
             }
+            self.chaos.at(run.number, run.attempts);
+            self.refresh_expectation(run);
             let end = self.attempt(run)?;
+            self.check_gate(run)?;
             invariants::at_most_once(&self.backend.visible(), self.store.high_water())?;
             match end {
                 AttemptEnd::Finished => return Ok(JobEnd::Finished),
@@ -669,6 +698,9 @@ impl<B: Backend> SimulatedJob<B> {
                     }
                     trace!(self.trace, "attempt failed, failover: {e}");
                     self.coverage.bump(Section::Failover, failover_label(&e));
+                    if let TwopcError::Scan { .. } = e {
+                        self.mutate_after_scan_error(run);
+                    }
                 }
                 AttemptEnd::PoisonRefused(e) => {
                     trace!(self.trace, "poisoned transaction refused, failover: {e}");
@@ -690,10 +722,13 @@ impl<B: Backend> SimulatedJob<B> {
             if self.chaos.expire() {
                 self.expire_one(run.latest.as_ref());
             }
+            if self.chaos.scripted_expiry() {
+                self.expire_prepared();
+            }
             // Instead of waiting for the failover, an operator may step in
             // while the job is down (a restart without state after a crash
             // is the classic way to meet prepared transactions).
-            if let Some(action) = self.chaos.operator_action() {
+            if let Some(action) = self.chaos.operator_takes_over() {
                 if self.action_possible(action) {
                     trace!(
                         self.trace,
@@ -774,7 +809,7 @@ impl<B: Backend> SimulatedJob<B> {
     /// each state this subtask got, then begin. `Ok(None)`: crashed.
     fn initialize(
         &mut self,
-        run: &Run,
+        run: &mut Run,
         index: usize,
         restore: Option<&Restore>,
         states: &[SubtaskState],
@@ -795,6 +830,9 @@ impl<B: Backend> SimulatedJob<B> {
             restore,
             Some(nonce),
         )?;
+        if run.past_check.is_none() {
+            run.past_check = Some(format!("attempt {}, subtask {index}", run.attempts));
+        }
         trace!(
             self.trace,
             "s{index} opened ({}), {} states; aborted {:?}; retracted {:?}",
@@ -873,7 +911,12 @@ impl<B: Backend> SimulatedJob<B> {
             if offset >= self.source.len() {
                 return self.finish(run, subtasks, offset);
             }
-            if let Some(action) = self.chaos.operator_action() {
+            let own_latest = run
+                .latest
+                .as_ref()
+                .filter(|c| c.run == run.id)
+                .map(|c| c.id);
+            if let Some(action) = self.chaos.operator_stops(own_latest) {
                 if self.action_possible(action) {
                     trace!(self.trace, "operator stops the job: {action:?}");
                     self.stop(subtasks);
@@ -1298,6 +1341,167 @@ impl<B: Backend> SimulatedJob<B> {
         self.coverage
             .bump(Section::OperatorAction, format!("intruder refused: {what}"));
         Ok(())
+    }
+
+    /// A scripted scenario's deliberately broken product (see [`Mutant`]).
+    fn mutate_after_scan_error(&mut self, run: &mut Run) {
+        match self.chaos.mutant() {
+            None => {}
+            Some(Mutant::SkipCheckAfterTransientError) => {
+                trace!(self.trace, "MUTANT: later attempts skip the start-up check");
+                // Every start-up rule off: prepared leftovers aborted, earlier
+                // lineages appended to, a rewind replaced.
+                run.options.fresh_start = FreshStartPolicy::AppendAndAbortPrepared;
+                run.options.rewind = RewindPolicy::ReplaceRange;
+            }
+            Some(Mutant::AbortPreparedOnScanError) => {
+                if let Some((txn, _)) = self.backend.prepared().into_iter().min() {
+                    trace!(self.trace, "MUTANT: the failed check aborted {txn}");
+                    let _ = self.backend.destination().abort(&txn);
+                }
+            }
+        }
+    }
+
+    /// A scripted timeout: the destination drops the first prepared
+    /// transaction (by id) on its own.
+    fn expire_prepared(&mut self) {
+        let Some((txn, _)) = self.backend.prepared().into_iter().min() else {
+            return;
+        };
+        if self.backend.expire_externally(&txn, self.clock.now_ms()) {
+            trace!(self.trace, "destination timed out {txn} (prepared)");
+            self.coverage.bump(
+                Section::Expiry,
+                "destination timeout: a prepared transaction",
+            );
+            self.expired.insert(txn);
+        }
+    }
+
+    /// Before each attempt: the destination may have timed out a prepared
+    /// leftover on its own while the job was down (after an attempt whose
+    /// start-up check failed with a transient error), and the check that
+    /// runs next can only name what is still there (seeds 987795 and
+    /// 1515702: the oracle compared with what existed at submission).
+    /// Only the environment's own timeouts (`self.expired`) are taken off;
+    /// a prepared transaction that vanished any other way was removed by
+    /// the product, which `check_gate` reports. Commit records, which the
+    /// rewind check reads, are never removed by the environment.
+    fn refresh_expectation(&mut self, run: &mut Run) {
+        let Expectation::Refusal { prepared } = &mut run.expect else {
+            return;
+        };
+        let before = prepared.len();
+        prepared.retain(|(t, _)| !self.expired.contains(t));
+        if prepared.len() == before {
+            return;
+        }
+        self.coverage.bump(
+            Section::Expiry,
+            "prepared leftover timed out before a repeated fresh-start check",
+        );
+        if prepared.is_empty() {
+            trace!(
+                self.trace,
+                "no prepared transaction is left: {} must now proceed",
+                run.id
+            );
+            run.expect = Expectation::Proceed;
+            // As in `submit_fresh`: a new lineage begins.
+            self.store.clear();
+        } else {
+            trace!(
+                self.trace,
+                "{} prepared transactions are left: {} must still refuse",
+                prepared.len(),
+                run.id
+            );
+        }
+    }
+
+    /// After each attempt: while the stop a submission must end in has not
+    /// come, no subtask may have got past the start-up check, whatever
+    /// ended the attempt (a check that failed with a transient error must
+    /// fail the attempt, and the failover repeats it), and an interrupted
+    /// check must have changed nothing at the destination.
+    fn check_gate(&self, run: &Run) -> Result<(), String> {
+        match &run.expect {
+            Expectation::Proceed => Ok(()),
+            Expectation::Refusal { prepared } => {
+                if let Some(who) = &run.past_check {
+                    return Err(format!(
+                        "a start without state while {} prepared transactions exist must stop \
+                         with PREPARED_ON_FRESH_START, but {who} of {} got past the start-up \
+                         check",
+                        prepared.len(),
+                        run.id
+                    ));
+                }
+                let now = self.prepared_set();
+                let gone: Vec<_> = prepared.difference(&now).collect();
+                if gone.is_empty() {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "a start without state that must refuse removed prepared transactions: \
+                         {gone:?}"
+                    ))
+                }
+            }
+            Expectation::Rewind {
+                committed_after,
+                visible_before,
+            } => {
+                if let Some(who) = &run.past_check {
+                    return Err(format!(
+                        "restoring checkpoint {} under the FAIL rewind policy must stop with \
+                         REWIND ({} transactions were committed after it), but {who} of {} got \
+                         past the start-up check",
+                        run.restored_checkpoint(),
+                        committed_after.len(),
+                        run.id
+                    ));
+                }
+                let (mut a, mut b) = (visible_before.clone(), self.backend.visible());
+                a.sort();
+                b.sort();
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "restoring checkpoint {} must stop with REWIND, but an attempt changed \
+                         the visible output",
+                        run.restored_checkpoint()
+                    ))
+                }
+            }
+            Expectation::ExistingOutput {
+                lineages,
+                visible_before,
+            } => {
+                if let Some(who) = &run.past_check {
+                    return Err(format!(
+                        "a start without state over committed output of {} earlier lineages must \
+                         stop with EXISTING_OUTPUT, but {who} of {} got past the start-up check",
+                        lineages.len(),
+                        run.id
+                    ));
+                }
+                let (mut a, mut b) = (visible_before.clone(), self.backend.visible());
+                a.sort();
+                b.sort();
+                if a == b {
+                    Ok(())
+                } else {
+                    Err(format!(
+                        "{} must stop with EXISTING_OUTPUT, but an attempt changed the visible \
+                         output",
+                        run.id
+                    ))
+                }
+            }
+        }
     }
 
     fn action_possible(&self, action: OperatorAction) -> bool {

@@ -19,6 +19,7 @@ pub mod faults;
 pub mod invariants;
 pub mod job;
 pub mod rng;
+pub mod scenarios;
 pub mod schedule;
 pub mod source;
 pub mod trace;

@@ -1,9 +1,12 @@
 //! What can go wrong in one schedule, and when. [`Schedule`] is the shape
 //! drawn from the seed (sizes, which kinds of trouble, how much);
 //! [`Chaos`] answers "does it happen here?" as the job runs, within budgets
-//! so that every schedule ends.
+//! so that every schedule ends. A [`Script`] replaces the draws by a fixed
+//! list of events, for regression scenarios that must keep reproducing one
+//! sequence whatever the generator draws from a seed.
 
-use twopc_core::{FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions};
+use twopc_core::memory::{Fault, Operation};
+use twopc_core::{CheckpointId, FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions};
 
 use super::checkpoints::Redistribution;
 use super::faults::SharedFaults;
@@ -78,6 +81,82 @@ pub enum OperatorAction {
     StatelessRestart,
 }
 
+/// Which retained checkpoint a scripted operator restores.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Pick {
+    Oldest,
+    Latest,
+}
+
+/// What a scripted operator does, with every choice the random operator
+/// would draw made explicit.
+#[derive(Clone, Copy, Debug)]
+pub struct Takeover {
+    pub action: OperatorAction,
+    /// For `RestoreSavepoint`: which checkpoint, under which rewind policy.
+    pub restore: Pick,
+    pub rewind: RewindPolicy,
+    pub parallelism: usize,
+}
+
+impl Takeover {
+    pub fn stateless(parallelism: usize) -> Self {
+        Takeover {
+            action: OperatorAction::StatelessRestart,
+            restore: Pick::Latest,
+            rewind: RewindPolicy::Fail,
+            parallelism,
+        }
+    }
+
+    pub fn restore(restore: Pick, rewind: RewindPolicy, parallelism: usize) -> Self {
+        Takeover {
+            action: OperatorAction::RestoreSavepoint,
+            restore,
+            rewind,
+            parallelism,
+        }
+    }
+}
+
+/// A deliberately broken product, to prove that the oracle still catches
+/// what an invariant forbids (a scenario with a mutant must be reported).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mutant {
+    /// Once an attempt failed with a scan error, later attempts of the run
+    /// open under `ABORT_PREPARED` and `REPLACE_RANGE`: a start-up check
+    /// that a transient error lets the next attempt skip.
+    SkipCheckAfterTransientError,
+    /// A start-up check that, failing with a scan error, first removes a
+    /// prepared transaction: the oracle must not take that for the
+    /// destination's own timeout.
+    AbortPreparedOnScanError,
+}
+
+/// A hand-written schedule. Events are keyed by run and attempt numbers
+/// (1-based, in submission order) and by protocol events, never by random
+/// draws, so the scenario stays the same sequence when the generator
+/// changes. Nothing happens that the script does not name, except the
+/// harmless draws (subtask order, chunk sizes, nonces).
+#[derive(Clone, Debug, Default)]
+pub struct Script {
+    /// (run, attempt, point): crash the first time that attempt reaches it.
+    pub crashes: Vec<(u32, u32, CrashPoint)>,
+    /// (run, attempt, operation, n, fault): the n-th call of that operation
+    /// to the destination during that attempt (1-based) fails so.
+    pub faults: Vec<(u32, u32, Operation, u32, Fault)>,
+    /// (run, checkpoint, takeover): the operator stops the running job once
+    /// that checkpoint of the run completed.
+    pub stops: Vec<(u32, CheckpointId, Takeover)>,
+    /// (run, attempt, takeover): after that attempt failed or crashed, the
+    /// operator takes over instead of letting the failover run.
+    pub takeovers: Vec<(u32, u32, Takeover)>,
+    /// (run, attempt): during the downtime after that attempt, the
+    /// destination times out one prepared transaction (the first by id).
+    pub expiries: Vec<(u32, u32)>,
+    pub mutant: Option<Mutant>,
+}
+
 /// The shape of one schedule, drawn from its seed.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -123,6 +202,9 @@ pub struct Schedule {
     /// Filesystem only: I/O of the staged data through direct I/O where
     /// possible, or through the page cache.
     pub buffered_io: bool,
+    /// Set for a scripted scenario: every rate above is zero and the
+    /// script decides instead.
+    pub script: Option<Script>,
 }
 
 impl Schedule {
@@ -171,6 +253,7 @@ impl Schedule {
             intruder_rate: 0.0,
             intruder_budget: 0,
             buffered_io: false,
+            script: None,
         };
         // Each kind of trouble is present in some schedules only, so that
         // both quiet runs and pile-ups of several kinds occur.
@@ -218,6 +301,47 @@ impl Schedule {
         s
     }
 
+    /// A scripted scenario: no random trouble at all, only the script's.
+    pub fn scripted(
+        records: usize,
+        parallelism: usize,
+        checkpoint_interval: usize,
+        early_checkpoint: bool,
+        script: Script,
+    ) -> Schedule {
+        Schedule {
+            seed: 0,
+            records,
+            parallelism,
+            max_parallelism: 4,
+            checkpoint_interval,
+            max_chunk: (checkpoint_interval / 2).clamp(1, 25),
+            redistribution: Redistribution::Contiguous,
+            crash_rate: 0.0,
+            crash_budget: 0,
+            fault_rate: 0.0,
+            fault_budget: 0,
+            expiry_rate: 0.0,
+            expiry_budget: 0,
+            lost_notification_rate: 0.0,
+            decline_rate: 0.0,
+            savepoint_rate: 0.0,
+            savepoint_budget: 0,
+            stateless_rate: 0.0,
+            stateless_budget: 0,
+            burst_rate: 0.0,
+            rescale_on_failover_rate: 0.0,
+            commit_attempts: 3,
+            early_checkpoint,
+            short_retention: false,
+            tolerates_failed_checkpoints: false,
+            intruder_rate: 0.0,
+            intruder_budget: 0,
+            buffered_io: false,
+            script: Some(script),
+        }
+    }
+
     pub fn options(&self, rewind: RewindPolicy, fresh_start: FreshStartPolicy) -> SinkOptions {
         let mut o = SinkOptions {
             rewind,
@@ -237,6 +361,13 @@ impl Schedule {
     }
 
     pub fn describe(&self) -> String {
+        if let Some(script) = &self.script {
+            return format!(
+                "scripted: {} records, parallelism {}, checkpoint every {} records, early \
+                 checkpoint {}, {script:?}",
+                self.records, self.parallelism, self.checkpoint_interval, self.early_checkpoint
+            );
+        }
         format!(
             "{} records, parallelism {} (max {}), checkpoint every {} records, chunks <= {}, \
              {:?} redistribution, crashes {}x@{:.2}, faults {}x@{:.3}, expiries {}x@{:.2}, \
@@ -289,6 +420,13 @@ pub struct Chaos {
     /// is fixed, so the job must now run to the end.
     calm: bool,
     intruders_left: u32,
+    /// The scripted mode's events, and where the job is: (run, attempt).
+    script: Option<Script>,
+    at: (u32, u32),
+    /// The scripted operator's current action, whose choices
+    /// [`Chaos::parallelism`], [`Chaos::pick_restore`] and
+    /// [`Chaos::rewind_policy`] answer.
+    takeover: Option<Takeover>,
 }
 
 impl Chaos {
@@ -302,16 +440,39 @@ impl Chaos {
             stateless_left: schedule.stateless_budget,
             intruders_left: schedule.intruder_budget,
             calm: false,
+            script: schedule.script.clone(),
+            at: (0, 0),
+            takeover: None,
             schedule: schedule.clone(),
         }
     }
 
     pub fn calm(&mut self) {
         self.calm = true;
+        self.takeover = None;
         self.faults.lock().disable();
     }
 
+    /// The job tells where it is: attempt `attempt` of the `run`-th
+    /// submission begins. Scripted events are keyed by it.
+    pub fn at(&mut self, run: u32, attempt: u32) {
+        self.at = (run, attempt);
+        self.faults.lock().at(run, attempt);
+    }
+
+    pub fn mutant(&self) -> Option<Mutant> {
+        self.script.as_ref().and_then(|s| s.mutant)
+    }
+
     pub fn crash(&mut self, point: CrashPoint) -> bool {
+        if let Some(script) = &mut self.script {
+            let (run, attempt) = self.at;
+            let hit = script
+                .crashes
+                .iter()
+                .position(|&(r, a, p)| (r, a, p) == (run, attempt, point));
+            return hit.map(|i| script.crashes.remove(i)).is_some();
+        }
         if self.calm || self.crashes_left == 0 {
             return false;
         }
@@ -361,7 +522,67 @@ impl Chaos {
         Some(n)
     }
 
-    pub fn operator_action(&mut self) -> Option<OperatorAction> {
+    /// While the job runs (`latest`: the run's latest completed checkpoint).
+    pub fn operator_stops(&mut self, latest: Option<CheckpointId>) -> Option<OperatorAction> {
+        if let Some(script) = &mut self.script {
+            let run = self.at.0;
+            let i = script
+                .stops
+                .iter()
+                .position(|&(r, c, _)| r == run && latest.is_some_and(|l| l >= c))?;
+            let (_, _, t) = script.stops.remove(i);
+            self.takeover = Some(t);
+            return Some(t.action);
+        }
+        self.operator_action()
+    }
+
+    /// While the job is down after a failed or crashed attempt.
+    pub fn operator_takes_over(&mut self) -> Option<OperatorAction> {
+        if let Some(script) = &mut self.script {
+            let at = self.at;
+            let i = script
+                .takeovers
+                .iter()
+                .position(|&(r, a, _)| (r, a) == at)?;
+            let (_, _, t) = script.takeovers.remove(i);
+            self.takeover = Some(t);
+            return Some(t.action);
+        }
+        self.operator_action()
+    }
+
+    /// A scripted timeout of a prepared transaction, after the attempt.
+    pub fn scripted_expiry(&mut self) -> bool {
+        let at = self.at;
+        let Some(script) = &mut self.script else {
+            return false;
+        };
+        let hit = script.expiries.iter().position(|&e| e == at);
+        hit.map(|i| script.expiries.remove(i)).is_some()
+    }
+
+    /// Which of `n` retained checkpoints the operator restores.
+    pub fn pick_restore(&mut self, n: usize) -> usize {
+        match self.takeover {
+            Some(t) if self.script.is_some() => match t.restore {
+                Pick::Oldest => 0,
+                Pick::Latest => n - 1,
+            },
+            // The same draw as `rng.pick`, so that seeds replay unchanged.
+            _ => self.rng.between(0, n - 1),
+        }
+    }
+
+    pub fn rewind_policy(&mut self) -> RewindPolicy {
+        match self.takeover {
+            Some(t) if self.script.is_some() => t.rewind,
+            _ if self.rng.chance(0.5) => RewindPolicy::ReplaceRange,
+            _ => RewindPolicy::Fail,
+        }
+    }
+
+    fn operator_action(&mut self) -> Option<OperatorAction> {
         if self.calm {
             return None;
         }
@@ -386,6 +607,11 @@ impl Chaos {
     }
 
     pub fn parallelism(&mut self) -> usize {
+        if self.script.is_some() {
+            return self
+                .takeover
+                .map_or(self.schedule.parallelism, |t| t.parallelism);
+        }
         self.rng.between(1, self.schedule.max_parallelism)
     }
 

@@ -1,0 +1,192 @@
+//! Hand-written regression scenarios. Each reproduces, as a fixed script,
+//! the sequence behind seeds that once failed (see `rust/sim/TRIAGE.md`),
+//! so that it stays tested when the generator changes what a seed draws.
+//! Events are keyed by run and attempt numbers and protocol events (see
+//! [`Script`]); a scenario with a [`Mutant`] breaks the product on purpose
+//! and must be reported, which shows the oracle was not weakened.
+
+use twopc_core::memory::{Fault, Operation};
+use twopc_core::RewindPolicy;
+
+use super::schedule::{CrashPoint, Mutant, Pick, Schedule, Script, Takeover};
+
+/// What the run of a scenario must give.
+#[derive(Clone, Copy, Debug)]
+pub enum Verdict {
+    Pass,
+    /// A violation whose message contains this text.
+    Violation(&'static str),
+}
+
+pub struct Scenario {
+    pub name: &'static str,
+    /// The seeds (of the generator at commit cd76071) with this root cause.
+    pub seeds: &'static [u64],
+    pub schedule: Schedule,
+    pub verdict: Verdict,
+}
+
+const RUN1: u32 = 1;
+const RUN2: u32 = 2;
+
+/// Run 1 (parallelism 2) prepares checkpoint 1 (records 0..10) on both
+/// subtasks, completes it and crashes before any commit; the operator
+/// restarts without state (run 2), which meets two prepared transactions
+/// of a completed checkpoint and must refuse.
+fn prepared_leftovers(more: Script) -> Schedule {
+    let mut script = more;
+    script
+        .crashes
+        .push((RUN1, 1, CrashPoint::AfterCompleteBeforeNotify));
+    script.takeovers.push((RUN1, 1, Takeover::stateless(2)));
+    Schedule::scripted(40, 2, 10, false, script)
+}
+
+/// Run 1 (parallelism 2) commits checkpoints 1 (offset 0), 2 and 3; the
+/// operator stops it and restores checkpoint 1 under the FAIL rewind policy
+/// at parallelism 3 (run 2), which must stop with REWIND.
+fn committed_after_savepoint(more: Script) -> Schedule {
+    let mut script = more;
+    script.stops.push((
+        RUN1,
+        3,
+        Takeover::restore(Pick::Oldest, RewindPolicy::Fail, 3),
+    ));
+    Schedule::scripted(40, 2, 10, true, script)
+}
+
+/// The first scan of run 2's attempt `attempt` fails so.
+fn scan_fails(attempt: u32, fault: Fault) -> (u32, u32, Operation, u32, Fault) {
+    (RUN2, attempt, Operation::Scan, 1, fault)
+}
+
+pub fn all() -> Vec<Scenario> {
+    vec![
+        Scenario {
+            name: "fresh-start listing fails; the operator takes over before it is repeated",
+            seeds: &[65997, 1112645],
+            schedule: prepared_leftovers(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                takeovers: vec![(
+                    RUN2,
+                    1,
+                    Takeover::restore(Pick::Latest, RewindPolicy::Fail, 2),
+                )],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "fresh-start listing fails twice (response lost, then refused); the operator \
+                   takes over",
+            seeds: &[1287467],
+            schedule: prepared_leftovers(Script {
+                faults: vec![
+                    scan_fails(1, Fault::FailAfter),
+                    scan_fails(2, Fault::FailBefore),
+                ],
+                takeovers: vec![(
+                    RUN2,
+                    2,
+                    Takeover::restore(Pick::Latest, RewindPolicy::Fail, 2),
+                )],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "fresh-start listing fails; the failover repeats the check, which refuses",
+            seeds: &[],
+            schedule: prepared_leftovers(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "MUTANT: a fresh start that skips the check after a transient listing error",
+            seeds: &[],
+            schedule: prepared_leftovers(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                mutant: Some(Mutant::SkipCheckAfterTransientError),
+                ..Script::default()
+            }),
+            verdict: Verdict::Violation("got past the start-up check"),
+        },
+        Scenario {
+            name: "rewind commit-record read fails; the operator takes over before it is repeated",
+            seeds: &[975606, 1254192, 1512710],
+            schedule: committed_after_savepoint(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                takeovers: vec![(
+                    RUN2,
+                    1,
+                    Takeover::restore(Pick::Latest, RewindPolicy::Fail, 2),
+                )],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "rewind commit-record read fails; the failover repeats the check: REWIND",
+            seeds: &[],
+            schedule: committed_after_savepoint(Script {
+                faults: vec![scan_fails(1, Fault::FailAfter)],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "MUTANT: a restore that skips the rewind check after a transient read error",
+            seeds: &[],
+            schedule: committed_after_savepoint(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                mutant: Some(Mutant::SkipCheckAfterTransientError),
+                ..Script::default()
+            }),
+            verdict: Verdict::Violation("got past the start-up check"),
+        },
+        Scenario {
+            name: "a prepared leftover times out while the job is down; the repeated check names \
+                   the one left",
+            seeds: &[987795],
+            schedule: prepared_leftovers(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                expiries: vec![(RUN2, 1)],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "MUTANT: a failed fresh-start check that removes a prepared transaction",
+            seeds: &[],
+            schedule: prepared_leftovers(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                mutant: Some(Mutant::AbortPreparedOnScanError),
+                ..Script::default()
+            }),
+            verdict: Verdict::Violation("removed prepared transactions"),
+        },
+        Scenario {
+            name: "the only prepared leftover times out while the job is down; the repeated \
+                   check lets the start proceed",
+            seeds: &[1515702],
+            // Run 1 prepares checkpoint 1 and crashes before it completes;
+            // the operator restarts without state.
+            schedule: Schedule::scripted(
+                30,
+                1,
+                10,
+                false,
+                Script {
+                    crashes: vec![(RUN1, 1, CrashPoint::AfterPrepare)],
+                    takeovers: vec![(RUN1, 1, Takeover::stateless(1))],
+                    faults: vec![scan_fails(1, Fault::FailBefore)],
+                    expiries: vec![(RUN2, 1)],
+                    ..Script::default()
+                },
+            ),
+            verdict: Verdict::Pass,
+        },
+    ]
+}
