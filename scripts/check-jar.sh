@@ -11,7 +11,9 @@ jar=$(ls build/libs/twopc-flink-*.jar | head -n 1)
 listing=$(unzip -l "$jar")
 fail() { say "jar check failed: $*"; exit 1; }
 grep -q 'native/linux-x86_64/libtwopc_jni.so' <<<"$listing" || fail "$jar has no native/linux-x86_64/libtwopc_jni.so"
-grep -q 'io/twopc/flink/TwopcSink.class' <<<"$listing" || fail "$jar has no io/twopc/flink/TwopcSink.class"
+for class in TwopcSink TwopcSinkFunction TwopcWriter TwopcCommitter; do
+    grep -q "io/twopc/flink/$class.class" <<<"$listing" || fail "$jar has no io/twopc/flink/$class.class"
+done
 if grep -q 'org/apache/flink/' <<<"$listing"; then fail "$jar bundles Flink classes (Flink must stay compileOnly)"; fi
 lib=$(mktemp)
 unzip -p "$jar" native/linux-x86_64/libtwopc_jni.so >"$lib"

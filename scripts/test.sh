@@ -2,7 +2,8 @@
 # Runs every test: Rust formatting and lints, the Rust core's unit tests,
 # golden vectors, the crash simulation, the fuzz harness (100,000 inputs per
 # decoder; `scripts/fuzz.sh` runs 10^7) and the SIGKILL test, then the Java
-# tests (JNI bridge and Flink MiniCluster integration tests).
+# tests (JNI bridge and Flink MiniCluster integration tests) on both Flink
+# lines, and the check of the jar users add.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -32,8 +33,9 @@ cargo test --workspace --locked
 # The integration tests inject faults through the core's fail points, so
 # they run against a library built with the test-only feature, kept in its
 # own target directory (the jar built by `gradle jar` never has it).
-say "gradle test (Java and Flink MiniCluster tests)"
-gradle --no-daemon test -PcargoFeatures=failpoints -PcargoTargetDir="$PWD/target/failpoints"
+say "gradle test test2x legacyTest (Java and Flink MiniCluster tests: Sink V2 on Flink 1.20 and 2.x, the SinkFunction shim on 1.20)"
+gradle --no-daemon --continue test test2x legacyTest -PcargoFeatures=failpoints \
+    -PcargoTargetDir="$PWD/target/failpoints" -PpgUrl="$TWOPC_PG_URL" -PpgUrlNo2pc="$TWOPC_PG_URL_NO_2PC"
 
 say "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
 bash scripts/check-jar.sh

@@ -528,6 +528,65 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
     }
     staged.sort_by(|a, b| a.transaction.cmp(&b.transaction));
 
+    // Output of several lineages: a job started without state next to an
+    // earlier run's output. Wanted only when that run chose to append (its
+    // lineage record says so); otherwise every record may be there twice.
+    let mut by_lineage: std::collections::BTreeMap<String, (u64, u64)> = Default::default();
+    for c in &inv.committed {
+        let entry = by_lineage.entry(c.handle.lineage.to_string()).or_default();
+        entry.0 += 1;
+        entry.1 += c.handle.prepared().map_or(0, |p| p.records);
+    }
+    if by_lineage.len() > 1 {
+        let appended: std::collections::BTreeSet<String> = inv
+            .lineages
+            .iter()
+            .filter(|l| l.appended)
+            .map(|l| l.lineage.to_string())
+            .collect();
+        let unasked: Vec<&String> = by_lineage
+            .keys()
+            .filter(|l| !appended.contains(*l))
+            .collect();
+        // The first lineage needs no permission; every later one does.
+        if unasked.len() > 1 {
+            let runs: Vec<String> = by_lineage
+                .iter()
+                .map(|(l, (txns, records))| {
+                    let run = inv
+                        .lineages
+                        .iter()
+                        .find(|r| r.lineage.to_string() == *l)
+                        .map_or_else(|| "run unknown".to_string(), |r| format!("run {}", r.run));
+                    format!("lineage {l} ({run}; {txns} transactions, {records} records)")
+                })
+                .collect();
+            attention.push(Finding::new(
+                "several-lineages",
+                Some(sink),
+                format!(
+                    "sink '{sink}' holds committed output of {} lineages: {}. A job started \
+                     without state wrote next to an earlier run's output, without the fresh-start \
+                     policy APPEND: the same records may be there more than once. Keep one \
+                     lineage's output (remove the other's files, listed above by transaction), \
+                     or, if both runs are wanted, note that they were appended on purpose",
+                    by_lineage.len(),
+                    runs.join("; ")
+                ),
+            ));
+        } else {
+            notes.push(Finding::new(
+                "several-lineages",
+                Some(sink),
+                format!(
+                    "sink '{sink}' holds output of {} lineages, appended on purpose (fresh-start \
+                     policy APPEND)",
+                    by_lineage.len()
+                ),
+            ));
+        }
+    }
+
     // Problems found by the core. An interrupted commit shows up there as a
     // record whose file is missing; it is reported above with its cause.
     let mut problems = Vec::new();

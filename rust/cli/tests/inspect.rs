@@ -410,3 +410,56 @@ fn copy_dir(from: &Path, to: &Path) {
         fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
+
+/// Issue 9.4: a second run started without state next to the first one's
+/// output needs attention, unless it was appended on purpose.
+#[test]
+fn output_of_several_lineages_needs_attention_unless_appended() {
+    for policy in [FreshStartPolicy::Fail, FreshStartPolicy::Append] {
+        let (_dir, out, clock) = output("lineages");
+        let mut first = open_sink(
+            &out,
+            "orders",
+            "run1",
+            0,
+            1,
+            SinkOptions::default(),
+            &clock,
+            None,
+        );
+        commit_one(&mut first, &["1", "2"], 1);
+        let open = first.begin().unwrap();
+        first.abort(&open).unwrap();
+        drop(first);
+        // The same job again, without state. FAIL would stop it at start;
+        // an operator who forced it (e.g. with an older release) leaves two
+        // lineages behind, which is what inspect must flag.
+        let options = SinkOptions {
+            fresh_start: FreshStartPolicy::Append,
+            ..SinkOptions::default()
+        };
+        let mut second = open_sink(&out, "orders", "run2", 0, 1, options, &clock, None);
+        commit_one(&mut second, &["1", "2"], 1);
+        let open = second.begin().unwrap();
+        second.abort(&open).unwrap();
+        drop(second);
+        if policy == FreshStartPolicy::Fail {
+            // Forget that the second run appended on purpose.
+            for entry in std::fs::read_dir(out.join("_twopc/orders/lineages")).unwrap() {
+                std::fs::remove_file(entry.unwrap().path()).unwrap();
+            }
+        }
+
+        let o = twopc(&["inspect", out.to_str().unwrap()]);
+        let text = stdout(&o);
+        println!("{text}");
+        if policy == FreshStartPolicy::Fail {
+            assert_eq!(o.status.code(), Some(1), "{text}");
+            assert!(text.contains("committed output of 2 lineages"), "{text}");
+            assert!(text.contains("may be there more than once"), "{text}");
+        } else {
+            assert_eq!(o.status.code(), Some(0), "{text}");
+            assert!(text.contains("appended on purpose"), "{text}");
+        }
+    }
+}
