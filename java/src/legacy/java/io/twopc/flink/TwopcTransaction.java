@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.Internal;
+
 import java.util.Arrays;
 import java.util.Objects;
 
@@ -14,6 +16,7 @@ import java.util.Objects;
  * preCommit} into its pending-commit map, and the prepared handle (which records the checkpoint
  * and the staged length) must replace the open one in that object.
  */
+@Internal
 public final class TwopcTransaction {
     private byte[] handle;
     /** For log lines only; filled by the sink from the handle, never serialized. */

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.Internal;
+
 import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
@@ -18,6 +20,7 @@ import java.io.IOException;
  * is used. Corrupt lengths are caught here, before any allocation, with a message that says the
  * state is damaged.
  */
+@Internal
 public final class TwopcTransactionSerializer extends TypeSerializerSingleton<TwopcTransaction> {
     private static final long serialVersionUID = 1L;
 

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.types.Row;
 
@@ -33,6 +35,7 @@ import java.util.Objects;
  *
  * @param <T> the record type
  */
+@PublicEvolving
 public final class CsvRowSchema<T> implements SerializationSchema<T> {
     private static final long serialVersionUID = 1L;
     private static final char[] HEX = "0123456789abcdef".toCharArray();

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 import java.io.Serializable;
 import java.io.UnsupportedEncodingException;
 import java.net.URI;
@@ -48,6 +50,7 @@ import java.util.Set;
  * <p>Instances are immutable: every setter returns a changed copy. Names are used exactly as
  * written (case-sensitive, no folding to lower case).
  */
+@PublicEvolving
 public final class PostgresDestination implements Serializable {
     private static final long serialVersionUID = 1L;
 

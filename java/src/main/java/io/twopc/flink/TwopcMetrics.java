@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.Internal;
+
 import io.twopc.flink.internal.NativeBridge;
 
 import org.apache.flink.metrics.Counter;
@@ -16,6 +18,7 @@ import org.apache.flink.runtime.metrics.DescriptiveStatisticsHistogram;
  * Counters are updated by the task thread as it goes (once per batch, commit or abort), never
  * polled from the native side: metric reporters run on threads of their own.
  */
+@Internal
 final class TwopcMetrics {
     static final String GROUP = "twopc";
 

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.PublicEvolving;
+
 import java.io.IOException;
 import java.nio.charset.StandardCharsets;
 import java.nio.file.DirectoryStream;
@@ -18,6 +20,7 @@ import java.util.List;
  * <p>Committed files appear by an atomic rename, so a file is either absent or complete: reading
  * while the job runs gives a consistent prefix of the output, per file.
  */
+@PublicEvolving
 public final class TwopcOutput {
     private TwopcOutput() {}
 

@@ -1,5 +1,7 @@
 package io.twopc.flink.internal;
 
+import org.apache.flink.annotation.Internal;
+
 import java.io.IOException;
 import java.io.InputStream;
 import java.nio.file.Files;
@@ -29,6 +31,7 @@ import java.util.Locale;
  * chooses the directory for the copies (default {@code java.io.tmpdir}), for
  * hosts whose temporary directory is mounted {@code noexec}.
  */
+@Internal
 public final class NativeLoader {
     /** Overrides the library in the jar with this file. */
     public static final String LIBRARY_PROPERTY = "twopc.native.library";

@@ -1,5 +1,7 @@
 package io.twopc.flink.internal;
 
+import org.apache.flink.annotation.Internal;
+
 import java.util.concurrent.ConcurrentHashMap;
 import java.util.concurrent.ConcurrentMap;
 
@@ -17,6 +19,7 @@ import org.slf4j.LoggerFactory;
  * (records below it cost nothing); set it to DEBUG to see the core's debug
  * output.
  */
+@Internal
 public final class NativeLog {
     /** Parent of every logger used for native records. */
     public static final String ROOT = "twopc";
