@@ -32,8 +32,12 @@ LABELS = {
     "raw-disk": "raw sequential disk write (page cache)",
     "raw-disk-direct": "raw sequential disk write (O_DIRECT)",
     "raw-copy": "psql \\copy",
+    "discard-serialized@2.x": "DiscardingSink after serialization, Flink 2.x",
+    "twopc-fs@2.x": "twopc, filesystem (Sink V2), Flink 2.x",
+    "filesink@2.x": "Flink FileSink (row format), Flink 2.x",
 }
-MAIN_ORDER = ["discard", "discard-serialized", "twopc-fs", "twopc-fs-sinkfunction", "filesink", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
+MAIN_ORDER = ["discard", "discard-serialized", "twopc-fs", "twopc-fs-sinkfunction", "filesink",
+              "discard-serialized@2.x", "twopc-fs@2.x", "filesink@2.x", "raw-disk", "raw-disk-direct", "twopc-pg-tx", "twopc-pg-idem", "jdbc-xa", "jdbc-xa-rewrite",
               "raw-copy"]
 SWEEP = {"twopc-fs": ["twopc-fs@100ms", "twopc-fs", "twopc-fs@10s"],
          "filesink": ["filesink@100ms", "filesink", "filesink@10s"]}
@@ -45,6 +49,9 @@ RATIOS = [
     # The ceiling as the brief defines it: "source and serialisation cost only".
     ("twopc-fs / DiscardingSink after serialization", "twopc-fs", "discard-serialized", 0.8, None),
     ("twopc-fs / FileSink", "twopc-fs", "filesink", 1.0, 1.5),
+    ("Flink 2.x: twopc-fs / DiscardingSink after serialization", "twopc-fs@2.x", "discard-serialized@2.x", 0.8, None),
+    ("Flink 2.x: twopc-fs / FileSink", "twopc-fs@2.x", "filesink@2.x", 1.0, None),
+    ("twopc-fs: SinkFunction shim / Sink V2 (Flink 1.20)", "twopc-fs-sinkfunction", "twopc-fs", None, None),
     ("twopc-pg transactional / JDBC XA", "twopc-pg-tx", "jdbc-xa", 3.0, None),
     ("twopc-pg transactional / raw COPY", "twopc-pg-tx", "raw-copy", 0.7, None),
     ("twopc-fs / DiscardingSink (no serialization)", "twopc-fs", "discard", None, None),

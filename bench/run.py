@@ -77,7 +77,9 @@ SIZES = {
     },
 }
 
-# (case name, sink, size key, checkpoint interval ms, needs PostgreSQL)
+# (case name, sink, size key, checkpoint interval ms, needs PostgreSQL[, Flink line])
+# The line is "1.20" unless a sixth element says "2.x" (the classpath of
+# --classpath-2x-file: the same benchmark compiled against and run on 2.x).
 CASES = [
     ("discard", "discard", "discard", 1000, False),
     # The ceiling the brief asks for (source and serialisation cost only):
@@ -102,7 +104,15 @@ CASES = [
     ("filesink@100ms", "filesink", "filesink", 100, False),
     ("twopc-fs@10s", "twopc-fs", "fs-long", 10000, False),
     ("filesink@10s", "filesink", "filesink-long", 10000, False),
+    # Flink 2.x: the Sink V2 sinks, the same jar.
+    ("discard-serialized@2.x", "discard-serialized", "discard", 1000, False, "2.x"),
+    ("twopc-fs@2.x", "twopc-fs", "fs", 1000, False, "2.x"),
+    ("filesink@2.x", "filesink", "filesink", 1000, False, "2.x"),
 ]
+
+
+def line_of(case):
+    return case[5] if len(case) > 5 else "1.20"
 
 RUN_TIMEOUT_S = 15 * 60
 
@@ -294,6 +304,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--quick", action="store_true", help="small runs, finishes within minutes")
     ap.add_argument("--classpath-file", required=True)
+    ap.add_argument("--classpath-2x-file", help="classpath of the Flink 2.x build (cases @2.x)")
     ap.add_argument("--work", default=os.environ.get("TWOPC_BENCH_WORK", "/tmp/twopc-bench"))
     ap.add_argument("--pg-url", default=os.environ.get("TWOPC_BENCH_PG_URL"))
     ap.add_argument("--out", default="docs/bench/results.json")
@@ -308,11 +319,18 @@ def main():
     rounds = opts.rounds or sizes["rounds"]
     os.makedirs(opts.work, exist_ok=True)
     classpath = snapshot_classpath(opts.classpath_file, os.path.join(opts.work, "classpath"))
+    classpaths = {"1.20": classpath}
+    if opts.classpath_2x_file:
+        classpaths["2.x"] = snapshot_classpath(opts.classpath_2x_file, os.path.join(opts.work, "classpath-2x"))
     shutil.rmtree(os.path.join(opts.work, "results"), ignore_errors=True)
 
     only = [c for c in opts.only.split(",") if c]
     cases = [c for c in CASES if not only or c[0] in only]
     skipped = {}
+    for c in cases:
+        if line_of(c) not in classpaths:
+            skipped[c[0]] = f"no Flink {line_of(c)} classpath (--classpath-2x-file)"
+    cases = [c for c in cases if line_of(c) in classpaths]
     if not opts.pg_url:
         for c in cases:
             if c[4]:
@@ -333,7 +351,8 @@ def main():
         order = round_cases[r % len(round_cases):] + round_cases[:r % len(round_cases)]
         if r % 2 == 1:
             order = list(reversed(order))
-        for (name, sink, size_key, interval, _) in order:
+        for case in order:
+            (name, sink, size_key, interval) = case[:4]
             records = sizes[size_key]
             settle(opts.pg_url)
             log(f"round {r + 1}/{rounds}: {name} ({records:,} records, checkpoint every {interval} ms); "
@@ -341,11 +360,12 @@ def main():
             if sink == "raw-copy":
                 res = run_raw_copy(opts.pg_url, copy_files, records)
             else:
-                res = run_java_case(classpath, opts.work, name, sink, records, interval,
+                res = run_java_case(classpaths[line_of(case)], opts.work, name, sink, records, interval,
                                     opts.pg_url if sink.startswith(("twopc-pg", "jdbc")) else None,
                                     f"r{r + 1}", opts.jvm_arg)
             res["case"] = name
             res["round"] = r + 1
+            res["flink"] = line_of(case)
             rate = res.get("recordsPerSec")
             log(f"  -> {'ok' if res.get('ok') else 'FAILED'}: "
                 + (f"{rate:,.0f} records/s" if rate else "no rate")
@@ -382,7 +402,8 @@ def main():
         "finished": finished.isoformat(timespec="seconds"),
         "rounds": rounds,
         "sizes": sizes,
-        "cases": [{"case": c[0], "sink": c[1], "records": sizes[c[2]], "intervalMs": c[3]} for c in cases],
+        "cases": [{"case": c[0], "sink": c[1], "records": sizes[c[2]], "intervalMs": c[3], "flink": line_of(c)}
+                  for c in cases],
         "skipped": skipped,
         "machine": machine,
         "jvm": JVM_HEAP + opts.jvm_arg,

@@ -84,12 +84,13 @@ export TWOPC_PG_SETTINGS="max_wal_size = 8GB; checkpoint_timeout = 30min; shared
 eval "$(TWOPC_PG_MAX_PREPARED=64 bash scripts/postgres.sh start)"
 
 say "building the JNI library (release) and the benchmark classes"
-gradle --no-daemon -q benchClasspath \
+gradle --no-daemon -q benchClasspath bench2xClasspath \
     -PcargoTargetDir="${TWOPC_BENCH_CARGO_TARGET_DIR:-$PWD/target}"
 
 mkdir -p "$OUT_DIR/bench"
 python3 bench/run.py $QUICK \
     --classpath-file build/bench/classpath.txt \
+    --classpath-2x-file build/bench/classpath-2x.txt \
     --pg-url "$TWOPC_PG_URL" \
     --out "$OUT_DIR/bench/results.json"
 python3 bench/report.py "$OUT_DIR/bench/results.json" "$OUT_DIR/benchmarks.md"

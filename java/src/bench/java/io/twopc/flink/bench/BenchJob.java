@@ -173,7 +173,7 @@ public final class BenchJob {
         }
         result.put("checkpointDurationsMs", durations);
         result.put("jobSeconds", (endNs - startNs) / 1e9);
-        result.put("jobStatus", String.valueOf(jobResult.getApplicationStatus()));
+        result.put("jobStatus", jobResult.isSuccess() ? "SUCCEEDED" : "FAILED");
         boolean ok = jobResult.isSuccess();
         if (!ok) {
             result.put("error", jobResult.getSerializedThrowable()

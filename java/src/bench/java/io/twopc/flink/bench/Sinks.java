@@ -5,16 +5,10 @@ import io.twopc.flink.TwopcSink;
 import org.apache.flink.api.common.serialization.SimpleStringEncoder;
 import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.connector.file.sink.FileSink;
-import org.apache.flink.connector.jdbc.JdbcExactlyOnceOptions;
-import org.apache.flink.connector.jdbc.JdbcExecutionOptions;
-import org.apache.flink.connector.jdbc.JdbcSink;
 import org.apache.flink.streaming.api.datastream.DataStream;
-import org.apache.flink.streaming.api.functions.sink.DiscardingSink;
 import org.apache.flink.streaming.api.functions.sink.filesystem.OutputFileConfig;
 import org.apache.flink.streaming.api.functions.sink.filesystem.bucketassigners.BasePathBucketAssigner;
 import org.apache.flink.streaming.api.functions.sink.filesystem.rollingpolicies.OnCheckpointRollingPolicy;
-
-import org.postgresql.xa.PGXADataSource;
 
 import java.io.IOException;
 import java.net.URI;
@@ -64,31 +58,20 @@ final class Sinks {
     }
 
     static void attach(String sink, DataStream<String> stream, Path dir, String pgUrl, Target target) {
+        // The sinks that exist on one Flink line only (SinkFunction-based ones, Flink's JDBC
+        // connector) are in LineSinks: java/src/bench120 for Flink 1.20, java/src/bench2x for 2.x.
+        if (LineSinks.attach(sink, stream, dir, pgUrl)) {
+            return;
+        }
         switch (sink) {
-            case "discard":
-                stream.addSink(new DiscardingSink<>()).uid("sink").name("discard");
-                break;
-            case "discard-serialized":
-                stream.addSink(new SerializingDiscardingSink(new SimpleStringSchema()))
-                        .uid("sink").name("discard-serialized");
-                break;
             case "twopc-fs":
-                // The Sink V2 front end (stream.sinkTo), as on Flink 2.x.
+                // The Sink V2 front end (stream.sinkTo), on both Flink lines.
                 stream.sinkTo(TwopcSink.<String>builder()
                                 .forDirectory(dir)
                                 .setSinkId(SINK_ID)
                                 .setSerializationSchema(new SimpleStringSchema())
                                 .build())
                         .uid("sink").name("twopc-fs");
-                break;
-            case "twopc-fs-sinkfunction":
-                // The SinkFunction shim (stream.addSink), Flink 1.20 only.
-                stream.addSink(io.twopc.flink.TwopcSinkFunction.<String>builder()
-                                .forDirectory(dir)
-                                .setSinkId(SINK_ID)
-                                .setSerializationSchema(new SimpleStringSchema())
-                                .build())
-                        .uid("sink").name("twopc-fs-sinkfunction");
                 break;
             case "filesink":
                 // Row format, the same encoder (the string's bytes and a newline), the same flat
@@ -105,46 +88,11 @@ final class Sinks {
             case "twopc-pg-idem":
                 PgSinks.attach(sink, stream, Pg.parse(pgUrl));
                 break;
-            case "jdbc-xa":
-                attachJdbcXa(stream, Pg.parse(pgUrl), false);
-                break;
-            case "jdbc-xa-rewrite":
-                attachJdbcXa(stream, Pg.parse(pgUrl), true);
-                break;
             default:
-                throw new IllegalArgumentException("unknown sink " + sink);
+                throw new IllegalArgumentException("unknown sink " + sink + " on Flink " + LineSinks.LINE);
         }
     }
 
-    /**
-     * Flink's JDBC connector, exactly-once: XA transactions, one per subtask and checkpoint,
-     * prepared at the checkpoint and committed when it completes, configured as Flink's
-     * documentation shows it for PostgreSQL: a connection per transaction, retries off (XA needs
-     * that), batches of 5000 rows. With {@code rewriteBatchedInserts} the driver also turns each
-     * batch into multi-row INSERTs, its fastest insert mode (not the default).
-     */
-    private static void attachJdbcXa(DataStream<String> stream, Pg pg, boolean rewriteBatchedInserts) {
-        String url = pg.jdbcUrl();
-        String user = pg.user;
-        String password = pg.password;
-        stream.addSink(JdbcSink.exactlyOnceSink(
-                        "INSERT INTO " + TABLE + " (id, payload) VALUES (?, ?)",
-                        (statement, record) -> {
-                            statement.setLong(1, Long.parseLong(record, 0, BenchRecords.ID_DIGITS, 10));
-                            statement.setString(2, record.substring(BenchRecords.ID_DIGITS + 1));
-                        },
-                        JdbcExecutionOptions.builder().withMaxRetries(0).withBatchSize(5000).build(),
-                        JdbcExactlyOnceOptions.builder().withTransactionPerConnection(true).build(),
-                        () -> {
-                            PGXADataSource ds = new PGXADataSource();
-                            ds.setUrl(url);
-                            ds.setUser(user);
-                            ds.setPassword(password);
-                            ds.setReWriteBatchedInserts(rewriteBatchedInserts);
-                            return ds;
-                        }))
-                .uid("sink").name(rewriteBatchedInserts ? "jdbc-xa-rewrite" : "jdbc-xa");
-    }
 
     /** Checks the output is complete: "ok: ..." or what is wrong. */
     static String verify(String sink, Path dir, long records, String pgUrl, Target target) throws Exception {
