@@ -126,41 +126,79 @@ impl CommitterSession {
         clock: &C,
         handle: &TransactionHandle,
     ) -> Result<CommitOutcome, TwopcError> {
-        let mut attempt = 0;
+        let mut attempt = 1;
         loop {
-            attempt += 1;
-            match self.commit_attempt(dest, clock.now_ms(), handle, attempt)? {
+            match self.commit_attempt(dest, clock, handle, attempt)? {
                 CommitStep::Done(outcome) => return Ok(outcome),
-                CommitStep::RetryAfter { wait_ms, .. } => clock.sleep_ms(wait_ms),
+                CommitStep::RetryAfter { wait_ms, .. } => {
+                    clock.sleep_ms(wait_ms);
+                    attempt += 1;
+                }
             }
         }
     }
 
-    /// One attempt of a commit (see [`Committer::commit_attempt`]).
-    pub fn commit_attempt<D: Destination>(
+    /// One attempt of a commit (see [`Committer::commit_attempt`]), for a
+    /// committer that retries an unknown outcome its own way, as Flink's
+    /// `retryLater()` does: it calls again later with the next attempt
+    /// number, by id, within the retry policy, and never drops the handle.
+    ///
+    /// A recovery commit (a handle of the restored checkpoint) is never
+    /// deferred, though: it is retried here, in place, until it is done or
+    /// unresolved. The lingering cleanup of the committer that owns the
+    /// handle's subtask runs once a checkpoint after the restore completes,
+    /// and takes that as proof that every restored handle was committed:
+    /// Flink commits the restored committables in the committer's
+    /// `initializeState`, before any checkpoint of the attempt can
+    /// complete, and a recovery commit that does not finish there fails the
+    /// task. After a rescale the handle may sit in another committer than
+    /// its owner; deferred past that checkpoint, the owner would abort it
+    /// as lingering and its commit would find it gone: the output of a
+    /// completed checkpoint lost (found by the crash simulation's Sink V2
+    /// topology with deferred commits).
+    pub fn commit_attempt<D: Destination, C: Clock>(
         &mut self,
         dest: &mut D,
-        now_ms: u64,
+        clock: &C,
         handle: &TransactionHandle,
         attempt: u32,
     ) -> Result<CommitStep, TwopcError> {
         self.protect(handle);
-        let step = self
-            .committer
-            .commit_attempt(dest, now_ms, handle, attempt)?;
-        if let CommitStep::Done(outcome) = &step {
-            self.protected.remove(&handle.transaction);
-            match outcome {
-                CommitOutcome::Committed => self.stats.committed += 1,
-                CommitOutcome::AlreadyCommitted => self.stats.already_committed += 1,
-                CommitOutcome::Empty => self.stats.empty += 1,
+        let mut attempt = attempt;
+        let outcome = loop {
+            match self
+                .committer
+                .commit_attempt(dest, clock.now_ms(), handle, attempt)?
+            {
+                CommitStep::Done(outcome) => break outcome,
+                CommitStep::RetryAfter { wait_ms, .. } if self.is_recovery(handle) => {
+                    clock.sleep_ms(wait_ms);
+                    attempt += 1;
+                }
+                retry => return Ok(retry),
             }
-            self.stats.last_committed_checkpoint = self
-                .stats
-                .last_committed_checkpoint
-                .max(handle.checkpoint());
+        };
+        self.protected.remove(&handle.transaction);
+        match outcome {
+            CommitOutcome::Committed => self.stats.committed += 1,
+            CommitOutcome::AlreadyCommitted => self.stats.already_committed += 1,
+            CommitOutcome::Empty => self.stats.empty += 1,
         }
-        Ok(step)
+        self.stats.last_committed_checkpoint = self
+            .stats
+            .last_committed_checkpoint
+            .max(handle.checkpoint());
+        Ok(CommitStep::Done(outcome))
+    }
+
+    /// A handle of the restored checkpoint: prepared before the restore
+    /// (a handle prepared after it records a later checkpoint, since its
+    /// writer numbers from the restored one on).
+    fn is_recovery(&self, handle: &TransactionHandle) -> bool {
+        matches!(
+            (handle.checkpoint(), self.restored),
+            (Some(c), Some(r)) if c <= r
+        )
     }
 
     /// Checkpoint `checkpoint` completed: housekeeping. Only a commit it had

@@ -17,6 +17,11 @@
 //!   transaction is committed or aborted, and whatever else it owns is
 //!   lingering ([`abort_lingering`]). This keeps the sink free of union list
 //!   state, which Flink refuses to checkpoint once some subtasks finished.
+//!   In the Sink V2 topology the restored committables may sit in any
+//!   committer subtask after a rescale, not the owner's; Flink commits them
+//!   in the committer's `initializeState`, and the committer never defers
+//!   such a recovery commit past it, even when it defers other commits
+//!   (see `CommitterSession::commit_attempt`), so the same proof holds.
 //! * Rewind: output of this lineage committed after the restored checkpoint
 //!   would be written again by the replay; stop, or retract it under
 //!   [`RewindPolicy::ReplaceRange`].

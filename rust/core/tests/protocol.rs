@@ -971,3 +971,119 @@ fn fresh_start_check_names_what_the_destination_still_holds() {
     assert!(store.expire_externally(&p1.transaction));
     open(&store, &clock, ctx("run2", 0, 2), options(), None, 4).unwrap();
 }
+
+/// Sink V2 after a rescale 3 -> 2: committer states split apart from the
+/// writers', so committer 0 holds the restored committable of old writer 1,
+/// which committer 1 owns. A committer that defers an unknown commit (as
+/// Flink's `retryLater()` would) must not defer that recovery commit: the
+/// owner's lingering cleanup runs once the first checkpoint after the
+/// restore completes, and would abort the transaction while it waits.
+#[test]
+fn a_recovery_commit_is_never_deferred_past_the_owners_lingering_cleanup() {
+    use twopc_core::{CommitStep, CommitterSession, WriterSession};
+
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    // Run 1, three writers: each prepares one transaction for checkpoint 1,
+    // then snapshots; checkpoint 1 completes, nothing is committed yet.
+    let mut handles = Vec::new();
+    let mut states = Vec::new();
+    for i in 0..3u32 {
+        let mut dest = store.destination(&sink_id());
+        let (mut w, _) = WriterSession::open(
+            &mut dest,
+            &clock,
+            ctx("run1", i, 3),
+            &options(),
+            None,
+            Some(100 + u64::from(i)),
+        )
+        .unwrap();
+        let open = w.begin(&mut dest, &clock).unwrap();
+        w.write(&mut dest, &open.transaction, &batch(&[&format!("r{i}")]))
+            .unwrap();
+        handles.push(w.prepare(&mut dest, &clock, &open.transaction, 1).unwrap());
+        w.begin(&mut dest, &clock).unwrap();
+        states.push(w.state());
+    }
+    // The failover restores checkpoint 1 at parallelism 2: writer states
+    // and committer states are split apart.
+    let restore = |share: &[usize]| Restore {
+        checkpoint: 1,
+        states: share.iter().map(|&i| states[i].clone()).collect(),
+        known: Vec::new(),
+    };
+    let mut writers = Vec::new();
+    for (i, share) in [vec![0, 1], vec![2]].iter().enumerate() {
+        let mut dest = store.destination(&sink_id());
+        let (w, _) = WriterSession::open(
+            &mut dest,
+            &clock,
+            ctx("run1", i as u32, 2).with_attempt(1, 0),
+            &options(),
+            Some(&restore(share)),
+            Some(7 + i as u64),
+        )
+        .unwrap();
+        writers.push((w, dest));
+    }
+    let committer =
+        |i: u32| CommitterSession::new(ctx("run1", i, 2).with_attempt(1, 0), options(), Some(1));
+    let (mut c0, mut c1) = (committer(0), committer(1));
+    let (mut d0, mut d1) = (store.destination(&sink_id()), store.destination(&sink_id()));
+    // Committer 0's recovery commit of old writer 1's transaction meets an
+    // unknown outcome once; a deferring committer would put it off.
+    let failed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let target = handles[1].transaction.clone();
+    let once = failed.clone();
+    store.set_faults(move |op, txn| {
+        if op == Operation::Commit
+            && *txn == target
+            && !once.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    assert_eq!(
+        c0.commit_attempt(&mut d0, &clock, &handles[0], 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    assert_eq!(
+        c0.commit_attempt(&mut d0, &clock, &handles[1], 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed),
+        "a recovery commit is retried in place, never handed back to be deferred"
+    );
+    assert!(failed.load(std::sync::atomic::Ordering::SeqCst));
+    assert_eq!(
+        c1.commit_attempt(&mut d1, &clock, &handles[2], 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    // A commit of the new attempt may still be deferred: its outcome
+    // comes back unknown, and the caller retries it later by id.
+    let (w1, wd1) = &mut writers[1];
+    let open = w1.begin(wd1, &clock).unwrap();
+    w1.write(wd1, &open.transaction, &batch(&["n1"])).unwrap();
+    let own1 = w1.prepare(wd1, &clock, &open.transaction, 2).unwrap();
+    store.set_faults(|op, _| {
+        if op == Operation::Commit {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    assert!(matches!(
+        c1.commit_attempt(&mut d1, &clock, &own1, 1).unwrap(),
+        CommitStep::RetryAfter { .. }
+    ));
+    store.clear_faults();
+    assert_eq!(
+        c1.commit_attempt(&mut d1, &clock, &own1, 2).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    // Checkpoint 2 completes: committer 1 owns old writer 1's index and
+    // cleans up; the restored transaction is committed, not lingering.
+    let report = c1.checkpoint_completed(&mut d1, &clock, 2).unwrap();
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(visible(&store), vec!["n1", "r0", "r1", "r2"]);
+}

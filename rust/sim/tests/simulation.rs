@@ -7,6 +7,13 @@
 //! temporary directory, crashing at every step of the protocol. After every
 //! schedule the invariants in `sim/invariants.rs` are checked.
 //!
+//! Each schedule drives one of the sink's two Flink topologies, drawn from
+//! its seed (half each): the SinkFunction shim's (one `SubtaskSink` per
+//! subtask) or Sink V2's (writers and committers apart, each over its own
+//! destination, committables in the committer's state; half of those
+//! schedules with a committer that defers unknown commits the way Flink's
+//! `retryLater()` does). See `sim/job.rs` and `sim/job/v2.rs`.
+//!
 //! Every run first plays the scripted regression scenarios
 //! (`sim/scenarios.rs`, against both destinations) and replays
 //! [`ONCE_FAILED`], then the random schedules.
@@ -36,13 +43,14 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use twopc_core::SinkId;
 
 use sim::backend::{FsBackend, MemoryBackend};
+use sim::checkpoints::Redistribution;
 use sim::clock::ManualClock;
 use sim::coverage::{Coverage, Section};
 use sim::faults::SharedFaults;
 use sim::job::SimulatedJob;
 use sim::rng::Rng;
 use sim::scenarios::{Scenario, Verdict};
-use sim::schedule::{CrashPoint, Schedule};
+use sim::schedule::{CommitRetry, CrashPoint, Schedule, Topology};
 use sim::trace::{install_core_logger, Trace};
 
 const DEFAULT_MEMORY_SCHEDULES: u64 = 10_000;
@@ -265,6 +273,38 @@ fn required_coverage(memory: &Coverage, fs: &Coverage) -> Vec<String> {
     ] {
         if memory.get(Section::FatalStop, stop) == 0 {
             missing.push(format!("memory: fatal stop '{stop}'"));
+        }
+    }
+    // The Sink V2 topology's own situations (in-memory schedules only: the
+    // filesystem ones are too few to promise them).
+    for decision in [
+        "v2 recovery: committable restored to a committer that does not own its writer's subtask",
+        "v2 writer: restored without a writer state (lineage from the destination)",
+        "v2 writer: prepared with a checkpoint estimate below Flink's id",
+        "v2 retryLater: a deferred commit retried at a later notification",
+        "v2 retryLater: a deferred commit retried at the end of input",
+        "v2 retryLater: a deferred commit restored after a failover",
+        "v2 housekeeping: lingering transactions aborted",
+    ] {
+        if memory.get(Section::Protocol, decision) == 0 {
+            missing.push(format!("memory: '{decision}'"));
+        }
+    }
+    for topology in [
+        Topology::SinkFunction,
+        Topology::SinkV2 {
+            retry: CommitRetry::InPlace,
+            committer_redistribution: Redistribution::RoundRobin,
+        },
+        Topology::SinkV2 {
+            retry: CommitRetry::RetryLater,
+            committer_redistribution: Redistribution::RoundRobin,
+        },
+    ] {
+        for (name, c) in [("memory", memory), ("fs", fs)] {
+            if c.get(Section::Schedules, topology.label()) == 0 {
+                missing.push(format!("{name}: '{}'", topology.label()));
+            }
         }
     }
     missing

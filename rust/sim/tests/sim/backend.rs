@@ -5,7 +5,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use twopc_core::destination::CommittedTransaction;
+use twopc_core::destination::{CommittedTransaction, StagedState};
 use twopc_core::memory::{MemoryDestination, MemoryStore};
 use twopc_core::{CheckpointId, Destination, SinkId, TransactionId};
 use twopc_fs::{committed_view, FsDestination, FsOptions, IoMode, Layout};
@@ -28,6 +28,12 @@ pub trait Backend {
 
     /// Staged transactions that were prepared, with their checkpoint.
     fn prepared(&self) -> Vec<(TransactionId, CheckpointId)>;
+
+    /// Staged transactions whose commit was decided but did not finish
+    /// (the filesystem destination's `Committing`: interrupted while it
+    /// published): they hold their records until a commit or a roll-forward
+    /// finishes them.
+    fn decided(&self) -> Vec<TransactionId>;
 
     /// The destination's commit records.
     fn committed(&self) -> Vec<CommittedTransaction>;
@@ -76,6 +82,11 @@ impl Backend for MemoryBackend {
 
     fn prepared(&self) -> Vec<(TransactionId, CheckpointId)> {
         self.store.prepared_ids()
+    }
+
+    /// A commit in memory is one step: never half done.
+    fn decided(&self) -> Vec<TransactionId> {
+        Vec::new()
     }
 
     fn committed(&self) -> Vec<CommittedTransaction> {
@@ -197,6 +208,18 @@ impl Backend for FsBackend {
                 let cp = s.prepared().and_then(|h| h.checkpoint())?;
                 Some((s.transaction, cp))
             })
+            .collect()
+    }
+
+    fn decided(&self) -> Vec<TransactionId> {
+        let (staged, _) = self
+            .layout()
+            .read_staged()
+            .expect("reading the staging area");
+        staged
+            .into_iter()
+            .filter(|s| matches!(s.state, StagedState::Committing(_)))
+            .map(|s| s.transaction)
             .collect()
     }
 

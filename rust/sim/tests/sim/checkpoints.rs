@@ -2,16 +2,26 @@
 //! what a completed checkpoint holds, how its list state is split on
 //! restore, and which checkpoints an operator can still restore from.
 
-use twopc_core::{CheckpointId, LineageId, Restore, RunId, TransactionHandle};
+use twopc_core::{CheckpointId, LineageId, Restore, RunId, TransactionHandle, WriterState};
 
-/// One element of the sink's operator list state "state", as
-/// `TwoPhaseCommitSinkFunction.snapshotState` writes it.
+/// What one subtask put into a checkpoint. SinkFunction: one element of
+/// the sink's operator list state "state", as
+/// `TwoPhaseCommitSinkFunction.snapshotState` writes it. Sink V2: writer
+/// `i`'s state and committer `i`'s, which Flink keeps apart and splits
+/// apart on rescale (see [`CompletedCheckpoint::assign`]).
 #[derive(Clone, Debug)]
 pub struct SubtaskState {
-    /// `pendingCommitTransactions` at snapshot time, in checkpoint order.
+    /// `pendingCommitTransactions` at snapshot time, in checkpoint order;
+    /// Sink V2: the committer's committables not yet committed, under
+    /// Flink's checkpoint id (the handle's own id is the writer's
+    /// estimate, never above it).
     pub pending: Vec<(CheckpointId, TransactionHandle)>,
-    /// The transaction begun right after the snapshot's pre-commit.
+    /// The transaction begun right after the snapshot's pre-commit (Sink
+    /// V2: after `prepareCommit`).
     pub current: TransactionHandle,
+    /// Sink V2: the writer's state element (its open transaction is
+    /// `current`).
+    pub writer: Option<WriterState>,
 }
 
 /// A checkpoint every subtask acknowledged, as the checkpoint store keeps it.

@@ -18,6 +18,7 @@ pub mod coverage;
 pub mod faults;
 pub mod invariants;
 pub mod job;
+pub mod mortal;
 pub mod rng;
 pub mod scenarios;
 pub mod schedule;

@@ -6,9 +6,12 @@
 //! and must be reported, which shows the oracle was not weakened.
 
 use twopc_core::memory::{Fault, Operation};
-use twopc_core::RewindPolicy;
+use twopc_core::{FreshStartPolicy, RewindPolicy};
 
-use super::schedule::{CrashPoint, Mutant, Pick, Schedule, Script, Takeover};
+use super::checkpoints::Redistribution;
+use super::schedule::{
+    CommitRetry, CrashPoint, Mutant, Pick, Schedule, Script, Takeover, Topology,
+};
 
 /// What the run of a scenario must give.
 #[derive(Clone, Copy, Debug)]
@@ -51,6 +54,31 @@ fn committed_after_savepoint(more: Script) -> Schedule {
         RUN1,
         3,
         Takeover::restore(Pick::Oldest, RewindPolicy::Fail, 3),
+    ));
+    Schedule::scripted(40, 2, 10, true, script)
+}
+
+/// Sink V2 with a committer that defers unknown commits (`retryLater`).
+const V2_RETRY_LATER: Topology = Topology::SinkV2 {
+    retry: CommitRetry::RetryLater,
+    committer_redistribution: Redistribution::Contiguous,
+};
+
+/// The `n`-th commit call of that attempt fails so.
+fn commit_fails(run: u32, attempt: u32, n: u32, fault: Fault) -> (u32, u32, Operation, u32, Fault) {
+    (run, attempt, Operation::Commit, n, fault)
+}
+
+/// Run 1 (parallelism 2) commits checkpoints 1 (offset 0) and 2; the
+/// operator stops it and restarts without state from the visible prefix,
+/// forgetting that run 1's output exists (fresh start FAIL, run 2): the
+/// start must refuse with EXISTING_OUTPUT.
+fn start_over_earlier_output(more: Script) -> Schedule {
+    let mut script = more;
+    script.stops.push((
+        RUN1,
+        2,
+        Takeover::stateless_under(2, FreshStartPolicy::Fail),
     ));
     Schedule::scripted(40, 2, 10, true, script)
 }
@@ -187,6 +215,90 @@ pub fn all() -> Vec<Scenario> {
                 },
             ),
             verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "Sink V2, retryLater: after a rescale 3 -> 2 each committer holds a restored \
+                   committable the other owns; their recovery commits are deferred; the first \
+                   checkpoint after the restore completes and the owners clean up",
+            seeds: &[],
+            // Run 1 (3 writers) completes checkpoint 1 (records 0..12) and
+            // crashes before any commit; the operator restores it at
+            // parallelism 2. Committer states split contiguously: committer
+            // 0 gets those of writers 0 and 1, committer 1 that of writer 2;
+            // writer 1's transaction is owned by committer 1, writer 2's by
+            // committer 0. Every recovery commit's first attempt fails
+            // before its effect, so a committer that defers it still holds
+            // it when the other one runs its lingering cleanup.
+            schedule: Schedule::scripted(
+                48,
+                3,
+                12,
+                false,
+                Script {
+                    crashes: vec![(RUN1, 1, CrashPoint::AfterCompleteBeforeNotify)],
+                    takeovers: vec![(
+                        RUN1,
+                        1,
+                        Takeover::restore(Pick::Latest, RewindPolicy::Fail, 2),
+                    )],
+                    faults: (1..=3)
+                        .map(|n| commit_fails(RUN2, 1, n, Fault::FailBefore))
+                        .collect(),
+                    ..Script::default()
+                },
+            )
+            .in_topology(V2_RETRY_LATER),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "Sink V2, retryLater: a commit whose response was lost is deferred, the \
+                   committer dies in its housekeeping, and the failover restores the deferred \
+                   committable",
+            seeds: &[],
+            // Checkpoint 1 completes; the first commit call lands but its
+            // answer is lost, so the committer defers it; it dies in the
+            // housekeeping after that call. The failover restores
+            // checkpoint 1: the deferred committable is committed again
+            // (already committed), the other for the first time.
+            schedule: Schedule::scripted(
+                40,
+                2,
+                10,
+                false,
+                Script {
+                    crashes: vec![(RUN1, 1, CrashPoint::DuringHousekeeping)],
+                    faults: vec![commit_fails(RUN1, 1, 1, Fault::FailAfter)],
+                    ..Script::default()
+                },
+            )
+            .in_topology(V2_RETRY_LATER),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "fresh start over earlier output: the check's scan fails; the operator takes \
+                   over before it is repeated",
+            seeds: &[265991],
+            schedule: start_over_earlier_output(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                takeovers: vec![(
+                    RUN2,
+                    1,
+                    Takeover::restore(Pick::Latest, RewindPolicy::Fail, 2),
+                )],
+                ..Script::default()
+            }),
+            verdict: Verdict::Pass,
+        },
+        Scenario {
+            name: "MUTANT: a fresh start over earlier output that skips the check after a \
+                   transient scan error",
+            seeds: &[],
+            schedule: start_over_earlier_output(Script {
+                faults: vec![scan_fails(1, Fault::FailBefore)],
+                mutant: Some(Mutant::SkipCheckAfterTransientError),
+                ..Script::default()
+            }),
+            verdict: Verdict::Violation("got past the start-up check"),
         },
     ]
 }

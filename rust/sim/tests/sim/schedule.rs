@@ -33,10 +33,17 @@ pub enum CrashPoint {
     AfterCommitBeforeAck,
     /// The final checkpoint committed; `close()` never ran.
     DuringFinish,
+    /// Sink V2: a writer prepared its transaction and emitted the
+    /// committable (`prepareCommit`), then died before `snapshotState`.
+    AfterPrepareCommit,
+    /// Sink V2: a committer's commits of one checkpoint went through, then
+    /// it died before or during the housekeeping that follows them, after
+    /// any number of its destination calls (see `sim/mortal.rs`).
+    DuringHousekeeping,
 }
 
 impl CrashPoint {
-    pub const ALL: [CrashPoint; 8] = [
+    pub const ALL: [CrashPoint; 10] = [
         CrashPoint::DuringRecovery,
         CrashPoint::DuringWrites,
         CrashPoint::DuringSnapshot,
@@ -45,6 +52,8 @@ impl CrashPoint {
         CrashPoint::DuringNotify,
         CrashPoint::AfterCommitBeforeAck,
         CrashPoint::DuringFinish,
+        CrashPoint::AfterPrepareCommit,
+        CrashPoint::DuringHousekeeping,
     ];
 
     pub fn label(self) -> &'static str {
@@ -57,6 +66,8 @@ impl CrashPoint {
             CrashPoint::DuringNotify => "during commits (some committed)",
             CrashPoint::AfterCommitBeforeAck => "after commit, before its acknowledgement",
             CrashPoint::DuringFinish => "after final commit, before close",
+            CrashPoint::AfterPrepareCommit => "v2: after prepareCommit, before snapshotState",
+            CrashPoint::DuringHousekeeping => "v2: committer during housekeeping",
         }
     }
 
@@ -66,7 +77,59 @@ impl CrashPoint {
         match self {
             CrashPoint::DuringWrites => 0.2,
             CrashPoint::DuringRecovery => 0.5,
+            // Reached at every committer's every checkpoint.
+            CrashPoint::DuringHousekeeping => 0.5,
             _ => 1.0,
+        }
+    }
+}
+
+/// Which of the sink's Flink front ends the simulated job drives.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Topology {
+    /// The SinkFunction shim: one `SubtaskSink` per subtask, writer and
+    /// committer in one operator over one destination.
+    SinkFunction,
+    /// Sink V2: a writer operator and a committer operator, each subtask
+    /// over a destination of its own; committables travel from writer `i`
+    /// to committer `i` and live in the committer's state.
+    SinkV2 {
+        retry: CommitRetry,
+        /// How Flink splits the committer's state on rescale (the writer's
+        /// follows the schedule's `redistribution`); drawn apart so that
+        /// committables land on other subtasks than the writer states.
+        committer_redistribution: Redistribution,
+    },
+}
+
+/// What a Sink V2 committer does with a commit whose outcome is unknown.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommitRetry {
+    /// Backs off and retries by id in place (`TwopcCommitter`).
+    InPlace,
+    /// Flink's `retryLater()`: one attempt per call, and the committable
+    /// stays pending, retried at the next checkpoint completion or at the
+    /// end of input. Our committer never does this; the protocol must
+    /// stay correct if a committer did.
+    RetryLater,
+}
+
+impl Topology {
+    pub fn is_v2(self) -> bool {
+        matches!(self, Topology::SinkV2 { .. })
+    }
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Topology::SinkFunction => "topology: SinkFunction (one operator)",
+            Topology::SinkV2 {
+                retry: CommitRetry::InPlace,
+                ..
+            } => "topology: Sink V2, commits retried in place",
+            Topology::SinkV2 {
+                retry: CommitRetry::RetryLater,
+                ..
+            } => "topology: Sink V2, commits deferred (retryLater)",
         }
     }
 }
@@ -97,6 +160,10 @@ pub struct Takeover {
     pub restore: Pick,
     pub rewind: RewindPolicy,
     pub parallelism: usize,
+    /// For `StatelessRestart`: the fresh-start policy; `None` draws it as
+    /// the random operator does (the scenarios written before this field
+    /// keep the sequence they were written with).
+    pub fresh_start: Option<FreshStartPolicy>,
 }
 
 impl Takeover {
@@ -106,6 +173,15 @@ impl Takeover {
             restore: Pick::Latest,
             rewind: RewindPolicy::Fail,
             parallelism,
+            fresh_start: None,
+        }
+    }
+
+    /// A restart without state under the given fresh-start policy.
+    pub fn stateless_under(parallelism: usize, policy: FreshStartPolicy) -> Self {
+        Takeover {
+            fresh_start: Some(policy),
+            ..Self::stateless(parallelism)
         }
     }
 
@@ -115,6 +191,7 @@ impl Takeover {
             restore,
             rewind,
             parallelism,
+            fresh_start: None,
         }
     }
 }
@@ -205,6 +282,7 @@ pub struct Schedule {
     /// Set for a scripted scenario: every rate above is zero and the
     /// script decides instead.
     pub script: Option<Script>,
+    pub topology: Topology,
 }
 
 impl Schedule {
@@ -254,6 +332,7 @@ impl Schedule {
             intruder_budget: 0,
             buffered_io: false,
             script: None,
+            topology: Topology::SinkFunction,
         };
         // Each kind of trouble is present in some schedules only, so that
         // both quiet runs and pile-ups of several kinds occur.
@@ -298,6 +377,22 @@ impl Schedule {
             s.intruder_budget = r.range(1, 2) as u32;
         }
         s.buffered_io = fs && r.chance(0.5);
+        // Drawn after everything else, so that a seed's shape is the same
+        // in both topologies but for the topology itself.
+        if r.chance(0.5) {
+            s.topology = Topology::SinkV2 {
+                retry: if r.chance(0.5) {
+                    CommitRetry::InPlace
+                } else {
+                    CommitRetry::RetryLater
+                },
+                committer_redistribution: if r.chance(0.5) {
+                    Redistribution::RoundRobin
+                } else {
+                    Redistribution::Contiguous
+                },
+            };
+        }
         s
     }
 
@@ -339,7 +434,14 @@ impl Schedule {
             intruder_budget: 0,
             buffered_io: false,
             script: Some(script),
+            topology: Topology::SinkFunction,
         }
+    }
+
+    /// The same schedule in another topology.
+    pub fn in_topology(mut self, topology: Topology) -> Schedule {
+        self.topology = topology;
+        self
     }
 
     pub fn options(&self, rewind: RewindPolicy, fresh_start: FreshStartPolicy) -> SinkOptions {
@@ -363,18 +465,23 @@ impl Schedule {
     pub fn describe(&self) -> String {
         if let Some(script) = &self.script {
             return format!(
-                "scripted: {} records, parallelism {}, checkpoint every {} records, early \
+                "scripted: {:?}, {} records, parallelism {}, checkpoint every {} records, early \
                  checkpoint {}, {script:?}",
-                self.records, self.parallelism, self.checkpoint_interval, self.early_checkpoint
+                self.topology,
+                self.records,
+                self.parallelism,
+                self.checkpoint_interval,
+                self.early_checkpoint
             );
         }
         format!(
-            "{} records, parallelism {} (max {}), checkpoint every {} records, chunks <= {}, \
+            "{:?}, {} records, parallelism {} (max {}), checkpoint every {} records, chunks <= {}, \
              {:?} redistribution, crashes {}x@{:.2}, faults {}x@{:.3}, expiries {}x@{:.2}, \
              lost notifications @{:.2}, declines @{:.2}, savepoint restores {}x@{:.2}, \
              stateless restarts {}x@{:.2}, commit bursts @{:.2}, commit attempts {}, \
              rescale on failover @{:.2}, short retention {}, early checkpoint {}, tolerates \
              failed checkpoints {}, intruders {}x@{:.2}, buffered I/O {}",
+            self.topology,
             self.records,
             self.parallelism,
             self.max_parallelism,
@@ -483,6 +590,15 @@ impl Chaos {
         hit
     }
 
+    /// Whether a committer dies at its housekeeping, and if so after how
+    /// many of its destination calls (0: before the first).
+    pub fn housekeeping_crash(&mut self) -> Option<u32> {
+        if !self.crash(CrashPoint::DuringHousekeeping) {
+            return None;
+        }
+        Some(self.rng.range(0, 4) as u32)
+    }
+
     /// A staged transaction times out at the destination now.
     pub fn expire(&mut self) -> bool {
         if self.calm || self.expiries_left == 0 || !self.rng.chance(self.schedule.expiry_rate) {
@@ -571,6 +687,19 @@ impl Chaos {
             },
             // The same draw as `rng.pick`, so that seeds replay unchanged.
             _ => self.rng.between(0, n - 1),
+        }
+    }
+
+    /// The policy of a restart without state: half the time the operator
+    /// forgets that output of the earlier run exists.
+    pub fn fresh_start_policy(&mut self) -> FreshStartPolicy {
+        match self.takeover {
+            Some(Takeover {
+                fresh_start: Some(policy),
+                ..
+            }) if self.script.is_some() => policy,
+            _ if self.rng.chance(0.5) => FreshStartPolicy::Fail,
+            _ => FreshStartPolicy::Append,
         }
     }
 
