@@ -62,12 +62,14 @@ const FS_SEED_BASE: u64 = 1_000_000_000;
 const FS_WORKERS: usize = 4;
 /// Simulated start time of in-memory schedules (fixed: part of the seed).
 const MEMORY_CLOCK_START_MS: u64 = 1_790_000_000_000;
-/// Seeds that once failed (issue 16, triaged in `rust/sim/TRIAGE.md`),
-/// replayed by every run. They reproduce their sequence only with the
-/// schedule generator of commit cd76071; the root causes stay covered by
-/// the scripted scenarios in `sim/scenarios.rs`, whatever the generator.
-const ONCE_FAILED: [u64; 8] = [
-    65997, 975606, 987795, 1112645, 1254192, 1287467, 1512710, 1515702,
+/// Seeds that once failed (triaged in `rust/sim/TRIAGE.md`), replayed by
+/// every run. Those of issue 16 reproduce their sequence only with the
+/// schedule generator of commit cd76071, the others with the generator that
+/// added the Sink V2 topology; the root causes stay covered by the scripted
+/// scenarios in `sim/scenarios.rs`, whatever the generator.
+const ONCE_FAILED: [u64; 15] = [
+    65997, 975606, 987795, 1112645, 1254192, 1287467, 1512710, 1515702, 316, 59661, 202293,
+    265991, 271732, 1000000066, 1000000364,
 ];
 /// Scenarios run against the filesystem destination in a directory of
 /// their own, named by a number far from every seed.

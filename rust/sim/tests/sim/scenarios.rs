@@ -64,6 +64,12 @@ const V2_RETRY_LATER: Topology = Topology::SinkV2 {
     committer_redistribution: Redistribution::Contiguous,
 };
 
+/// Sink V2 with our committer, which retries unknown commits in place.
+const V2_IN_PLACE: Topology = Topology::SinkV2 {
+    retry: CommitRetry::InPlace,
+    committer_redistribution: Redistribution::Contiguous,
+};
+
 /// The `n`-th commit call of that attempt fails so.
 fn commit_fails(run: u32, attempt: u32, n: u32, fault: Fault) -> (u32, u32, Operation, u32, Fault) {
     (run, attempt, Operation::Commit, n, fault)
@@ -299,6 +305,37 @@ pub fn all() -> Vec<Scenario> {
                 ..Script::default()
             }),
             verdict: Verdict::Violation("got past the start-up check"),
+        },
+        Scenario {
+            name: "Sink V2: a restore that must stop with REWIND; a committer's recovery commit \
+                   stays unresolved and stops the job first",
+            seeds: &[311553, 414687, 649425, 745411],
+            // Run 1 (parallelism 2) commits checkpoints 1 (records 0..10),
+            // 2 and 3; the operator restores checkpoint 1 under FAIL at the
+            // same parallelism: REWIND is due. The committers commit
+            // checkpoint 1's committables again meanwhile, and the first
+            // three commit calls fail before their effect: the committer
+            // that makes them gives up (COMMIT_UNRESOLVED) before the
+            // writers' check has refused.
+            schedule: Schedule::scripted(
+                40,
+                2,
+                10,
+                false,
+                Script {
+                    stops: vec![(
+                        RUN1,
+                        3,
+                        Takeover::restore(Pick::Oldest, RewindPolicy::Fail, 2),
+                    )],
+                    faults: (1..=3)
+                        .map(|n| commit_fails(RUN2, 1, n, Fault::FailBefore))
+                        .collect(),
+                    ..Script::default()
+                },
+            )
+            .in_topology(V2_IN_PLACE),
+            verdict: Verdict::Pass,
         },
     ]
 }
