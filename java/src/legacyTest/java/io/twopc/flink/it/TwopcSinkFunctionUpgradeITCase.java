@@ -55,9 +55,14 @@ public class TwopcSinkFunctionUpgradeITCase {
 
     private static StreamExecutionEnvironment job(FrontEnd frontEnd, int parallelism, long count, Path output,
             int restarts, String sinkUid, RewindPolicy rewind) {
-        StreamExecutionEnvironment env = environment(parallelism, 100, restarts, Duration.ofMillis(100));
+        return job(frontEnd, parallelism, count, output, restarts, sinkUid, rewind, 100, 5);
+    }
+
+    private static StreamExecutionEnvironment job(FrontEnd frontEnd, int parallelism, long count, Path output,
+            int restarts, String sinkUid, RewindPolicy rewind, long checkpointIntervalMs, int recordsPerMs) {
+        StreamExecutionEnvironment env = environment(parallelism, checkpointIntervalMs, restarts, Duration.ofMillis(100));
         frontEnd.attach(env.fromSequence(1, count).uid("numbers").name("numbers")
-                                .map(new Throttle(5)).uid("throttle").name("throttle"),
+                                .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle"),
                         b -> b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine())
                                 .setRewindPolicy(rewind))
                 .uid(sinkUid).name("twopc-sink");
@@ -65,13 +70,17 @@ public class TwopcSinkFunctionUpgradeITCase {
     }
 
     /**
-     * Runs the shim until output is committed, then takes a savepoint whose commit fails (as if
-     * the job died right after it): the savepoint holds prepared, uncommitted transactions.
+     * Runs the shim until a checkpoint's output is committed, then takes a savepoint whose commit
+     * fails (as if the job died right after it): the savepoint holds prepared, uncommitted
+     * transactions. Checkpoints are triggered by hand (the interval is an hour): a periodic
+     * checkpoint completing between the fail point and the savepoint would fail the job first.
      */
     private String shimSavepointWithPreparedTransactions(Path output, Path savepoints, long count) throws Exception {
         JobID shim = submit(client(), job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0, "twopc-sink",
-                RewindPolicy.FAIL), null);
-        waitUntil("5000 records are committed", Duration.ofMinutes(1), () -> committedRecordCount(output) >= 5_000);
+                RewindPolicy.FAIL, 3_600_000, 1), null);
+        triggerCheckpoint(client(), shim);
+        waitUntil("the first checkpoint's records are committed", Duration.ofMinutes(1),
+                () -> committedRecordCount(output) > 0);
         configureFailPoints("twopc-commit-before=return");
         String savepoint = client()
                 .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)

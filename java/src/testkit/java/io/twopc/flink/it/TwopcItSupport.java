@@ -11,6 +11,7 @@ import org.apache.flink.api.common.functions.RichMapFunction;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.common.state.CheckpointListener;
 import org.apache.flink.client.program.ClusterClient;
+import org.apache.flink.core.execution.CheckpointType;
 import org.apache.flink.configuration.Configuration;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.connector.file.src.FileSource;
@@ -43,6 +44,7 @@ import java.util.Map;
 import java.util.Set;
 import java.util.TreeMap;
 import java.util.concurrent.ConcurrentHashMap;
+import java.util.concurrent.ExecutionException;
 import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
@@ -119,6 +121,22 @@ public final class TwopcItSupport {
                     .map(t -> t.deserializeError(TwopcItSupport.class.getClassLoader()))
                     .orElse(null);
             throw new AssertionError("job " + jobId + " ended " + (result.isSuccess() ? "SUCCEEDED" : "FAILED"), cause);
+        }
+    }
+
+    /** Triggers a checkpoint, again while the job's tasks are still being deployed. */
+    public static void triggerCheckpoint(ClusterClient<?> client, JobID job) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(1);
+        while (true) {
+            try {
+                client.triggerCheckpoint(job, CheckpointType.CONFIGURED).get(1, TimeUnit.MINUTES);
+                return;
+            } catch (ExecutionException e) {
+                if (System.nanoTime() > deadline) {
+                    throw e;
+                }
+                Thread.sleep(100);
+            }
         }
     }
 
