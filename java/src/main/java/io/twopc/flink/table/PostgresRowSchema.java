@@ -23,7 +23,7 @@ import java.util.List;
  * Writes each row of a PostgreSQL table of the SQL connector as one row of PostgreSQL's COPY text
  * format (tab-separated, {@code \N} for NULL, backslash escapes), the columns in the DDL's order;
  * in idempotent mode followed by one more field, the operation: {@code U} for INSERT and
- * UPDATE_AFTER, {@code D} for DELETE.
+ * UPDATE_AFTER, {@code D} for DELETE (and for an UPDATE_BEFORE, should the planner send one).
  *
  * <p>Every value is written in a form PostgreSQL reads back to the same value (no rounding, no
  * time zone shifts), so that a row read back equals the row written:
@@ -161,13 +161,16 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
                     out.append("\tU");
                     break;
                 case DELETE:
+                case UPDATE_BEFORE:
+                    // The planner may still send an UPDATE_BEFORE to an upsert table (a filter after
+                    // an aggregation retracts a row that no longer passes): the key's old row is
+                    // gone, and the UPDATE_AFTER that follows, if any, writes the new one (the last
+                    // operation of a key in a batch wins).
                     out.append("\tD");
                     break;
                 default:
-                    // The table declares the upsert changelog (no UPDATE_BEFORE), so the planner
-                    // never sends one.
-                    throw new IllegalStateException("a twopc upsert table received a " + kind + " row, which "
-                            + "the planner was told it does not take; this is a bug, please report it");
+                    throw new IllegalStateException("a twopc upsert table received a row of kind " + kind
+                            + ", which it does not know; this is a bug, please report it");
             }
         }
         return out.toString().getBytes(StandardCharsets.UTF_8);
