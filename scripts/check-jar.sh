@@ -14,6 +14,13 @@ grep -q 'native/linux-x86_64/libtwopc_jni.so' <<<"$listing" || fail "$jar has no
 for class in TwopcSink TwopcSinkFunction TwopcWriter TwopcCommitter; do
     grep -q "io/twopc/flink/$class.class" <<<"$listing" || fail "$jar has no io/twopc/flink/$class.class"
 done
+for class in table/TwopcDynamicTableSinkFactory table/TwopcDynamicTableSink; do
+    grep -q "io/twopc/flink/$class.class" <<<"$listing" || fail "$jar has no io/twopc/flink/$class.class"
+done
+# The SQL connector is found through this service file ('connector' = 'twopc').
+unzip -p "$jar" META-INF/services/org.apache.flink.table.factories.Factory 2>/dev/null \
+    | grep -qx 'io.twopc.flink.table.TwopcDynamicTableSinkFactory' \
+    || fail "$jar does not register io.twopc.flink.table.TwopcDynamicTableSinkFactory in META-INF/services/org.apache.flink.table.factories.Factory"
 if grep -q 'org/apache/flink/' <<<"$listing"; then fail "$jar bundles Flink classes (Flink must stay compileOnly)"; fi
 lib=$(mktemp)
 unzip -p "$jar" native/linux-x86_64/libtwopc_jni.so >"$lib"

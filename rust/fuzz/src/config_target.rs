@@ -139,16 +139,26 @@ pub fn config(rng: &mut Rng) -> String {
         };
         let idempotent = !replace_range && rng.percent(40);
         format!(
-            "{{\"type\":\"postgres\",{connection},\"passwordSource\":\"env:PGPASSWORD\",\
+            "{{\"type\":\"postgres\",{connection},\"passwordSource\":\"{}\",\
              \"table\":\"public.t\",\"columns\":[\"id\",\"body\"],\"mode\":\"{}\",\
-             \"keyColumns\":{},\"copyFormat\":\"{}\",{}\
+             \"keyColumns\":{}{},\"copyFormat\":\"{}\",{}\
              \"controlSchema\":\"public\",\"connectTimeoutMs\":{}}}",
+            // The SQL connector's 'password' option, or where a task
+            // manager reads one.
+            rng.pick(&["env:PGPASSWORD", "property:pg.password", "option:password"]),
             if idempotent {
                 "IDEMPOTENT"
             } else {
                 "TRANSACTIONAL"
             },
             if idempotent { "[\"id\"]" } else { "[]" },
+            // Deletes by key (the SQL connector's upsert tables): idempotent
+            // mode only.
+            if idempotent && rng.percent(50) {
+                ",\"operationField\":true"
+            } else {
+                ""
+            },
             rng.pick(&["TEXT", "CSV"]),
             // REPLACE_RANGE needs it; idempotent mode refuses it (a replay
             // overwrites by key there).

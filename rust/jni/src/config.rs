@@ -100,14 +100,20 @@ struct PgSection {
     port: Option<u32>,
     database: Option<String>,
     user: Option<String>,
-    /// `env:NAME` or `property:NAME`: where each task manager reads the
-    /// password (never the password itself).
+    /// `env:NAME`, `property:NAME` or `option:password`: where each task
+    /// manager reads the password (never the password itself; `option:`
+    /// means the SQL connector's table option, shipped with the sink and
+    /// handed over at open like the others).
     password_source: Option<String>,
     table: String,
     columns: Vec<String>,
     mode: String,
     #[serde(default)]
     key_columns: Vec<String>,
+    /// Idempotent mode: records end with an operation field (`U` upsert,
+    /// `D` delete by key).
+    #[serde(default)]
+    operation_field: bool,
     copy_format: String,
     transaction_id_column: Option<String>,
     control_schema: String,
@@ -389,12 +395,13 @@ fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigErr
             )),
         };
     if let Some(source) = &p.password_source {
-        let ok = source
-            .split_once(':')
-            .is_some_and(|(kind, name)| matches!(kind, "env" | "property") && !name.is_empty());
+        let ok = source.split_once(':').is_some_and(|(kind, name)| {
+            matches!(kind, "env" | "property" | "option") && !name.is_empty()
+        });
         if !ok {
             return Err(config_error(format!(
-                "the password source {source:?} is neither env:<VARIABLE> nor property:<name>"
+                "the password source {source:?} is none of env:<VARIABLE>, property:<name> and \
+                 option:<name>"
             )));
         }
     }
@@ -439,6 +446,7 @@ fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigErr
         copy_format,
         control_schema: p.control_schema,
         transaction_id_column: p.transaction_id_column,
+        operation_field: p.operation_field,
         connect_timeout: Duration::from_millis(p.connect_timeout_ms),
     };
     options.validate()?;
@@ -504,6 +512,15 @@ pub(crate) mod tests {
             ),
             // REPLACE_RANGE on PostgreSQL without a transaction-id column.
             (pg_config(""), "REPLACE_RANGE needs a transaction-id column"),
+            // Deletes into a transactional table.
+            (
+                pg_config(r#","transactionIdColumn":"txn","operationField":true"#),
+                "applies to idempotent mode only",
+            ),
+            (
+                pg_config(r#","transactionIdColumn":"txn""#).replace("env:PW", "vault:PW"),
+                "password source",
+            ),
             ("not json".to_string(), "not a twopc configuration"),
             ("{\"version\":1}".to_string(), "not valid"),
         ];
@@ -511,6 +528,35 @@ pub(crate) mod tests {
             let err = SinkConfig::decode(&text).unwrap_err();
             assert!(err.to_string().contains(needle), "{needle:?}: {err}");
         }
+    }
+
+    #[test]
+    fn an_idempotent_table_may_take_deletes_and_a_password_from_a_table_option() {
+        let text = pg_config(r#","operationField":true"#)
+            .replace("\"REPLACE_RANGE\"", "\"FAIL\"")
+            .replace(
+                "\"TRANSACTIONAL\"",
+                "\"IDEMPOTENT\",\"keyColumns\":[\"id\"]",
+            )
+            .replace("env:PW", "option:password");
+        let c = SinkConfig::decode(&text).unwrap();
+        let DestinationSpec::Postgres(p) = &c.destination else {
+            panic!("a PostgreSQL destination")
+        };
+        assert!(p.operation_field);
+        assert_eq!(
+            p.mode,
+            PgMode::Idempotent {
+                key_columns: vec!["id".into()]
+            }
+        );
+        // Without the field, no deletes (configurations of earlier releases).
+        let text = text.replace(",\"operationField\":true", "");
+        let c = SinkConfig::decode(&text).unwrap();
+        let DestinationSpec::Postgres(p) = &c.destination else {
+            panic!("a PostgreSQL destination")
+        };
+        assert!(!p.operation_field);
     }
 
     #[test]

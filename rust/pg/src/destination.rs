@@ -339,6 +339,7 @@ impl PgDestination {
                 &info.column_types,
                 key_columns,
                 copy_options,
+                options.operation_field,
             )),
         };
         Ok(PgDestination {
@@ -603,6 +604,16 @@ impl PgDestination {
         }
     }
 
+    /// The fields of each record as the idempotent staging table names
+    /// them: the columns, then the operation field when configured.
+    fn stage_columns(&self) -> Vec<String> {
+        let mut columns = self.options.columns.clone();
+        if self.options.operation_field {
+            columns.push(crate::idempotent::STAGE_OP.to_string());
+        }
+        columns
+    }
+
     /// The columns of the transactional COPY, in order.
     fn copy_columns(&self) -> Vec<String> {
         let mut columns = self.options.columns.clone();
@@ -639,14 +650,14 @@ impl PgDestination {
     /// PostgreSQL can take fails the write, named by its position.
     fn check_batch(&self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
         let format = self.options.copy_format;
-        let fields = self.options.columns.len();
+        let fields = self.options.record_fields();
         for (i, record) in batch.iter().enumerate() {
             if let Err(fault) = rows::check(format, fields, record) {
                 return Err(DestinationError::record(RecordFault {
                     position: RecordPosition::InBatch(i as u64),
                     column: fault
                         .field
-                        .and_then(|f| self.options.columns.get(f).cloned()),
+                        .and_then(|f| self.stage_columns().get(f).cloned()),
                     reason: format!(
                         "as a COPY {} row, {} (found before the batch was sent to PostgreSQL: \
                          none of it was)",
@@ -1172,9 +1183,10 @@ impl PgDestination {
         };
         let stage_ready =
             self.stage_generation == Some(self.writer.generation()) && self.writer.is_connected();
-        let (create, copy, upsert) = (
+        let (create, copy, delete, upsert) = (
             sql.create_stage.clone(),
             sql.copy_stage.clone(),
+            sql.delete.clone(),
             sql.upsert.clone(),
         );
         let records = batch.len();
@@ -1195,6 +1207,9 @@ impl PgDestination {
                 return Ok(Some(loaded));
             }
             upserting = true;
+            if let Some(delete) = &delete {
+                c.execute(delete, &[])?;
+            }
             c.execute(&upsert, &[])?;
             c.batch_execute("COMMIT")?;
             Ok(None)
@@ -1233,7 +1248,7 @@ impl PgDestination {
                             and stay; this batch was rolled back";
         let server = f.server.as_deref()?;
         if !upserting {
-            let row = error::refused_row(server, STAGE_TABLE, &self.options.columns)?;
+            let row = error::refused_row(server, STAGE_TABLE, &self.stage_columns())?;
             // One COPY per batch.
             let mut lines = LineMap::default();
             for (i, record) in batch.iter().enumerate() {
@@ -1297,10 +1312,11 @@ impl PgDestination {
         let ModeSql::Idempotent(sql) = &self.sql else {
             unreachable!("idempotent mode")
         };
-        let (create, copy, last_rows, upsert_some) = (
+        let (create, copy, last_rows, delete_some, upsert_some) = (
             sql.create_stage.clone(),
             sql.copy_stage.clone(),
             sql.last_rows.clone(),
+            sql.delete_some.clone(),
             sql.upsert_some.clone(),
         );
         let secrets = self.secrets.clone();
@@ -1318,7 +1334,7 @@ impl PgDestination {
                     .map(|r| (r.get(0), r.get(1)))
                     .collect();
                 rows.sort_unstable();
-                let found = bisect_upsert(c, &upsert_some, &rows, &secrets);
+                let found = bisect_upsert(c, delete_some.as_deref(), &upsert_some, &rows, &secrets);
                 c.batch_execute("ROLLBACK")?;
                 found
             });
@@ -1334,12 +1350,13 @@ impl PgDestination {
 }
 
 /// The first of `rows` ((arrival order, position in the batch), sorted by
-/// arrival) that `upsert_some` refuses for its data once every row before
-/// it is in. Bisects under a savepoint: a part that passes stays in, a part
-/// that fails is rolled back and halved, so it takes about 2·log2(n)
-/// statements.
+/// arrival) that `delete_some` (when records carry an operation field) or
+/// `upsert_some` refuses for its data once every row before it is in.
+/// Bisects under a savepoint: a part that passes stays in, a part that
+/// fails is rolled back and halved, so it takes about 2·log2(n) statements.
 fn bisect_upsert(
     c: &mut Client,
+    delete_some: Option<&str>,
     upsert_some: &str,
     rows: &[(i64, i64)],
     secrets: &Secrets,
@@ -1349,7 +1366,12 @@ fn bisect_upsert(
         let mid = if hi - lo == 1 { hi } else { lo + (hi - lo) / 2 };
         let part: Vec<i64> = rows[lo..mid].iter().map(|r| r.0).collect();
         c.batch_execute("SAVEPOINT twopc_probe")?;
-        match c.execute(upsert_some, &[&part]) {
+        let applied = match delete_some {
+            Some(delete) => c.execute(delete, &[&part]),
+            None => Ok(0),
+        }
+        .and_then(|_| c.execute(upsert_some, &[&part]));
+        match applied {
             Ok(_) => {
                 c.batch_execute("RELEASE SAVEPOINT twopc_probe")?;
                 lo = mid;

@@ -121,6 +121,11 @@ pub struct PgOptions {
     /// with REPLACE_RANGE) possible: without it, rows of one transaction
     /// cannot be told apart from any other.
     pub transaction_id_column: Option<String>,
+    /// Idempotent mode only: each record carries one more field after
+    /// `columns`, the operation: `U` upserts the row, `D` deletes the row
+    /// with the record's key (its other fields are ignored). Within a batch
+    /// the last operation of each key wins. See [`crate::idempotent`].
+    pub operation_field: bool,
     pub connect_timeout: Duration,
 }
 
@@ -135,6 +140,7 @@ impl fmt::Debug for PgOptions {
             .field("copy_format", &self.copy_format)
             .field("control_schema", &self.control_schema)
             .field("transaction_id_column", &self.transaction_id_column)
+            .field("operation_field", &self.operation_field)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
@@ -152,6 +158,7 @@ impl PgOptions {
             copy_format: CopyFormat::Text,
             control_schema: "public".to_string(),
             transaction_id_column: None,
+            operation_field: false,
             connect_timeout: Duration::from_secs(10),
         }
     }
@@ -213,16 +220,13 @@ impl PgOptions {
                     )));
                 }
             }
-            if self
-                .columns
-                .iter()
-                .any(|c| c == crate::idempotent::STAGE_SEQ)
-            {
-                return Err(ConfigError::new(format!(
-                    "column name {:?} is reserved by the idempotent mode's staging table; \
-                     rename the column",
-                    crate::idempotent::STAGE_SEQ
-                )));
+            for reserved in [crate::idempotent::STAGE_SEQ, crate::idempotent::STAGE_OP] {
+                if self.columns.iter().any(|c| c == reserved) {
+                    return Err(ConfigError::new(format!(
+                        "column name {reserved:?} is reserved by the idempotent mode's staging \
+                         table; rename the column"
+                    )));
+                }
             }
             if self.transaction_id_column.is_some() {
                 return Err(ConfigError::new(
@@ -230,8 +234,20 @@ impl PgOptions {
                      mode a replay overwrites rows by key, so remove it",
                 ));
             }
+        } else if self.operation_field {
+            return Err(ConfigError::new(
+                "operation_field (records that upsert or delete) applies to idempotent mode \
+                 only: a transactional table takes inserts only. Choose idempotent mode with \
+                 the table's key columns, or remove it",
+            ));
         }
         Ok(())
+    }
+
+    /// The fields of each record: the columns, and the operation field
+    /// when configured.
+    pub(crate) fn record_fields(&self) -> usize {
+        self.columns.len() + usize::from(self.operation_field)
     }
 
     pub(crate) fn table_name(&self) -> Result<TableName, ConfigError> {

@@ -456,17 +456,30 @@ fn check_rights(
             ));
         }
     }
-    if options.transaction_id_column.is_some() {
+    let delete_needed = if options.transaction_id_column.is_some() {
+        Some(
+            "retracting the rows of a rewound transaction needs (transaction_id_column is set). \
+             Run: GRANT DELETE ON {table} TO {user}, or unset transaction_id_column",
+        )
+    } else if options.operation_field {
+        Some(
+            "the records that delete rows by key need (the operation field is set: the table \
+             takes deletes). Run: GRANT DELETE ON {table} TO {user}",
+        )
+    } else {
+        None
+    };
+    if let Some(why) = delete_needed {
         let can_delete: bool = client
             .query_one("SELECT has_table_privilege($1::oid, 'DELETE')", &[&oid])
             .map_err(|e| StartupError::Pg(error::pg(secrets, "checking privileges", &e)))?
             .get(0);
         if !can_delete {
+            let why = why
+                .replace("{table}", &table.to_string())
+                .replace("{user}", &quote_ident(user));
             return Err(ConfigError::new(format!(
-                "user {user:?} lacks the DELETE privilege on {table}, which retracting the rows \
-                 of a rewound transaction needs (transaction_id_column is set). Run: GRANT \
-                 DELETE ON {table} TO {}, or unset transaction_id_column",
-                quote_ident(user)
+                "user {user:?} lacks the DELETE privilege on {table}, which {why}"
             ))
             .into());
         }

@@ -1,5 +1,6 @@
 package io.twopc.flink;
 
+import org.apache.flink.annotation.Internal;
 import org.apache.flink.annotation.PublicEvolving;
 
 import java.io.Serializable;
@@ -40,7 +41,8 @@ import java.util.Set;
  *
  * <p>The password is never part of this object: it names an environment variable or a JVM system
  * property that each task manager reads when the sink opens, so the password is neither shipped
- * inside the job graph nor printed by {@link #toString()}. A connection string carrying a password
+ * inside the job graph nor printed by {@link #toString()} (the one exception is the SQL connector's
+ * {@code 'password'} option, see {@link #passwordFromTableOption(String)}). A connection string carrying a password
  * is refused by {@link TwopcSinkBuilder#build()} for the same reason, in every form: {@code
  * user:password@} (read, as the PostgreSQL client reads it, as everything between {@code ://} and
  * the first {@code @}, even past a {@code /}, {@code ?} or {@code #}), a {@code password}
@@ -74,10 +76,13 @@ public final class PostgresDestination implements Serializable {
     private String user;
     private String passwordEnvironmentVariable;
     private String passwordSystemProperty;
+    /** Only from the SQL connector's 'password' option; never shown. */
+    private String passwordFromOption;
     private String table;
     private List<String> columns = Collections.emptyList();
     private PostgresMode mode = PostgresMode.TRANSACTIONAL;
     private List<String> keyColumns = Collections.emptyList();
+    private boolean operationField;
     private PostgresCopyFormat copyFormat = PostgresCopyFormat.CSV;
     private String transactionIdColumn;
     private String controlSchema = DEFAULT_CONTROL_SCHEMA;
@@ -112,6 +117,7 @@ public final class PostgresDestination implements Serializable {
         PostgresDestination d = copy();
         d.passwordEnvironmentVariable = variable;
         d.passwordSystemProperty = null;
+        d.passwordFromOption = null;
         return d;
     }
 
@@ -120,6 +126,24 @@ public final class PostgresDestination implements Serializable {
         PostgresDestination d = copy();
         d.passwordSystemProperty = property;
         d.passwordEnvironmentVariable = null;
+        d.passwordFromOption = null;
+        return d;
+    }
+
+    /**
+     * The password itself, as the SQL connector's {@code 'password'} option gives it (an option
+     * Flink masks in logs and the web UI). Unlike the other two sources it travels inside the job
+     * graph with the sink, as the password of Flink's JDBC connector does; it is never shown by
+     * {@link #toString()}, in messages or in the configuration the native side reads (which says
+     * only {@code option:password}). For the SQL connector only: DataStream jobs use {@link
+     * #passwordFromEnvironment(String)} or {@link #passwordFromSystemProperty(String)}.
+     */
+    @Internal
+    public PostgresDestination passwordFromTableOption(String password) {
+        PostgresDestination d = copy();
+        d.passwordFromOption = password;
+        d.passwordEnvironmentVariable = null;
+        d.passwordSystemProperty = null;
         return d;
     }
 
@@ -154,6 +178,19 @@ public final class PostgresDestination implements Serializable {
         d.mode = PostgresMode.IDEMPOTENT;
         d.keyColumns = keyColumns == null ? null
                 : Collections.unmodifiableList(new ArrayList<>(Arrays.asList(keyColumns)));
+        return d;
+    }
+
+    /**
+     * Idempotent mode only: each record carries one more COPY field after the listed columns, the
+     * operation: {@code U} upserts the row, {@code D} deletes the table's row with the record's key
+     * (its other fields are ignored). Within a batch the last operation of each key wins, as it
+     * would written one by one; a replay repeats the same upserts and deletes. The user needs the
+     * DELETE privilege on the table. The SQL connector's upsert tables use it.
+     */
+    public PostgresDestination withOperationField() {
+        PostgresDestination d = copy();
+        d.operationField = true;
         return d;
     }
 
@@ -231,6 +268,10 @@ public final class PostgresDestination implements Serializable {
         return keyColumns;
     }
 
+    boolean operationField() {
+        return operationField;
+    }
+
     PostgresCopyFormat copyFormat() {
         return copyFormat;
     }
@@ -247,8 +288,14 @@ public final class PostgresDestination implements Serializable {
         return connectTimeout.toMillis();
     }
 
-    /** Where task managers read the password: {@code env:NAME}, {@code property:NAME}, or null. */
+    /**
+     * Where task managers read the password: {@code env:NAME}, {@code property:NAME}, {@code
+     * option:password} (it travels with the sink), or null.
+     */
     String passwordSource() {
+        if (passwordFromOption != null) {
+            return "option:password";
+        }
         if (passwordEnvironmentVariable != null) {
             return "env:" + passwordEnvironmentVariable;
         }
@@ -261,6 +308,9 @@ public final class PostgresDestination implements Serializable {
      * @throws TwopcConfigException when the configured variable or property is not set here
      */
     String resolvePassword() {
+        if (passwordFromOption != null) {
+            return passwordFromOption;
+        }
         if (passwordEnvironmentVariable != null) {
             String value = System.getenv(passwordEnvironmentVariable);
             if (value == null) {
@@ -316,6 +366,10 @@ public final class PostgresDestination implements Serializable {
         }
         checkSettingName("password environment variable", passwordEnvironmentVariable, problems);
         checkSettingName("password system property", passwordSystemProperty, problems);
+        if (passwordFromOption != null && passwordFromOption.isEmpty()) {
+            problems.add("the PostgreSQL password is empty; give the password, or leave it out when the server "
+                    + "asks for none");
+        }
 
         if (table == null) {
             problems.add("PostgreSQL table is not set; call table(\"schema.table\") or table(\"table\")");
@@ -354,6 +408,9 @@ public final class PostgresDestination implements Serializable {
                 problems.add("transactionIdColumn applies to transactional mode only (in idempotent mode a "
                         + "replay overwrites by key); remove it");
             }
+        } else if (operationField) {
+            problems.add("withOperationField() applies to idempotent mode only (a transactional table takes "
+                    + "inserts only); use idempotent(keyColumns...) or remove it");
         }
         if (transactionIdColumn != null) {
             checkName("transaction id column", transactionIdColumn, problems);
@@ -723,10 +780,12 @@ public final class PostgresDestination implements Serializable {
         d.user = user;
         d.passwordEnvironmentVariable = passwordEnvironmentVariable;
         d.passwordSystemProperty = passwordSystemProperty;
+        d.passwordFromOption = passwordFromOption;
         d.table = table;
         d.columns = columns;
         d.mode = mode;
         d.keyColumns = keyColumns;
+        d.operationField = operationField;
         d.copyFormat = copyFormat;
         d.transactionIdColumn = transactionIdColumn;
         d.controlSchema = controlSchema;
@@ -743,6 +802,9 @@ public final class PostgresDestination implements Serializable {
         s.append(", ").append(mode);
         if (mode == PostgresMode.IDEMPOTENT) {
             s.append(" on ").append(keyColumns);
+            if (operationField) {
+                s.append(" with deletes");
+            }
         }
         s.append(", COPY ").append(copyFormat);
         if (transactionIdColumn != null) {
@@ -753,6 +815,8 @@ public final class PostgresDestination implements Serializable {
             s.append(", password from environment variable ").append(passwordEnvironmentVariable);
         } else if (passwordSystemProperty != null) {
             s.append(", password from system property ").append(passwordSystemProperty);
+        } else if (passwordFromOption != null) {
+            s.append(", password from the table option");
         }
         return s.toString();
     }

@@ -173,7 +173,12 @@ public final class TwopcSinkOptions implements Serializable {
                     .put("table", p.table())
                     .put("columns", p.columnNames())
                     .put("mode", p.mode().name())
-                    .put("keyColumns", p.keyColumnNames())
+                    .put("keyColumns", p.keyColumnNames());
+            if (p.operationField()) {
+                // Written only when set, so that configurations without it stay as they were.
+                destination.put("operationField", true);
+            }
+            destination
                     .put("copyFormat", p.copyFormat().name())
                     .put("transactionIdColumn", p.transactionIdColumn())
                     .put("controlSchema", p.controlSchema())

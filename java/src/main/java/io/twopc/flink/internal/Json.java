@@ -48,6 +48,11 @@ public final class Json {
         return this;
     }
 
+    public Json put(String key, boolean value) {
+        key(key).out.append(value);
+        return this;
+    }
+
     public Json put(String key, List<String> values) {
         key(key).out.append('[');
         for (int i = 0; i < values.size(); i++) {

@@ -1,0 +1,231 @@
+//! Idempotent mode with an operation field against a real server: records
+//! upsert (`U`) or delete by key (`D`), the last operation of each key in a
+//! batch decides, and a replay of a changelog leaves the table as the
+//! changelog says (what the SQL connector's upsert tables rely on).
+
+#[macro_use]
+mod common;
+
+use std::collections::BTreeMap;
+
+use common::*;
+use twopc_core::committer::CommitOutcome;
+use twopc_core::destination::Destination;
+use twopc_core::TwopcError;
+use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
+
+/// Idempotent with deletes into a table of key `k` and values `v`, `n`.
+fn fixture(url: &str, prefix: &str) -> Fixture {
+    let mut f = Fixture::with_columns(
+        url,
+        prefix,
+        "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL",
+    );
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    f.opts.operation_field = true;
+    f
+}
+
+fn table(f: &mut Fixture) -> BTreeMap<i64, (String, i32)> {
+    f.admin
+        .query(&format!("SELECT k, v, n FROM {}", f.table), &[])
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), (r.get(1), r.get(2))))
+        .collect()
+}
+
+/// A changelog over 40 keys: mostly upserts, every fifth operation a delete
+/// (whose other fields are NULL, as a key-only delete carries them), with
+/// keys deleted and written again.
+fn changelog(ops: std::ops::Range<i32>) -> Vec<String> {
+    ops.map(|i| {
+        let k = (i * 7) % 40;
+        if i % 5 == 3 {
+            format!("{k}\t\\N\t\\N\tD")
+        } else {
+            format!("{k}\tv{i}\t{i}\tU")
+        }
+    })
+    .collect()
+}
+
+/// What the table holds after `records` applied one by one.
+fn model(records: &[String]) -> BTreeMap<i64, (String, i32)> {
+    let mut m = BTreeMap::new();
+    for r in records {
+        let f: Vec<&str> = r.split('\t').collect();
+        let k: i64 = f[0].parse().unwrap();
+        if f[3] == "D" {
+            m.remove(&k);
+        } else {
+            m.insert(k, (f[1].to_string(), f[2].parse().unwrap()));
+        }
+    }
+    m
+}
+
+#[test]
+fn upserts_and_deletes_leave_the_table_as_the_changelog_says_across_batches_and_replays() {
+    let url = server!();
+    let mut f = fixture(&url, "del");
+    let log = changelog(0..400);
+
+    // Batches of several sizes: a key is upserted and deleted within one
+    // batch and across batches.
+    let mut s = f.open("run1");
+    let h = prepared_in_batches(&mut s, &log[..150], 37, 1);
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(table(&mut f), model(&log[..150]));
+
+    // A failure during checkpoint 2: part of it was written (and is
+    // visible), then the job restarts from checkpoint 1 and replays from
+    // record 150 on.
+    written(&mut s, &log[150..260]);
+    drop(s);
+    let mut s = f.open_restored("run1", &restore_from(1, &[&h]));
+    let h2 = prepared_in_batches(&mut s, &log[150..], 64, 2);
+    s.commit(&h2).unwrap();
+    assert_eq!(table(&mut f), model(&log));
+    assert!(s.destination().staged().unwrap().is_empty());
+
+    // Replaying the whole changelog again, one record per batch, changes
+    // nothing.
+    drop(s);
+    let mut s = f.open("run2");
+    let h = prepared_in_batches(&mut s, &log, 1, 1);
+    s.commit(&h).unwrap();
+    assert_eq!(table(&mut f), model(&log));
+    assert!(!model(&log).is_empty() && model(&log).len() < 40);
+}
+
+#[test]
+fn a_delete_of_an_absent_key_does_nothing_and_the_last_operation_of_a_key_wins() {
+    let url = server!();
+    let mut f = fixture(&url, "del_last");
+    f.opts.copy_format = CopyFormat::Csv;
+    let mut s = f.open("run1");
+    let h = written(
+        &mut s,
+        &[
+            "1,a,1,U", "2,b,2,U", "1,,,D", // 1: upserted then deleted
+            "3,,,D", // never there
+            "2,,,D", "2,c,3,U", // 2: deleted then upserted
+        ],
+    );
+    s.prepare(&h.transaction, 1).unwrap();
+    let expected: BTreeMap<i64, (String, i32)> = [(2, ("c".to_string(), 3))].into();
+    assert_eq!(table(&mut f), expected);
+}
+
+#[test]
+fn records_without_a_valid_operation_are_refused_by_position() {
+    let url = server!();
+    let mut f = fixture(&url, "del_bad");
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+
+    // One field short: found before anything is sent.
+    let (r, msg) = rejected(s.write(&h.transaction, &batch(&["1\ta\t1\tU", "2\tb\t2"])));
+    assert_eq!(r.position, 1, "{msg}");
+    assert!(msg.contains("3 fields but 4 columns"), "{msg}");
+    assert_eq!(f.count(), 0);
+    s.abort(&h).unwrap();
+
+    // An operation other than U or D: refused by the staging table's
+    // check, named by its line.
+    let h = s.begin().unwrap();
+    let (r, msg) = rejected(s.write(
+        &h.transaction,
+        &batch(&["1\ta\t1\tU", "2\tb\t2\tU", "3\tc\t3\tX"]),
+    ));
+    assert_eq!(r.position, 2, "{msg}");
+    assert!(msg.contains("23514"), "{msg}");
+    assert_eq!(f.count(), 0, "the refused batch rolled back");
+    s.abort(&h).unwrap();
+}
+
+#[test]
+fn a_delete_the_server_refuses_is_found_by_bisection() {
+    let url = server!();
+    let mut f = fixture(&url, "del_fk");
+    let child = unique("t_child");
+    f.admin
+        .batch_execute(&format!(
+            "INSERT INTO {t} VALUES (1, 'a', 1), (2, 'b', 2), (3, 'c', 3); \
+             CREATE TABLE {child} (parent bigint REFERENCES {t} (k)); \
+             INSERT INTO {child} VALUES (2)",
+            t = f.table
+        ))
+        .unwrap();
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    // Deleting key 2 violates the child's foreign key.
+    let records = [
+        "4\td\t4\tU",
+        "1\t\\N\t\\N\tD",
+        "2\t\\N\t\\N\tD",
+        "5\te\t5\tU",
+    ];
+    let (r, msg) = rejected(s.write(&h.transaction, &batch(&records)));
+    assert_eq!(r.position, 2, "{msg}");
+    assert!(msg.contains("23503"), "{msg}");
+    assert_eq!(f.count(), 3, "the refused batch rolled back: {msg}");
+    let _ = f.admin.batch_execute(&format!("DROP TABLE {child}"));
+}
+
+#[test]
+fn deletes_need_the_delete_privilege_and_only_idempotent_mode_takes_them() {
+    let url = server!();
+    let mut f = fixture(&url, "del_rights");
+    let table = f.table.clone();
+    let role = unique("upserter");
+    let pw = "upserter-pw-9c2f";
+    f.admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+             GRANT SELECT, INSERT, UPDATE ON {table} TO {role}; \
+             GRANT CREATE ON SCHEMA public TO {role}"
+        ))
+        .unwrap();
+    let mut cfg: postgres::Config = url.parse().unwrap();
+    cfg.user(&role);
+    let host = match &cfg.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".to_string(),
+    };
+    let mut opts = PgOptions::new(
+        Endpoint::Params {
+            host,
+            port: port_of(&url),
+            dbname: cfg.get_dbname().unwrap().to_string(),
+            user: role.clone(),
+        },
+        format!("public.{table}"),
+        &["k", "v", "n"],
+    );
+    opts.password = Some(Password::new(pw));
+    opts.mode = f.opts.mode.clone();
+    opts.operation_field = true;
+    let result = PgDestination::connect(opts.clone(), &f.ctx("run1"));
+    let _ = f.admin.batch_execute(&format!(
+        "REVOKE ALL ON {table} FROM {role}; REVOKE CREATE ON SCHEMA public FROM {role}; \
+         DROP OWNED BY {role}; DROP ROLE {role}"
+    ));
+    let msg = match result {
+        Err(TwopcError::Config(e)) => e.to_string(),
+        other => panic!("expected a configuration error, got {other:?}"),
+    };
+    assert!(msg.contains("lacks the DELETE privilege"), "{msg}");
+    assert!(msg.contains("GRANT DELETE ON"), "{msg}");
+    assert!(!msg.contains(pw), "{msg}");
+
+    let mut transactional = f.opts.clone();
+    transactional.mode = PgMode::Transactional;
+    let e = transactional.validate().unwrap_err().to_string();
+    assert!(e.contains("applies to idempotent mode only"), "{e}");
+}
