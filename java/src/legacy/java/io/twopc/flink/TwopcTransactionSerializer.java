@@ -2,8 +2,7 @@ package io.twopc.flink;
 
 import org.apache.flink.annotation.Internal;
 
-import org.apache.flink.api.common.typeutils.TypeSerializer;
-import org.apache.flink.api.common.typeutils.TypeSerializerSchemaCompatibility;
+import org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.TypeSerializerSnapshot;
 import org.apache.flink.api.common.typeutils.base.TypeSerializerSingleton;
 import org.apache.flink.core.memory.DataInputView;
@@ -101,15 +100,21 @@ public final class TwopcTransactionSerializer extends TypeSerializerSingleton<Tw
     }
 
     /**
-     * The serializer's configuration snapshot. Version 1 is the {@code [int length][bytes]}
-     * layout; it has no parameters, so only the version is written. A later layout bumps {@link
-     * #CURRENT_VERSION} and keeps reading version 1.
+     * The serializer's configuration snapshot, on Flink's base class for serializers without
+     * parameters. Version 1 is the {@code [int length][bytes]} layout; it has no parameters, so
+     * only the version is written. The base class numbers its own layouts 2 and 3 (where 2 wrote
+     * a class name); savepoints of earlier twopc releases hold version 1 with nothing after it,
+     * so this snapshot keeps its own version and reading, and takes restoring, compatibility,
+     * equality and hashing from the base class. A later layout bumps {@link #CURRENT_VERSION}
+     * and keeps reading version 1.
      */
-    public static final class Snapshot implements TypeSerializerSnapshot<TwopcTransaction> {
+    public static final class Snapshot extends SimpleTypeSerializerSnapshot<TwopcTransaction> {
         static final int CURRENT_VERSION = 1;
 
         /** Flink instantiates snapshots reflectively when reading state. */
-        public Snapshot() {}
+        public Snapshot() {
+            super(() -> INSTANCE);
+        }
 
         @Override
         public int getCurrentVersion() {
@@ -129,19 +134,6 @@ public final class TwopcTransactionSerializer extends TypeSerializerSingleton<Tw
                         + readVersion + ", but this twopc release reads versions 1.." + CURRENT_VERSION
                         + (readVersion > CURRENT_VERSION ? ": upgrade twopc to restore this state" : ""));
             }
-        }
-
-        @Override
-        public TypeSerializer<TwopcTransaction> restoreSerializer() {
-            return INSTANCE;
-        }
-
-        @Override
-        public TypeSerializerSchemaCompatibility<TwopcTransaction> resolveSchemaCompatibility(
-                TypeSerializerSnapshot<TwopcTransaction> oldSerializerSnapshot) {
-            return oldSerializerSnapshot instanceof Snapshot
-                    ? TypeSerializerSchemaCompatibility.compatibleAsIs()
-                    : TypeSerializerSchemaCompatibility.incompatible();
         }
     }
 }

@@ -78,6 +78,7 @@ public class TwopcTransactionSerializerTest {
     public void snapshotIsVersionedAndRestoresTheSerializer() throws IOException {
         TypeSerializerSnapshot<TwopcTransaction> snapshot = SERIALIZER.snapshotConfiguration();
         assertThat(snapshot.getCurrentVersion()).isEqualTo(1);
+        assertThat(snapshot).isInstanceOf(org.apache.flink.api.common.typeutils.SimpleTypeSerializerSnapshot.class);
 
         DataOutputSerializer out = new DataOutputSerializer(64);
         TypeSerializerSnapshot.writeVersionedSnapshot(out, snapshot);
