@@ -1,10 +1,13 @@
-//! `twopc`: command-line tools for output directories of the twopc
-//! filesystem destination.
+//! `twopc`: command-line tools for the destinations of the twopc sink
+//! (output directories and PostgreSQL).
 //!
-//! Exit codes: 0 nothing needs attention, 1 something needs attention,
-//! 2 usage or I/O error.
+//! Exit codes: 0 done, nothing needs attention; 1 something needs attention
+//! (or a dry run found output to remove); 2 usage or I/O error; 3 refused
+//! (a live run owns the sink, or the decision is not allowed).
 
+mod args;
 mod inspect;
+mod operate;
 mod render;
 mod timefmt;
 
@@ -26,15 +29,25 @@ twopc: tools for output directories of the twopc exactly-once Flink sink
 
 Usage:
   twopc inspect <output-dir> [--json] [--retention-ms N] [--run RUN] [--part-prefix P]
-  twopc help [inspect]
+  twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
+  twopc decide <destination> --sink S (--commit TXN | --abort TXN)
+  twopc help [inspect|reconcile|decide]
   twopc --version
 
-Commands:
-  inspect   Show committed and staged transactions of every sink in an output
-            directory, and what needs an operator. Changes nothing.
+<destination> is an output directory or a postgres:// URL (see
+'twopc help reconcile' for the PostgreSQL options).
 
-Exit codes: 0 nothing needs attention, 1 something needs attention,
-2 usage or I/O error. Set RUST_LOG=debug for diagnostics on stderr.
+Commands:
+  inspect     Show committed and staged transactions of every sink in an output
+              directory, and what needs an operator. Changes nothing.
+  reconcile   List (dry run) or remove (--apply) a sink's output committed after
+              a checkpoint of a lineage, before restoring that checkpoint.
+  decide      Commit or abort one prepared leftover transaction by hand.
+
+Exit codes: 0 done, nothing needs attention; 1 something needs attention (or a
+dry run found output to remove); 2 usage or I/O error; 3 refused (a live run
+owns the sink, or the decision is not allowed). Set RUST_LOG=debug for
+diagnostics on stderr.
 ";
 
 fn inspect_usage() -> String {
@@ -68,6 +81,73 @@ files changed after their commit. Progress of long scans goes to stderr.
     )
 }
 
+const PG_OPTIONS: &str = "\
+PostgreSQL destinations (<destination> = postgres://user@host:port/db):
+  --table T                   The table the sink writes to (schema.table).
+                              Needed by reconcile.
+  --transaction-id-column C   The sink's transaction-id column
+                              (transactionIdColumn); reconcile --apply
+                              removes rows by it and refuses without it.
+  --control-schema S          Schema of the twopc_* control tables
+                              (default public).
+  --password-env VAR          Environment variable holding the password
+                              (default PGPASSWORD). A password in the URL
+                              is refused.
+";
+
+fn reconcile_usage() -> String {
+    format!(
+        "\
+Usage: twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
+
+Lists this sink's output committed after checkpoint N of lineage L: what a
+restore of checkpoint N would write again. Nothing is changed unless --apply
+is given; then that output (files, or rows and their commit records) is
+removed, each removal logged. Repeating it is harmless: removed output is not
+listed again. Refused while a live run owns the sink (stop the job first);
+a run that starts meanwhile waits for it.
+
+Options:
+  --sink S                The sink id.
+  --lineage L             The lineage (16 hex digits, as the job's error and
+                          'twopc inspect' print it).
+  --after-checkpoint N    The checkpoint the job will be restored from.
+  --apply                 Remove the output (default: dry run).
+  -h, --help              Show this help.
+
+{PG_OPTIONS}
+Exit codes: 0 nothing to remove, or removed; 1 dry run found output to
+remove; 2 usage or I/O error; 3 refused.
+"
+    )
+}
+
+fn decide_usage() -> String {
+    format!(
+        "\
+Usage: twopc decide <destination> --sink S (--commit TXN | --abort TXN)
+
+Resolves one staged transaction of the sink by hand, typically a prepared
+leftover that a job started without state refused. Commit it when its
+checkpoint completed (its records exist nowhere else); abort it when it did
+not, or when its output is not wanted. A transaction whose commit was decided
+is only ever committed; one never prepared, or whose prepared handle cannot
+be read, is never committed; committed output is never aborted (see
+'twopc reconcile'). Repeating a decision is harmless. Refused while a live
+run owns the sink.
+
+Options:
+  --sink S          The sink id.
+  --commit TXN      Commit transaction TXN.
+  --abort TXN       Abort transaction TXN.
+  -h, --help        Show this help.
+
+{PG_OPTIONS}
+Exit codes: 0 done (or already done); 2 usage or I/O error; 3 refused.
+"
+    )
+}
+
 fn main() -> ExitCode {
     env_logger::Builder::from_env(env_logger::Env::default().default_filter_or("warn")).init();
     let args: Vec<OsString> = std::env::args_os().skip(1).collect();
@@ -85,6 +165,8 @@ fn run(args: Vec<OsString>) -> u8 {
         Some("help") => match args.next().as_ref().and_then(|a| a.to_str()) {
             None => print_out(USAGE, EXIT_OK),
             Some("inspect") => print_out(&inspect_usage(), EXIT_OK),
+            Some("reconcile") => print_out(&reconcile_usage(), EXIT_OK),
+            Some("decide") => print_out(&decide_usage(), EXIT_OK),
             Some(other) => usage_error(&format!("no help for unknown command '{other}'")),
         },
         Some("-V" | "--version") => {
@@ -98,7 +180,33 @@ fn run(args: Vec<OsString>) -> u8 {
                 EXIT_USAGE
             }
         },
+        Some("reconcile") => match operate::parse_reconcile(args.collect()) {
+            Ok(operate::Parsed::Help) => print_out(&reconcile_usage(), EXIT_OK),
+            Ok(operate::Parsed::Run(a)) => finish("reconcile", operate::reconcile(&a)),
+            Err(msg) => {
+                eprintln!("twopc reconcile: {msg}\nRun 'twopc reconcile --help' for usage.");
+                EXIT_USAGE
+            }
+        },
+        Some("decide") => match operate::parse_decide(args.collect()) {
+            Ok(operate::Parsed::Help) => print_out(&decide_usage(), EXIT_OK),
+            Ok(operate::Parsed::Run(a)) => finish("decide", operate::decide(&a)),
+            Err(msg) => {
+                eprintln!("twopc decide: {msg}\nRun 'twopc decide --help' for usage.");
+                EXIT_USAGE
+            }
+        },
         _ => usage_error(&format!("unknown command '{}'", command.to_string_lossy())),
+    }
+}
+
+fn finish(command: &str, result: Result<(u8, String), operate::Failed>) -> u8 {
+    match result {
+        Ok((code, out)) => print_out(&out, code),
+        Err(f) => {
+            eprintln!("twopc {command}: {}", f.message);
+            f.code
+        }
     }
 }
 

@@ -147,6 +147,7 @@ impl Committer {
                     scope: self.scope.clone(),
                     transaction: handle.transaction.clone(),
                     checkpoint: prepared.checkpoint,
+                    lineage: handle.lineage,
                     attempts: attempt,
                     last_error: e.to_string(),
                 }));
@@ -188,7 +189,9 @@ impl Committer {
             Ok(AbortStatus::WasCommitted) => Err(self.misuse(format!(
                 "refusing to abort transaction {txn} ({why}): the destination has it committed. \
                  Committed output is never removed by an abort; if this transaction should not \
-                 have been committed, see `twopc inspect`"
+                 have been committed, `twopc reconcile <destination> --sink {} --lineage \
+                 <lineage> --after-checkpoint <N>` removes it",
+                self.scope.sink
             ))),
             Err(source) => Err(TwopcError::Destination {
                 scope: self.scope.clone(),

@@ -212,6 +212,14 @@ pub trait Destination {
     /// releases: a file lock, a database session's advisory lock).
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError>;
 
+    /// Every subtask index of this sink that some run ever claimed here
+    /// (held now or not), for an operator's tool that must hold the whole
+    /// sink (see [`crate::operator`]). A destination that records no owners
+    /// answers an empty list.
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        Ok(Vec::new())
+    }
+
     /// Every lineage with committed output of this sink.
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError>;
 
@@ -276,6 +284,9 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         (**self).claim_ownership(claim)
+    }
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        (**self).owner_subtasks()
     }
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
         (**self).lineages()

@@ -408,6 +408,15 @@ impl Destination for MemoryDestination {
         })
     }
 
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let s = self.store.lock();
+        Ok(s.owners
+            .keys()
+            .filter(|(sink, _)| *sink == self.sink)
+            .map(|(_, subtask)| *subtask)
+            .collect())
+    }
+
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
         let scan = TransactionId::compose(&self.sink, 0, 0, 0);
         let sink = self.sink.clone();

@@ -174,8 +174,9 @@ pub struct FsDestination {
     output: Dir,
     dirs: SinkDirs,
     open: Option<OpenTxn>,
-    /// The owner lock, held while this destination lives.
-    owner: Option<std::fs::File>,
+    /// The owner locks, held while this destination lives (a writer holds
+    /// one; an operator's tool holds every subtask's).
+    owner: Vec<std::fs::File>,
 }
 
 impl FsDestination {
@@ -221,7 +222,7 @@ impl FsDestination {
             output,
             dirs,
             open: None,
-            owner: None,
+            owner: Vec::new(),
         };
         dest.remove_leftovers()?;
         Ok(dest)
@@ -908,10 +909,18 @@ impl Destination for FsDestination {
             }
             err
         })?;
-        if file.is_some() {
-            self.owner = file;
-        }
+        self.owner.extend(file);
         Ok(ownership)
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let dir = &self.dirs.owners;
+        Ok(dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect())
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {

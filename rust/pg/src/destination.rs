@@ -356,6 +356,119 @@ impl PgDestination {
         })
     }
 
+    /// Connects for an operator's tool (`twopc reconcile`, `twopc decide`,
+    /// `twopc inspect`) to sink `sink`'s control tables, in transactional
+    /// mode. `options.columns` may be empty: the tool writes no records. The
+    /// target table is checked to exist, and so is the transaction-id
+    /// column when one is given; the control tables must exist (the tool
+    /// never creates them).
+    pub fn connect_operator(options: PgOptions, sink: &SinkId) -> Result<Self, TwopcError> {
+        let secrets = Secrets::of(&options);
+        let config = options.connection_config()?;
+        let table = options.table_name()?;
+        if options.mode != PgMode::Transactional {
+            return Err(TwopcError::Config(ConfigError::new(
+                "the idempotent mode keeps no commit records or prepared transactions: there is \
+                 nothing to reconcile or decide",
+            )));
+        }
+        let control_tables = ControlTables::new(&options.control_schema);
+        let app = |role: &str| format!("twopc {sink} {role}");
+        let mut control = Link::new("control", config.clone(), &app("cli"), secrets.clone(), "");
+        let writer = Link::new("writer", config, &app("cli-owner"), secrets.clone(), "");
+        let fail = |action: &'static str| {
+            let sink = sink.clone();
+            move |f: Failure| TwopcError::Scan {
+                scope: twopc_core::error::SinkScope {
+                    sink: sink.clone(),
+                    subtask: 0,
+                },
+                action,
+                source: f.error,
+            }
+        };
+        let client = control
+            .client()
+            .map_err(fail("connecting to PostgreSQL"))?;
+        let pg = |op: &'static str| {
+            let secrets = secrets.clone();
+            move |e: postgres::Error| TwopcError::Scan {
+                scope: twopc_core::error::SinkScope {
+                    sink: sink.clone(),
+                    subtask: 0,
+                },
+                action: op,
+                source: error::pg(&secrets, op, &e),
+            }
+        };
+        let found: Option<String> = client
+            .query_one(
+                "SELECT to_regclass($1::text)::text",
+                &[&control_tables.commit_records],
+            )
+            .map_err(pg("looking up the control tables"))?
+            .get(0);
+        if found.is_none() {
+            return Err(TwopcError::Config(ConfigError::new(format!(
+                "{} does not exist: no transactional twopc sink has used this database with the \
+                 control schema {:?}. Pass the control schema the sink is configured with \
+                 (--control-schema)",
+                control_tables.commit_records, options.control_schema
+            ))));
+        }
+        let oid: Option<u32> = client
+            .query_one("SELECT to_regclass($1::text)::oid", &[&table.quoted()])
+            .map_err(pg("looking up the target table"))?
+            .get(0);
+        let Some(oid) = oid else {
+            return Err(TwopcError::Config(ConfigError::new(format!(
+                "target table {table} does not exist; pass the table the sink writes to (names \
+                 are case-sensitive)"
+            ))));
+        };
+        if let Some(col) = &options.transaction_id_column {
+            let exists = client
+                .query_opt(
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = $1 AND attname = $2 \
+                     AND attnum > 0 AND NOT attisdropped",
+                    &[&oid, col],
+                )
+                .map_err(pg("looking up the transaction-id column"))?
+                .is_some();
+            if !exists {
+                return Err(TwopcError::Config(ConfigError::new(format!(
+                    "{table} has no column {}: pass the transaction-id column the sink is \
+                     configured with (transactionIdColumn), or leave the option out",
+                    quote_ident(col)
+                ))));
+            }
+        }
+        let sql = ModeSql::Transactional(Box::new(TxnSql::new(
+            &table,
+            &options,
+            &control_tables,
+            "",
+        )));
+        Ok(PgDestination {
+            sink: sink.clone(),
+            table,
+            control_tables,
+            secrets,
+            sql,
+            control,
+            writer,
+            open: None,
+            stage_generation: None,
+            owner: None,
+            options,
+        })
+    }
+
+    /// The target table, quoted.
+    pub fn table(&self) -> String {
+        self.table.to_string()
+    }
+
     /// Before the writer session's first statement in a (re)connected
     /// session: takes the ownership lock again, or fails if another run
     /// took it while the session was gone.
@@ -1637,6 +1750,22 @@ impl Destination for PgDestination {
             subtask: claim.subtask,
         });
         Ok(Ownership::Acquired)
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let sql = format!(
+            "SELECT subtask FROM {} WHERE sink_id = $1 ORDER BY subtask",
+            self.control_tables.owners
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows = self.control.run("listing the sink's owners", |c| {
+            Ok(c.query(&sql, &[&sink])?)
+        })?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .filter_map(|s| u32::try_from(s).ok())
+            .collect())
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
