@@ -73,7 +73,10 @@ impl PgFlags {
         if !Target::is_postgres(&destination) {
             for (flag, set) in [
                 ("--table", self.table.is_some()),
-                ("--transaction-id-column", self.transaction_id_column.is_some()),
+                (
+                    "--transaction-id-column",
+                    self.transaction_id_column.is_some(),
+                ),
                 ("--control-schema", self.control_schema.is_some()),
                 ("--password-env", self.password_env.is_some()),
             ] {
@@ -167,9 +170,8 @@ pub fn parse_reconcile(args: Vec<OsString>) -> Result<Parsed<ReconcileArgs>, Str
             other => return Err(format!("unknown option '{other}'")),
         }
     }
-    let destination = destination.ok_or(
-        "missing <destination>: give the sink's output directory or its postgres:// URL",
-    )?;
+    let destination = destination
+        .ok_or("missing <destination>: give the sink's output directory or its postgres:// URL")?;
     Ok(Parsed::Run(ReconcileArgs {
         target: pg.target(destination)?,
         sink: sink.ok_or("missing --sink: give the sink id")?,
@@ -220,11 +222,9 @@ pub fn parse_decide(args: Vec<OsString>) -> Result<Parsed<DecideArgs>, String> {
         }
         decided = Some((decision, args.value(&flag)?));
     }
-    let destination = destination.ok_or(
-        "missing <destination>: give the sink's output directory or its postgres:// URL",
-    )?;
-    let (decision, txn) =
-        decided.ok_or("missing decision: give --commit TXN or --abort TXN")?;
+    let destination = destination
+        .ok_or("missing <destination>: give the sink's output directory or its postgres:// URL")?;
+    let (decision, txn) = decided.ok_or("missing decision: give --commit TXN or --abort TXN")?;
     let sink = sink.ok_or("missing --sink: give the sink id")?;
     let transaction = TransactionId::parse(&txn)
         .ok_or_else(|| {
@@ -271,7 +271,11 @@ fn failed(message: impl Into<String>) -> Failed {
 
 /// Opens the sink's destination without creating anything: a directory
 /// must already hold the sink's control data.
-pub fn open(target: &Target, sink: &SinkId, needs_table: bool) -> Result<Box<dyn Destination>, Failed> {
+pub fn open(
+    target: &Target,
+    sink: &SinkId,
+    needs_table: bool,
+) -> Result<Box<dyn Destination>, Failed> {
     match target {
         Target::Dir(dir) => {
             let dir = absolute(dir)?;
@@ -313,17 +317,16 @@ pub fn open(target: &Target, sink: &SinkId, needs_table: bool) -> Result<Box<dyn
 }
 
 pub fn open_pg(pg: &PgTarget, sink: &SinkId, needs_table: bool) -> Result<PgDestination, Failed> {
-    let table = match (&pg.table, needs_table) {
-        (Some(t), _) => t.clone(),
-        (None, true) => {
-            return Err(failed(
+    let table =
+        match (&pg.table, needs_table) {
+            (Some(t), _) => t.clone(),
+            (None, true) => return Err(failed(
                 "missing --table: give the table the sink writes to (schema.table), so that its \
                  rows can be removed",
-            ))
-        }
-        // Only the control tables are used; any table name that exists.
-        (None, false) => format!("{}.twopc_commit_records", pg.control_schema),
-    };
+            )),
+            // Only the control tables are used; any table name that exists.
+            (None, false) => format!("{}.twopc_commit_records", pg.control_schema),
+        };
     let mut options = PgOptions::new(Endpoint::Url(pg.url.clone()), table, &[]);
     options.control_schema = pg.control_schema.clone();
     options.transaction_id_column = pg.transaction_id_column.clone();

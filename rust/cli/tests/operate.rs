@@ -8,9 +8,7 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use common::*;
-use twopc_core::{
-    CommitOutcome, Restore, SinkOptions, TransactionHandle, TwopcError, WriterState,
-};
+use twopc_core::{CommitOutcome, Restore, SinkOptions, TransactionHandle, TwopcError, WriterState};
 
 fn output(tag: &str) -> (TempDir, PathBuf, ShiftClock) {
     let dir = TempDir::new(tag);
@@ -45,7 +43,10 @@ fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
             if p.is_dir() {
                 todo.push(p);
             } else {
-                out.insert(p.strip_prefix(dir).unwrap().to_path_buf(), fs::read(&p).unwrap());
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
             }
         }
     }
@@ -70,7 +71,16 @@ struct Three {
 
 fn three(tag: &str) -> Three {
     let (dir, out, clock) = output(tag);
-    let mut s = open_sink(&out, "orders", "run-a", 0, 1, SinkOptions::default(), &clock, None);
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
     let h1 = commit_one(&mut s, &["a", "b"], 1);
     let state_at_1 = s.writer_state();
     let h2 = commit_one(&mut s, &["c"], 2);
@@ -110,8 +120,14 @@ fn reconcile_dry_run_lists_and_changes_nothing() {
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
     assert!(text.contains("2 transaction(s), 4 records"), "{text}");
-    assert!(text.contains(&format!("would remove {}", t.h[1].transaction)), "{text}");
-    assert!(text.contains(&format!("would remove {}", t.h[2].transaction)), "{text}");
+    assert!(
+        text.contains(&format!("would remove {}", t.h[1].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("would remove {}", t.h[2].transaction)),
+        "{text}"
+    );
     assert!(!text.contains(t.h[0].transaction.as_str()), "{text}");
     assert!(text.contains("Dry run: nothing was changed"), "{text}");
     assert!(text.contains("--after-checkpoint 1 --apply"), "{text}");
@@ -125,12 +141,24 @@ fn reconcile_apply_removes_later_output_and_is_idempotent() {
     let o = reconcile(&t, "1", &["--apply"]);
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
-    assert!(text.contains(&format!("removed {}", t.h[1].transaction)), "{text}");
-    assert!(text.contains(&format!("removed {}", t.h[2].transaction)), "{text}");
-    assert!(text.contains("Removed 2 transaction(s), 4 records"), "{text}");
+    assert!(
+        text.contains(&format!("removed {}", t.h[1].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("removed {}", t.h[2].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains("Removed 2 transaction(s), 4 records"),
+        "{text}"
+    );
     // Each removal is logged on stderr too.
     assert!(
-        stderr(&o).contains(&format!("removing the output of transaction {}", t.h[2].transaction)),
+        stderr(&o).contains(&format!(
+            "removing the output of transaction {}",
+            t.h[2].transaction
+        )),
         "{}",
         stderr(&o)
     );
@@ -142,7 +170,11 @@ fn reconcile_apply_removes_later_output_and_is_idempotent() {
     let before = snapshot(&t.out);
     let again = reconcile(&t, "1", &["--apply"]);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
-    assert!(stdout(&again).contains("nothing to remove"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains("nothing to remove"),
+        "{}",
+        stdout(&again)
+    );
     assert_eq!(snapshot(&t.out), before);
 
     // The core agrees: a restore of checkpoint 1 finds no later output
@@ -177,13 +209,8 @@ fn without_reconcile_the_restore_stops_on_rewind() {
     };
     let sink = twopc_core::SinkId::new("orders").unwrap();
     let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-    let ctx = twopc_core::SubtaskContext::new(
-        sink,
-        twopc_core::RunId::new("run-b").unwrap(),
-        0,
-        1,
-    )
-    .unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
     let err = twopc_core::SubtaskSink::open(
         dest,
         t.clock.clone(),
@@ -203,7 +230,10 @@ fn without_reconcile_the_restore_stops_on_rewind() {
         .map(|(t, _)| t.to_string())
         .collect();
     named.sort();
-    let mut listed = vec![t.h[1].transaction.to_string(), t.h[2].transaction.to_string()];
+    let mut listed = vec![
+        t.h[1].transaction.to_string(),
+        t.h[2].transaction.to_string(),
+    ];
     listed.sort();
     assert_eq!(named, listed);
     // The message names the exact command that reconciles.
@@ -262,14 +292,22 @@ fn reconcile_and_decide_refuse_while_a_live_run_owns_the_sink() {
 /// the leftover. Returns the leftover's handle.
 fn leftover(tag: &str) -> (Three, TransactionHandle) {
     let t = three(tag);
-    let mut s = open_sink(&t.out, "orders", "run-a", 0, 1, SinkOptions::default(), &t.clock, None);
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
     let p = prepare_one(&mut s, &["x", "y"], 4);
     drop(s);
     let sink = twopc_core::SinkId::new("orders").unwrap();
     let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-    let ctx =
-        twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
-            .unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
     let err = twopc_core::SubtaskSink::open(
         dest,
         t.clock.clone(),
@@ -296,7 +334,14 @@ fn leftover(tag: &str) -> (Three, TransactionHandle) {
 }
 
 fn decide(t: &Three, how: &str, txn: &str) -> std::process::Output {
-    twopc(&["decide", t.out.to_str().unwrap(), "--sink", "orders", how, txn])
+    twopc(&[
+        "decide",
+        t.out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        how,
+        txn,
+    ])
 }
 
 #[test]
@@ -304,13 +349,21 @@ fn decide_commit_of_a_prepared_leftover() {
     let (t, p) = leftover("dc-commit");
     let o = decide(&t, "--commit", p.transaction.as_str());
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert!(stdout(&o).contains("committed transaction"), "{}", stdout(&o));
+    assert!(
+        stdout(&o).contains("committed transaction"),
+        "{}",
+        stdout(&o)
+    );
     assert_eq!(fs::read_to_string(part(&t.out, &p)).unwrap(), "x\ny\n");
     // Again: already committed, nothing changed.
     let before = snapshot(&t.out);
     let again = decide(&t, "--commit", p.transaction.as_str());
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
-    assert!(stdout(&again).contains("already committed"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains("already committed"),
+        "{}",
+        stdout(&again)
+    );
     assert_eq!(snapshot(&t.out), before);
     // An abort never removes committed output; it names reconcile.
     let abort = decide(&t, "--abort", p.transaction.as_str());
@@ -340,11 +393,19 @@ fn decide_abort_of_a_prepared_leftover_lets_a_fresh_start_run() {
         .exists());
     let again = decide(&t, "--abort", p.transaction.as_str());
     assert_eq!(again.status.code(), Some(0));
-    assert!(stdout(&again).contains("nothing changed"), "{}", stdout(&again));
+    assert!(
+        stdout(&again).contains("nothing changed"),
+        "{}",
+        stdout(&again)
+    );
     // Committing it now is refused: it is gone, not committed.
     let commit = decide(&t, "--commit", p.transaction.as_str());
     assert_eq!(commit.status.code(), Some(3));
-    assert!(stderr(&commit).contains("neither staged nor committed"), "{}", stderr(&commit));
+    assert!(
+        stderr(&commit).contains("neither staged nor committed"),
+        "{}",
+        stderr(&commit)
+    );
     // The fresh start that refused it now runs (appending on purpose).
     drop(open_sink(
         &t.out,
@@ -364,7 +425,16 @@ fn decide_abort_of_a_prepared_leftover_lets_a_fresh_start_run() {
 #[test]
 fn decide_refuses_to_commit_an_open_transaction_or_another_sinks() {
     let t = three("dc-open");
-    let mut s = open_sink(&t.out, "orders", "run-a", 0, 1, SinkOptions::default(), &t.clock, None);
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
     let open = s.begin().unwrap();
     s.write(&open.transaction, &batch(&["z"])).unwrap();
     drop(s);
@@ -390,25 +460,72 @@ fn operator_commands_reject_bad_arguments() {
     let t = three("rc-args");
     let dir = t.out.to_str().unwrap();
     for (args, needle) in [
-        (vec!["reconcile", dir, "--lineage", "1", "--after-checkpoint", "1"], "missing --sink"),
         (
-            vec!["reconcile", dir, "--sink", "orders", "--after-checkpoint", "1"],
+            vec![
+                "reconcile",
+                dir,
+                "--lineage",
+                "1",
+                "--after-checkpoint",
+                "1",
+            ],
+            "missing --sink",
+        ),
+        (
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--after-checkpoint",
+                "1",
+            ],
             "missing --lineage",
         ),
         (
-            vec!["reconcile", dir, "--sink", "orders", "--lineage", "xyz", "--after-checkpoint", "1"],
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--lineage",
+                "xyz",
+                "--after-checkpoint",
+                "1",
+            ],
             "hexadecimal",
         ),
         (
-            vec!["reconcile", dir, "--sink", "orders", "--lineage", "1", "--table", "t",
-                 "--after-checkpoint", "1"],
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--lineage",
+                "1",
+                "--table",
+                "t",
+                "--after-checkpoint",
+                "1",
+            ],
             "--table is for a PostgreSQL destination",
         ),
         (vec!["decide", dir, "--sink", "orders"], "missing decision"),
-        (vec!["decide", dir, "--sink", "orders", "--commit", "nope"], "not a twopc transaction id"),
         (
-            vec!["decide", dir, "--sink", "orders", "--commit", "a.0.0000000000000001.1",
-                 "--abort", "a.0.0000000000000001.1"],
+            vec!["decide", dir, "--sink", "orders", "--commit", "nope"],
+            "not a twopc transaction id",
+        ),
+        (
+            vec![
+                "decide",
+                dir,
+                "--sink",
+                "orders",
+                "--commit",
+                "a.0.0000000000000001.1",
+                "--abort",
+                "a.0.0000000000000001.1",
+            ],
             "give one decision",
         ),
     ] {
@@ -418,15 +535,28 @@ fn operator_commands_reject_bad_arguments() {
     }
     // A sink the directory does not hold is named, and nothing is created.
     let o = twopc(&[
-        "decide", dir, "--sink", "nosuch", "--abort", "nosuch.0.0000000000000001.1",
+        "decide",
+        dir,
+        "--sink",
+        "nosuch",
+        "--abort",
+        "nosuch.0.0000000000000001.1",
     ]);
     assert_eq!(o.status.code(), Some(2));
-    assert!(stderr(&o).contains("its sinks are: orders"), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("its sinks are: orders"),
+        "{}",
+        stderr(&o)
+    );
     assert!(!t.out.join("_twopc/nosuch").exists());
     for help in [&["help", "reconcile"][..], &["decide", "--help"][..]] {
         let o = twopc(help);
         assert_eq!(o.status.code(), Some(0));
-        assert!(stdout(&o).contains("--transaction-id-column"), "{}", stdout(&o));
+        assert!(
+            stdout(&o).contains("--transaction-id-column"),
+            "{}",
+            stdout(&o)
+        );
     }
 }
 
@@ -438,9 +568,8 @@ fn a_run_starting_while_a_command_holds_the_sink_waits_and_is_told_why() {
     let held = twopc_core::operator::hold_sink(&mut tool, &sink, 7, "reconcile").unwrap();
     assert_eq!(held, vec![0]);
     let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-    let ctx =
-        twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
-            .unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
     let err = twopc_core::SubtaskSink::open(
         dest,
         t.clock.clone(),
@@ -460,6 +589,10 @@ fn a_run_starting_while_a_command_holds_the_sink_waits_and_is_told_why() {
     // Not fatal: Flink restarts the subtask, which finds the share free
     // once the command has finished.
     assert!(!c.fatal);
-    assert!(err.to_string().contains("`twopc reconcile` or `twopc decide`"), "{err}");
+    assert!(
+        err.to_string()
+            .contains("`twopc reconcile` or `twopc decide`"),
+        "{err}"
+    );
     drop(tool);
 }

@@ -159,11 +159,7 @@ pub fn reconcile_plan<D: Destination>(
 ) -> Result<ReconcilePlan, OperatorError> {
     let lineages = dest
         .lineages()
-        .map_err(dest_err(
-            sink,
-            "listing lineages",
-            "Nothing was changed.",
-        ))?
+        .map_err(dest_err(sink, "listing lineages", "Nothing was changed."))?
         .into_iter()
         .map(|l| l.lineage)
         .collect();
@@ -172,7 +168,8 @@ pub fn reconcile_plan<D: Destination>(
         format!("reading commit records of lineage {lineage} after checkpoint {after}"),
         "Nothing was changed.",
     ))?;
-    transactions.sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
+    transactions
+        .sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
     Ok(ReconcilePlan {
         sink: sink.clone(),
         lineage,
@@ -354,11 +351,9 @@ fn find_committed<D: Destination>(
     sink: &SinkId,
     txn: &TransactionId,
 ) -> Result<Option<CommittedTransaction>, OperatorError> {
-    let lineages = dest.lineages().map_err(dest_err(
-        sink,
-        "listing lineages",
-        "Nothing was changed.",
-    ))?;
+    let lineages =
+        dest.lineages()
+            .map_err(dest_err(sink, "listing lineages", "Nothing was changed."))?;
     for l in lineages {
         // Flink numbers checkpoints from 1.
         let committed = dest.committed_after(l.lineage, 0).map_err(dest_err(

@@ -387,9 +387,7 @@ impl PgDestination {
                 source: f.error,
             }
         };
-        let client = control
-            .client()
-            .map_err(fail("connecting to PostgreSQL"))?;
+        let client = control.client().map_err(fail("connecting to PostgreSQL"))?;
         let pg = |op: &'static str| {
             let secrets = secrets.clone();
             move |e: postgres::Error| TwopcError::Scan {
@@ -443,12 +441,8 @@ impl PgDestination {
                 ))));
             }
         }
-        let sql = ModeSql::Transactional(Box::new(TxnSql::new(
-            &table,
-            &options,
-            &control_tables,
-            "",
-        )));
+        let sql =
+            ModeSql::Transactional(Box::new(TxnSql::new(&table, &options, &control_tables, "")));
         Ok(PgDestination {
             sink: sink.clone(),
             table,
@@ -1758,9 +1752,11 @@ impl Destination for PgDestination {
             self.control_tables.owners
         );
         let sink = self.sink.as_str().to_string();
-        let rows = self.control.run("listing the sink's owners", |c| {
-            Ok(c.query(&sql, &[&sink])?)
-        })?;
+        let rows =
+            self.control.run(
+                "listing the sink's owners",
+                |c| Ok(c.query(&sql, &[&sink])?),
+            )?;
         Ok(rows
             .iter()
             .map(|r| r.get::<_, i32>(0))
