@@ -116,6 +116,7 @@ pub struct VisibleFile {
 pub struct Finding {
     /// Stable, machine-readable: `problem`, `commit-unfinished`,
     /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
+    /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`,
     /// `open-past-retention`, `output-changed`, `unreferenced-file`,
     /// `scratch-files`, `unknown-entry`.
     pub kind: &'static str,
@@ -365,6 +366,18 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         .map(|c| (c.handle.transaction.as_str(), c))
         .collect();
 
+    // Checkpoints with committed output, per lineage: (transactions,
+    // records). A commit of any transaction of a checkpoint proves that
+    // the checkpoint completed.
+    let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for c in &inv.committed {
+        let Some(cp) = c.handle.checkpoint() else {
+            continue;
+        };
+        let e = checkpoints.entry((c.handle.lineage.0, cp)).or_default();
+        e.0 += 1;
+        e.1 += c.handle.prepared().map_or(0, |p| p.records);
+    }
     // The run prepared transactions are judged against.
     let reference_run = opts.run.clone().or_else(|| {
         inv.committed
@@ -480,15 +493,36 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
                         "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
                          run {}, not by run {reference}{}: no running job will commit it, and a \
                          job started without state stops on it. Restore run {}'s latest \
-                         checkpoint or savepoint so recovery commits it; or, if its output is \
-                         not wanted, start with the fresh-start policy ABORT_PREPARED",
+                         checkpoint or savepoint so recovery commits it; or, while no job of \
+                         this sink runs, decide it by hand: `twopc decide {} --sink {sink} \
+                         --commit {txn}` if checkpoint {c} of run {} completed, `--abort {txn}` \
+                         if it did not or its output is not wanted (or start with the \
+                         fresh-start policy ABORT_PREPARED, which aborts every such leftover)",
                         h.run,
                         if opts.run.is_some() {
                             " (given with --run)"
                         } else {
                             " (the latest run of this sink)"
                         },
+                        h.run,
+                        out.display(),
                         h.run
+                    ),
+                ))
+            } else if let Some((txns, _)) = checkpoints.get(&(h.lineage.0, c)).copied() {
+                Some(Finding::new(
+                    "partly-visible-checkpoint",
+                    Some(sink),
+                    format!(
+                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                         {} ago) and is not committed, yet {txns} other transaction(s) of \
+                         checkpoint {c} are: the checkpoint completed, so it is partly visible \
+                         and this transaction must be committed too, never aborted. While the \
+                         job runs its committer finishes it. If the job is stopped, restart it \
+                         from its latest checkpoint (recovery commits it), or commit it by hand: \
+                         `twopc decide {} --sink {sink} --commit {txn}`",
+                        duration(age_ms),
+                        out.display()
                     ),
                 ))
             } else {
@@ -582,6 +616,92 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
                     "sink '{sink}' holds output of {} lineages, appended on purpose (fresh-start \
                      policy APPEND)",
                     by_lineage.len()
+                ),
+            ));
+        }
+    }
+
+    let dir = out.display();
+    // Transactions the committer found LOST: their checkpoint completed, so
+    // what else of it is committed is only part of it, and output of later
+    // checkpoints of the lineage means the job went on past the hole.
+    let mut lost_at: BTreeMap<(u64, u64), Vec<&twopc_core::destination::LostNote>> =
+        BTreeMap::new();
+    for n in &inv.lost {
+        lost_at
+            .entry((n.lineage.0, n.checkpoint))
+            .or_default()
+            .push(n);
+    }
+    for ((lineage, cp), notes) in &lost_at {
+        let lineage_id = twopc_core::LineageId(*lineage);
+        let lost_records: u64 = notes.iter().map(|n| n.records).sum();
+        let names: Vec<String> = notes
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} (subtask {}, run {}, {} records, found at {}: {})",
+                    n.transaction,
+                    n.subtask,
+                    n.run,
+                    n.records,
+                    crate::timefmt::utc(n.found_at_ms),
+                    n.evidence
+                )
+            })
+            .collect();
+        let reconcile = format!(
+            "twopc reconcile {dir} --sink {sink} --lineage {lineage_id} --after-checkpoint N"
+        );
+        let (txns, records) = checkpoints.get(&(*lineage, *cp)).copied().unwrap_or((0, 0));
+        let (kind, what) = if txns > 0 {
+            (
+                "partly-visible-checkpoint",
+                format!(
+                    "checkpoint {cp} of lineage {lineage_id} is partly visible: {txns} \
+                     transaction(s) with {records} records are committed, but {} with \
+                     {lost_records} records LOST: {}. Readers see only part of the checkpoint",
+                    if notes.len() == 1 { "one" } else { "others" },
+                    names.join("; ")
+                ),
+            )
+        } else {
+            (
+                "lost",
+                format!(
+                    "checkpoint {cp} of lineage {lineage_id} completed, but its transaction(s) \
+                     with {lost_records} records were LOST: {}",
+                    names.join("; ")
+                ),
+            )
+        };
+        attention.push(
+            Finding::new(
+                kind,
+                Some(sink),
+                format!(
+                    "{what}. Keep the job stopped, pick a checkpoint or savepoint N before {cp} \
+                     whose input position precedes the lost records, run `{reconcile}` (a dry \
+                     run; add --apply to remove what it lists), and restore the job from N"
+                ),
+            )
+            .txn(notes[0].transaction.as_str()),
+        );
+        let later: Vec<u64> = checkpoints
+            .range((*lineage, cp + 1)..=(*lineage, u64::MAX))
+            .map(|((_, c), _)| *c)
+            .collect();
+        if let (Some(first), Some(last)) = (later.first(), later.last()) {
+            attention.push(Finding::new(
+                "checkpoint-gap",
+                Some(sink),
+                format!(
+                    "lineage {lineage_id} has a gap: the {lost_records} records of checkpoint \
+                     {cp} are lost, yet output of {} later checkpoint(s) ({first} to {last}) \
+                     was committed after it, so the job went on past the hole. The same \
+                     `{reconcile}` (N before {cp}) removes those too, and the restored job \
+                     writes the whole range again",
+                    later.len()
                 ),
             ));
         }

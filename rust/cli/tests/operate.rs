@@ -98,13 +98,17 @@ fn three(tag: &str) -> Three {
 }
 
 fn reconcile(t: &Three, after: &str, extra: &[&str]) -> std::process::Output {
+    reconcile_at(&t.out, &t.lineage, after, extra)
+}
+
+fn reconcile_at(out: &Path, lineage: &str, after: &str, extra: &[&str]) -> std::process::Output {
     let mut args = vec![
         "reconcile",
-        t.out.to_str().unwrap(),
+        out.to_str().unwrap(),
         "--sink",
         "orders",
         "--lineage",
-        &t.lineage,
+        lineage,
         "--after-checkpoint",
         after,
     ];
@@ -595,4 +599,143 @@ fn a_run_starting_while_a_command_holds_the_sink_waits_and_is_told_why() {
         "{err}"
     );
     drop(tool);
+}
+
+fn inspect_json(out: &Path) -> (i32, serde_json::Value) {
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
+    (o.status.code().unwrap(), v)
+}
+
+fn findings(v: &serde_json::Value, kind: &str) -> Vec<String> {
+    v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .map(|f| f["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Two subtasks commit checkpoint 1; for checkpoint 2 subtask 0 commits
+/// and subtask 1's prepared transaction disappears before its commit: a
+/// LOST stop. Inspect must not say that nothing needs attention.
+#[test]
+fn inspect_flags_a_partly_visible_checkpoint_and_a_gap_after_a_lost_stop() {
+    let (_dir, out, clock) = output("lost");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
+    commit_one(&mut s0, &["a"], 1);
+    commit_one(&mut s1, &["b"], 1);
+    let ok = prepare_one(&mut s0, &["c", "d"], 2);
+    let gone = prepare_one(&mut s1, &["e", "f", "g"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    fs::remove_dir_all(
+        out.join("_twopc/orders/staging")
+            .join(gone.transaction.as_str()),
+    )
+    .unwrap();
+    let err = s1.commit(&gone).unwrap_err();
+    assert!(matches!(err, TwopcError::Lost(_)), "{err}");
+    let lineage = s0.lineage().to_string();
+    drop((s0, s1));
+
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1, "{v:#}");
+    let partly = findings(&v, "partly-visible-checkpoint");
+    assert_eq!(partly.len(), 1, "{v:#}");
+    assert!(partly[0].contains("checkpoint 2"), "{}", partly[0]);
+    assert!(
+        partly[0].contains(gone.transaction.as_str()),
+        "{}",
+        partly[0]
+    );
+    assert!(partly[0].contains("3 records LOST"), "{}", partly[0]);
+    assert!(
+        partly[0].contains(&format!(
+            "twopc reconcile {} --sink orders --lineage {lineage} --after-checkpoint N",
+            out.display()
+        )),
+        "{}",
+        partly[0]
+    );
+    assert!(findings(&v, "checkpoint-gap").is_empty(), "{v:#}");
+
+    // The job is restarted from its latest checkpoint and goes on: the
+    // hole is now a gap in the lineage.
+    let restore = Restore {
+        checkpoint: 2,
+        states: Vec::new(),
+        known: vec![ok.clone()],
+    };
+    let mut s0 = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        opts.clone(),
+        &clock,
+        Some(&restore),
+    );
+    commit_one(&mut s0, &["h"], 3);
+    drop(s0);
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1);
+    let gap = findings(&v, "checkpoint-gap");
+    assert_eq!(gap.len(), 1, "{v:#}");
+    assert!(gap[0].contains("checkpoint 2"), "{}", gap[0]);
+    assert!(gap[0].contains("(3 to 3)"), "{}", gap[0]);
+
+    // Reconciling after checkpoint 1 removes checkpoints 2 and 3 and the
+    // note: nothing needs attention any more.
+    let o = reconcile_at(&out, &lineage, "1", &["--apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("Removed 2 transaction(s), 3 records"),
+        "{}",
+        stdout(&o)
+    );
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// Subtask 0 committed checkpoint 2, subtask 1 prepared it and the job
+/// stopped before its commit: the checkpoint completed, so the advice is to
+/// commit, never to abort.
+#[test]
+fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint() {
+    let (_dir, out, clock) = output("partial");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
+    let ok = prepare_one(&mut s0, &["a"], 2);
+    let pending = prepare_one(&mut s1, &["b", "c"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    drop((s0, s1));
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1);
+    let partly = findings(&v, "partly-visible-checkpoint");
+    assert_eq!(partly.len(), 1, "{v:#}");
+    let cmd = format!(
+        "twopc decide {} --sink orders --commit {}",
+        out.display(),
+        pending.transaction
+    );
+    assert!(partly[0].contains(&cmd), "{}", partly[0]);
+    assert!(partly[0].contains("never aborted"), "{}", partly[0]);
+    // Following the advice resolves it.
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--commit",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
 }

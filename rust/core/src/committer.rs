@@ -131,6 +131,24 @@ impl Committer {
                 Ok(CommitStep::Done(CommitOutcome::AlreadyCommitted))
             }
             Ok(CommitStatus::Missing { evidence }) => {
+                let note = crate::destination::LostNote {
+                    transaction: handle.transaction.clone(),
+                    lineage: handle.lineage,
+                    checkpoint: prepared.checkpoint,
+                    subtask: handle.subtask,
+                    run: handle.run.clone(),
+                    records: prepared.records,
+                    found_at_ms: now_ms,
+                    evidence: evidence.clone(),
+                };
+                if let Err(e) = dest.record_lost(&note) {
+                    log::warn!(
+                        "{}: could not keep a note that transaction {} is lost ({e}); \
+                         `twopc inspect` will not show it",
+                        self.scope,
+                        handle.transaction
+                    );
+                }
                 let err = TwopcError::Lost(Box::new(LostTransaction {
                     scope: self.scope.clone(),
                     transaction: handle.transaction.clone(),

@@ -209,6 +209,14 @@ pub fn reconcile_apply<D: Destination>(
         ))?;
         done(c);
     }
+    dest.clear_lost(plan.lineage, plan.after).map_err(dest_err(
+        &plan.sink,
+        format!(
+            "removing the notes of lost transactions of lineage {} after checkpoint {}",
+            plan.lineage, plan.after
+        ),
+        "The output is removed; run the same command again to clear the notes.",
+    ))?;
     Ok(())
 }
 
