@@ -27,7 +27,13 @@ pub struct InspectOptions {
     pub run: Option<String>,
     pub part_prefix: String,
     pub now_ms: u64,
+    /// How many committed transactions to list per sink (the latest);
+    /// `None` lists every one. Counts and findings always cover all.
+    pub limit: Option<usize>,
 }
+
+/// Committed transactions listed per sink unless `--limit` or `--all`.
+pub const DEFAULT_LIMIT: usize = 20;
 
 /// Why the directory could not be inspected at all (exit code 2).
 #[derive(Debug)]
@@ -60,6 +66,13 @@ pub struct SinkReport {
     pub sink: String,
     /// The run prepared transactions are judged against (see `--run`).
     pub reference_run: Option<String>,
+    /// Every committed transaction, counted.
+    pub committed_total: usize,
+    pub committed_records: u64,
+    /// Committed output per lineage and run.
+    pub lineages: Vec<LineageEntry>,
+    /// The latest committed transactions (all with `--all`), by lineage
+    /// and checkpoint.
     pub committed: Vec<CommittedEntry>,
     pub staged: Vec<StagedEntry>,
     pub expired: Vec<ExpiredEntry>,
@@ -67,6 +80,25 @@ pub struct SinkReport {
     pub problems: Vec<String>,
     /// Leftovers of interrupted atomic writes in the sink's tmp directory.
     pub scratch_files: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LineageEntry {
+    pub lineage: String,
+    pub transactions: u64,
+    pub records: u64,
+    pub first_checkpoint: u64,
+    pub last_checkpoint: u64,
+    pub runs: Vec<RunEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunEntry {
+    pub run: String,
+    pub transactions: u64,
+    pub records: u64,
+    pub first_checkpoint: u64,
+    pub last_checkpoint: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -351,6 +383,17 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             bytes: c.data_len,
             committed_at_ms: c.committed_at_ms,
         });
+    }
+    let committed_total = committed.len();
+    let committed_records = committed.iter().map(|c| c.records).sum();
+    let lineages = summarise(&committed);
+    if let Some(limit) = opts.limit {
+        if committed.len() > limit {
+            committed.sort_by(|a, b| {
+                (b.committed_at_ms, &b.transaction).cmp(&(a.committed_at_ms, &a.transaction))
+            });
+            committed.truncate(limit);
+        }
     }
     committed.sort_by(|a, b| {
         (&a.lineage, a.checkpoint, a.subtask, &a.transaction).cmp(&(
@@ -755,6 +798,9 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         SinkReport {
             sink: sink.to_string(),
             reference_run,
+            committed_total,
+            committed_records,
+            lineages,
             committed,
             staged,
             expired,
@@ -764,6 +810,42 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         attention,
         notes,
     ))
+}
+
+/// Counts per lineage and run.
+fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
+    let mut by: BTreeMap<&str, BTreeMap<&str, RunEntry>> = BTreeMap::new();
+    for c in committed {
+        let e = by
+            .entry(c.lineage.as_str())
+            .or_default()
+            .entry(c.run.as_str())
+            .or_insert(RunEntry {
+                run: c.run.clone(),
+                transactions: 0,
+                records: 0,
+                first_checkpoint: c.checkpoint,
+                last_checkpoint: c.checkpoint,
+            });
+        e.transactions += 1;
+        e.records += c.records;
+        e.first_checkpoint = e.first_checkpoint.min(c.checkpoint);
+        e.last_checkpoint = e.last_checkpoint.max(c.checkpoint);
+    }
+    by.into_iter()
+        .map(|(lineage, runs)| {
+            let mut runs: Vec<RunEntry> = runs.into_values().collect();
+            runs.sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
+            LineageEntry {
+                lineage: lineage.to_string(),
+                transactions: runs.iter().map(|r| r.transactions).sum(),
+                records: runs.iter().map(|r| r.records).sum(),
+                first_checkpoint: runs.iter().map(|r| r.first_checkpoint).min().unwrap_or(0),
+                last_checkpoint: runs.iter().map(|r| r.last_checkpoint).max().unwrap_or(0),
+                runs,
+            }
+        })
+        .collect()
 }
 
 /// Visible `<prefix>-*` files in the output directory that no commit record

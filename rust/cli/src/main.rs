@@ -28,7 +28,8 @@ const USAGE: &str = "\
 twopc: tools for output directories of the twopc exactly-once Flink sink
 
 Usage:
-  twopc inspect <output-dir> [--json] [--retention-ms N] [--run RUN] [--part-prefix P]
+  twopc inspect <output-dir> [--json] [--limit N | --all] [--retention-ms N] [--run RUN]
+                [--part-prefix P]
   twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
   twopc decide <destination> --sink S (--commit TXN | --abort TXN)
   twopc help [inspect|reconcile|decide]
@@ -55,7 +56,8 @@ fn inspect_usage() -> String {
         "\
 Usage: twopc inspect <output-dir> [options]
 
-Lists, for every sink under <output-dir>/_twopc/: committed transactions,
+Lists, for every sink under <output-dir>/_twopc/: committed output per lineage
+and run, the latest committed transactions,
 staged transactions (prepared or open, their age and retention), expired
 tombstones and problems, plus visible part files that no commit record
 references. Nothing is changed on disk.
@@ -70,14 +72,21 @@ Options:
                       flagged. Default: the run with the latest activity in
                       each sink.
   --part-prefix P     Prefix of visible output files (default \"part\").
+  --limit N           List the latest N committed transactions per sink
+                      (default {limit}); counts per lineage and run, and every
+                      finding, always cover all of them.
+  --all               List every committed transaction.
   -h, --help          Show this help.
 
 Needs attention (exit code 1): any problem the scan found, any prepared
 transaction (each with the reason and what to do), any staged transaction past
-retention, any visible part file no commit record references, and committed
-files changed after their commit. Progress of long scans goes to stderr.
+retention, any visible part file no commit record references, committed
+files changed after their commit, a partly visible checkpoint (a transaction of
+it LOST, or prepared beside committed ones), and a gap in a lineage (output
+committed past a lost checkpoint). Progress of long scans goes to stderr.
 ",
-        SinkOptions::default().retention_ms
+        SinkOptions::default().retention_ms,
+        limit = inspect::DEFAULT_LIMIT
     )
 }
 
@@ -239,6 +248,7 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
     let mut retention_ms = SinkOptions::default().retention_ms;
     let mut run: Option<String> = None;
     let mut part_prefix = "part".to_string();
+    let mut limit = Some(inspect::DEFAULT_LIMIT);
     let mut args = args.peekable();
     let mut only_positional = false;
 
@@ -294,6 +304,14 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
                     .map_err(|e| format!("--part-prefix: {e}"))?;
                 part_prefix = v;
             }
+            "--limit" => {
+                let v = value("--limit")?;
+                limit =
+                    Some(v.trim().parse().map_err(|_| {
+                        format!("--limit takes a number of transactions, not {v:?}")
+                    })?);
+            }
+            "--all" => limit = None,
             other => return Err(format!("unknown option '{other}'")),
         }
     }
@@ -305,6 +323,7 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
             run,
             part_prefix,
             now_ms: SystemClock.now_ms(),
+            limit,
         },
         json,
     ))

@@ -355,6 +355,10 @@ fn absolute(dir: &Path) -> Result<PathBuf, Failed> {
     })
 }
 
+/// How long a command waits for a share of the sink that someone else
+/// holds (a run that is stopping) before it refuses.
+const HOLD_WAIT_MS: u64 = 2_000;
+
 /// The instance id of this command's ownership claims.
 fn instance() -> u64 {
     twopc_core::ids::random_u64()
@@ -371,7 +375,14 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
         }
     }
     let mut dest = open(&a.target, &a.sink, true)?;
-    operator::hold_sink(&mut dest, &a.sink, instance(), "reconcile")?;
+    operator::hold_sink(
+        &mut dest,
+        &SystemClock,
+        &a.sink,
+        instance(),
+        HOLD_WAIT_MS,
+        "reconcile",
+    )?;
     let plan = operator::reconcile_plan(&mut dest, &a.sink, a.lineage, a.after)?;
     let mut out = String::new();
     if plan.transactions.is_empty() && a.apply {
@@ -509,7 +520,14 @@ fn describe_target(t: &Target) -> String {
 /// Runs `twopc decide`.
 pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     let mut dest = open(&a.target, &a.sink, false)?;
-    operator::hold_sink(&mut dest, &a.sink, instance(), "decide")?;
+    operator::hold_sink(
+        &mut dest,
+        &SystemClock,
+        &a.sink,
+        instance(),
+        HOLD_WAIT_MS,
+        "decide",
+    )?;
     let decided = operator::decide(
         &mut dest,
         &SystemClock,

@@ -569,7 +569,15 @@ fn a_run_starting_while_a_command_holds_the_sink_waits_and_is_told_why() {
     let t = three("rc-held");
     let sink = twopc_core::SinkId::new("orders").unwrap();
     let mut tool = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-    let held = twopc_core::operator::hold_sink(&mut tool, &sink, 7, "reconcile").unwrap();
+    let held = twopc_core::operator::hold_sink(
+        &mut tool,
+        &twopc_core::SystemClock,
+        &sink,
+        7,
+        0,
+        "reconcile",
+    )
+    .unwrap();
     assert_eq!(held, vec![0]);
     let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
     let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
@@ -738,4 +746,66 @@ fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint()
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let (code, v) = inspect_json(&out);
     assert_eq!(code, 0, "{v:#}");
+}
+
+#[test]
+fn inspect_summarises_large_histories_with_limit_and_all() {
+    let (_dir, out, clock) = output("limit");
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    let mut last = None;
+    for cp in 1..=30u64 {
+        last = Some(commit_one(&mut s, &["r"], cp));
+    }
+    let lineage = s.lineage().to_string();
+    drop(s);
+    let last = last.unwrap();
+
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["committed_total"], 30);
+    assert_eq!(sink["committed_records"], 30);
+    let listed = sink["committed"].as_array().unwrap();
+    assert_eq!(listed.len(), 20);
+    // The latest ones are kept.
+    assert_eq!(
+        listed.last().unwrap()["transaction"],
+        last.transaction.as_str()
+    );
+    assert_eq!(listed[0]["checkpoint"], 11);
+    let l = &sink["lineages"][0];
+    assert_eq!(l["lineage"], lineage.as_str());
+    assert_eq!(l["transactions"], 30);
+    assert_eq!(l["runs"][0]["run"], "run-a");
+    assert_eq!(l["runs"][0]["first_checkpoint"], 1);
+    assert_eq!(l["runs"][0]["last_checkpoint"], 30);
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--limit", "5"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("the latest 5 of 30"), "{text}");
+    assert!(text.contains("1 to 30"), "{text}");
+    assert_eq!(text.matches("part-orders.").count(), 5, "{text}");
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--all"]);
+    let text = stdout(&o);
+    assert!(!text.contains("the latest"), "{text}");
+    assert_eq!(text.matches("part-orders.").count(), 30, "{text}");
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--limit", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--limit takes a number"),
+        "{}",
+        stderr(&o)
+    );
 }

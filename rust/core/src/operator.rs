@@ -79,10 +79,34 @@ fn dest_err(
     }
 }
 
+/// How often a held share is asked for again while waiting.
+const HOLD_POLL_MS: u64 = 100;
+
 /// Takes ownership of every subtask share of `sink` that a run ever claimed
-/// at `dest`, and of subtask 0; held until `dest` is dropped. Returns the
-/// subtasks held. `command` names the tool's command for messages.
-pub fn hold_sink<D: Destination>(
+/// at `dest`, and of subtask 0; held until `dest` is dropped. A share held
+/// by someone else is asked for again for up to `wait_ms` (a run that is
+/// stopping releases it), then refused. Returns the subtasks held.
+/// `command` names the tool's command for messages.
+pub fn hold_sink<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    sink: &SinkId,
+    instance: u64,
+    wait_ms: u64,
+    command: &'static str,
+) -> Result<Vec<u32>, OperatorError> {
+    let deadline = clock.now_ms().saturating_add(wait_ms);
+    loop {
+        match hold_once(dest, sink, instance, command) {
+            Err(OperatorError::Owned { .. }) if clock.now_ms() < deadline => {
+                clock.sleep_ms(HOLD_POLL_MS)
+            }
+            other => return other,
+        }
+    }
+}
+
+fn hold_once<D: Destination>(
     dest: &mut D,
     sink: &SinkId,
     instance: u64,
