@@ -512,77 +512,20 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
                 ),
             ))
         } else if let Some(h) = h {
-            let c = h.checkpoint().unwrap_or_default();
-            let records = h.prepared().map(|p| p.records).unwrap_or(0);
-            let other_run = reference_run.as_deref().filter(|r| *r != h.run.as_str());
-            if !within {
-                Some(Finding::new(
-                    "prepared-past-retention",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
-                         run {}) and is not committed; {retention_text}. The next expiry scan of \
-                         a running subtask removes it, and if checkpoint {c} completed its \
-                         records are then LOST. Restart the job from its latest checkpoint now \
-                         so recovery commits it, or raise the retention",
-                        h.run
-                    ),
-                ))
-            } else if let Some(reference) = other_run {
-                Some(Finding::new(
-                    "prepared-other-run",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
-                         run {}, not by run {reference}{}: no running job will commit it, and a \
-                         job started without state stops on it. Restore run {}'s latest \
-                         checkpoint or savepoint so recovery commits it; or, while no job of \
-                         this sink runs, decide it by hand: `twopc decide {} --sink {sink} \
-                         --commit {txn}` if checkpoint {c} of run {} completed, `--abort {txn}` \
-                         if it did not or its output is not wanted (or start with the \
-                         fresh-start policy ABORT_PREPARED, which aborts every such leftover)",
-                        h.run,
-                        if opts.run.is_some() {
-                            " (given with --run)"
-                        } else {
-                            " (the latest run of this sink)"
-                        },
-                        h.run,
-                        out.display(),
-                        h.run
-                    ),
-                ))
-            } else if let Some((txns, _)) = checkpoints.get(&(h.lineage.0, c)).copied() {
-                Some(Finding::new(
-                    "partly-visible-checkpoint",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
-                         {} ago) and is not committed, yet {txns} other transaction(s) of \
-                         checkpoint {c} are: the checkpoint completed, so it is partly visible \
-                         and this transaction must be committed too, never aborted. While the \
-                         job runs its committer finishes it. If the job is stopped, restart it \
-                         from its latest checkpoint (recovery commits it), or commit it by hand: \
-                         `twopc decide {} --sink {sink} --commit {txn}`",
-                        duration(age_ms),
-                        out.display()
-                    ),
-                ))
-            } else {
-                Some(Finding::new(
-                    "prepared",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
-                         {} ago) and is not committed. While the job runs this lasts until \
-                         checkpoint {c} completes. If the job is stopped, restart it from its \
-                         latest checkpoint: recovery commits it if checkpoint {c} completed and \
-                         aborts it otherwise. Do not delete it by hand: if checkpoint {c} \
-                         completed, these records exist nowhere else",
-                        duration(age_ms)
-                    ),
-                ))
-            }
+            Some(prepared_finding(
+                &PreparedContext {
+                    sink,
+                    destination: out.display().to_string(),
+                    retention_ms: opts.retention_ms,
+                    reference_run: reference_run.as_deref(),
+                    run_given: opts.run.is_some(),
+                    checkpoints: &checkpoints,
+                },
+                txn,
+                h,
+                age_ms,
+                within,
+            ))
         } else if !within {
             Some(Finding::new(
                 "open-past-retention",
@@ -810,6 +753,107 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         attention,
         notes,
     ))
+}
+
+/// What the advice on a prepared transaction depends on.
+pub(crate) struct PreparedContext<'a> {
+    pub sink: &'a str,
+    /// The destination as the user passes it to `twopc`.
+    pub destination: String,
+    pub retention_ms: u64,
+    pub reference_run: Option<&'a str>,
+    pub run_given: bool,
+    /// Committed (transactions, records) per (lineage, checkpoint).
+    pub checkpoints: &'a BTreeMap<(u64, u64), (u64, u64)>,
+}
+
+/// The finding for a transaction prepared with handle `h` and not
+/// committed: past retention, of another run, of a completed (partly
+/// visible) checkpoint, or plainly prepared.
+pub(crate) fn prepared_finding(
+    ctx: &PreparedContext<'_>,
+    txn: &str,
+    h: &twopc_core::TransactionHandle,
+    age_ms: u64,
+    within: bool,
+) -> Finding {
+    let sink = ctx.sink;
+    let retention_text = format!(
+        "last activity {} ago, past the retention of {}",
+        duration(age_ms),
+        duration(ctx.retention_ms)
+    );
+    let c = h.checkpoint().unwrap_or_default();
+    let records = h.prepared().map(|p| p.records).unwrap_or(0);
+    let other_run = ctx.reference_run.filter(|r| *r != h.run.as_str());
+    if !within {
+        Finding::new(
+            "prepared-past-retention",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 run {}) and is not committed; {retention_text}. The next expiry scan of \
+                 a running subtask removes it, and if checkpoint {c} completed its \
+                 records are then LOST. Restart the job from its latest checkpoint now \
+                 so recovery commits it, or raise the retention",
+                h.run
+            ),
+        )
+    } else if let Some(reference) = other_run {
+        Finding::new(
+            "prepared-other-run",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
+                 run {}, not by run {reference}{}: no running job will commit it, and a \
+                 job started without state stops on it. Restore run {}'s latest \
+                 checkpoint or savepoint so recovery commits it; or, while no job of \
+                 this sink runs, decide it by hand: `twopc decide {} --sink {sink} \
+                 --commit {txn}` if checkpoint {c} of run {} completed, `--abort {txn}` \
+                 if it did not or its output is not wanted (or start with the \
+                 fresh-start policy ABORT_PREPARED, which aborts every such leftover)",
+                h.run,
+                if ctx.run_given {
+                    " (given with --run)"
+                } else {
+                    " (the latest run of this sink)"
+                },
+                h.run,
+                ctx.destination,
+                h.run
+            ),
+        )
+    } else if let Some((txns, _)) = ctx.checkpoints.get(&(h.lineage.0, c)).copied() {
+        Finding::new(
+            "partly-visible-checkpoint",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 {} ago) and is not committed, yet {txns} other transaction(s) of \
+                 checkpoint {c} are: the checkpoint completed, so it is partly visible \
+                 and this transaction must be committed too, never aborted. While the \
+                 job runs its committer finishes it. If the job is stopped, restart it \
+                 from its latest checkpoint (recovery commits it), or commit it by hand: \
+                 `twopc decide {} --sink {sink} --commit {txn}`",
+                duration(age_ms),
+                ctx.destination
+            ),
+        )
+    } else {
+        Finding::new(
+            "prepared",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 {} ago) and is not committed. While the job runs this lasts until \
+                 checkpoint {c} completes. If the job is stopped, restart it from its \
+                 latest checkpoint: recovery commits it if checkpoint {c} completed and \
+                 aborts it otherwise. Do not delete it by hand: if checkpoint {c} \
+                 completed, these records exist nowhere else",
+                duration(age_ms)
+            ),
+        )
+    }
 }
 
 /// Counts per lineage and run.
