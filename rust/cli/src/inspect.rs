@@ -30,6 +30,9 @@ pub struct InspectOptions {
     /// How many committed transactions to list per sink (the latest);
     /// `None` lists every one. Counts and findings always cover all.
     pub limit: Option<usize>,
+    /// For a PostgreSQL destination: the sink and how to reach its tables.
+    pub sink: Option<String>,
+    pub postgres: Option<crate::operate::PgTarget>,
 }
 
 /// Committed transactions listed per sink unless `--limit` or `--all`.
@@ -981,4 +984,212 @@ mod tests {
         assert_eq!(txn_in_part_name("part-stray.txt", "part"), None);
         assert_eq!(txn_in_part_name("other-x", "part"), None);
     }
+}
+
+/// `twopc inspect` of a destination reached through the `Destination`
+/// trait alone (PostgreSQL): committed transactions, prepared ones and the
+/// same advice, from the facts every destination reports.
+pub fn inspect_destination(
+    dest: &mut dyn twopc_core::Destination,
+    sink: &twopc_core::SinkId,
+    destination: &str,
+    opts: &InspectOptions,
+) -> Result<Report, InspectError> {
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: twopc_core::error::DestinationError| {
+            InspectError(format!("sink '{sink}': {what} failed: {e}"))
+        }
+    };
+    let lineages = dest.lineages().map_err(fail("listing lineages"))?;
+    let mut committed = Vec::new();
+    for l in &lineages {
+        // Flink numbers checkpoints from 1.
+        for c in dest
+            .committed_after(l.lineage, 0)
+            .map_err(fail("reading commit records"))?
+        {
+            committed.push(CommittedEntry {
+                transaction: c.transaction.to_string(),
+                lineage: c.lineage.to_string(),
+                checkpoint: c.checkpoint,
+                subtask: c.subtask,
+                run: c.run.to_string(),
+                file: None,
+                file_present: false,
+                records: c.records,
+                bytes: 0,
+                committed_at_ms: c.committed_at_ms,
+            });
+        }
+    }
+    let staged_all = dest
+        .staged()
+        .map_err(fail("listing prepared transactions"))?;
+    let name = sink.as_str();
+    let mut attention = Vec::new();
+    let mut notes = vec![Finding::new(
+        "no-lost-notes",
+        Some(name),
+        "this destination keeps no notes of transactions found LOST, so a partly visible \
+         checkpoint after a LOST stop shows only in the job's error"
+            .to_string(),
+    )];
+    let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for c in &committed {
+        let lineage = u64::from_str_radix(&c.lineage, 16).unwrap_or_default();
+        let e = checkpoints.entry((lineage, c.checkpoint)).or_default();
+        e.0 += 1;
+        e.1 += c.records;
+    }
+    let reference_run = opts.run.clone().or_else(|| {
+        staged_all
+            .iter()
+            .filter_map(|s| s.prepared())
+            .max_by_key(|h| h.begun_at_ms)
+            .map(|h| h.run.to_string())
+            .or_else(|| {
+                committed
+                    .iter()
+                    .max_by_key(|c| c.committed_at_ms)
+                    .map(|c| c.run.clone())
+            })
+    });
+    let mut staged = Vec::new();
+    for s in &staged_all {
+        let txn = s.transaction.as_str();
+        let age_ms = opts.now_ms.saturating_sub(s.last_activity_ms);
+        let within = s.last_activity_ms.saturating_add(opts.retention_ms) > opts.now_ms;
+        let h = match &s.state {
+            StagedState::Prepared(h) | StagedState::Committing(h) => Some(h),
+            _ => None,
+        };
+        staged.push(StagedEntry {
+            transaction: txn.to_string(),
+            subtask: s.subtask,
+            state: match &s.state {
+                StagedState::Open => "open",
+                StagedState::Prepared(_) => "prepared",
+                StagedState::PreparedUnreadable { .. } => "prepared-unreadable",
+                StagedState::Committing(_) => "committing",
+            },
+            checkpoint: h.and_then(|h| h.checkpoint()),
+            run: h.map(|h| h.run.to_string()),
+            lineage: h.map(|h| h.lineage.to_string()),
+            records: h.and_then(|h| h.prepared()).map(|p| p.records),
+            last_activity_ms: s.last_activity_ms,
+            age_ms,
+            within_retention: within,
+            commit_decided: matches!(s.state, StagedState::Committing(_)),
+        });
+        let finding = match &s.state {
+            StagedState::Prepared(h) => prepared_finding(
+                &PreparedContext {
+                    sink: name,
+                    destination: destination.to_string(),
+                    retention_ms: opts.retention_ms,
+                    reference_run: reference_run.as_deref(),
+                    run_given: opts.run.is_some(),
+                    checkpoints: &checkpoints,
+                },
+                txn,
+                h,
+                age_ms,
+                within,
+            ),
+            StagedState::PreparedUnreadable { reason } => Finding::new(
+                "prepared-unreadable",
+                Some(name),
+                format!(
+                    "transaction {txn} is prepared but its handle cannot be used: {reason}. Its \
+                     run and checkpoint are unknown, so a job started without state stops on \
+                     it. Restore the run that prepared it, or, if its output is not wanted, \
+                     `twopc decide {destination} --sink {name} --abort {txn}`"
+                ),
+            ),
+            StagedState::Committing(h) => Finding::new(
+                "commit-unfinished",
+                Some(name),
+                format!(
+                    "transaction {txn} (checkpoint {}) was claimed for commit and the commit did \
+                     not finish. Restart the job from its latest checkpoint, or `twopc decide \
+                     {destination} --sink {name} --commit {txn}`",
+                    h.checkpoint().unwrap_or_default()
+                ),
+            ),
+            StagedState::Open => continue,
+        };
+        attention.push(finding.txn(txn));
+    }
+    let unasked: Vec<String> = lineages
+        .iter()
+        .filter(|l| !l.record.as_ref().is_some_and(|r| r.appended))
+        .map(|l| l.lineage.to_string())
+        .collect();
+    if lineages.len() > 1 && unasked.len() > 1 {
+        attention.push(Finding::new(
+            "several-lineages",
+            Some(name),
+            format!(
+                "sink '{name}' holds committed output of {} lineages ({}), not appended on \
+                 purpose (fresh-start policy APPEND): the same records may be there more than \
+                 once. Keep one lineage's output: `twopc reconcile {destination} --sink {name} \
+                 --lineage <lineage> --after-checkpoint 0` lists another's, --apply removes it",
+                lineages.len(),
+                unasked.join(", ")
+            ),
+        ));
+    } else if lineages.len() > 1 {
+        notes.push(Finding::new(
+            "several-lineages",
+            Some(name),
+            format!(
+                "sink '{name}' holds output of {} lineages, appended on purpose (fresh-start \
+                 policy APPEND)",
+                lineages.len()
+            ),
+        ));
+    }
+
+    let committed_total = committed.len();
+    let committed_records = committed.iter().map(|c| c.records).sum();
+    let summary = summarise(&committed);
+    if let Some(limit) = opts.limit {
+        if committed.len() > limit {
+            committed.sort_by(|a, b| {
+                (b.committed_at_ms, &b.transaction).cmp(&(a.committed_at_ms, &a.transaction))
+            });
+            committed.truncate(limit);
+        }
+    }
+    committed.sort_by(|a, b| {
+        (&a.lineage, a.checkpoint, a.subtask, &a.transaction).cmp(&(
+            &b.lineage,
+            b.checkpoint,
+            b.subtask,
+            &b.transaction,
+        ))
+    });
+    staged.sort_by(|a, b| a.transaction.cmp(&b.transaction));
+    Ok(Report {
+        output_dir: destination.to_string(),
+        scanned_at_ms: opts.now_ms,
+        retention_ms: opts.retention_ms,
+        needs_attention: !attention.is_empty(),
+        sinks: vec![SinkReport {
+            sink: name.to_string(),
+            reference_run,
+            committed_total,
+            committed_records,
+            lineages: summary,
+            committed,
+            staged,
+            expired: Vec::new(),
+            problems: Vec::new(),
+            scratch_files: Vec::new(),
+        }],
+        unreferenced_files: Vec::new(),
+        attention,
+        notes,
+    })
 }

@@ -30,6 +30,7 @@ twopc: tools for output directories of the twopc exactly-once Flink sink
 Usage:
   twopc inspect <output-dir> [--json] [--limit N | --all] [--retention-ms N] [--run RUN]
                 [--part-prefix P]
+  twopc inspect <postgres-url> --sink S [--json] [--limit N | --all] [PostgreSQL options]
   twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
   twopc decide <destination> --sink S (--commit TXN | --abort TXN)
   twopc help [inspect|reconcile|decide]
@@ -76,6 +77,9 @@ Options:
                       (default {limit}); counts per lineage and run, and every
                       finding, always cover all of them.
   --all               List every committed transaction.
+  --sink S            For a PostgreSQL destination (postgres://user@host/db, the
+                      password from $PGPASSWORD or --password-env VAR): the
+                      sink to inspect; --control-schema S if not public.
   -h, --help          Show this help.
 
 Needs attention (exit code 1): any problem the scan found, any prepared
@@ -249,6 +253,8 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
     let mut run: Option<String> = None;
     let mut part_prefix = "part".to_string();
     let mut limit = Some(inspect::DEFAULT_LIMIT);
+    let mut sink: Option<String> = None;
+    let (mut table, mut control_schema, mut password_env) = (None, None, None);
     let mut args = args.peekable();
     let mut only_positional = false;
 
@@ -312,10 +318,57 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
                     })?);
             }
             "--all" => limit = None,
+            "--sink" => {
+                let v = value("--sink")?;
+                operate::parse_sink(&v)?;
+                sink = Some(v);
+            }
+            "--table" => table = Some(value("--table")?),
+            "--control-schema" => control_schema = Some(value("--control-schema")?),
+            "--password-env" => password_env = Some(value("--password-env")?),
             other => return Err(format!("unknown option '{other}'")),
         }
     }
     let output = output.ok_or("missing <output-dir>: give the sink's output directory")?;
+    let url = output
+        .to_str()
+        .filter(|o| operate::Target::is_postgres(o))
+        .map(str::to_string);
+    let postgres = match url {
+        Some(url) => {
+            if sink.is_none() {
+                return Err(
+                    "missing --sink: a PostgreSQL destination is inspected one sink at a time"
+                        .to_string(),
+                );
+            }
+            Some(operate::PgTarget {
+                url,
+                table,
+                transaction_id_column: None,
+                control_schema: control_schema.unwrap_or_else(|| "public".to_string()),
+                password_env: password_env
+                    .unwrap_or_else(|| operate::DEFAULT_PASSWORD_ENV.to_string()),
+            })
+        }
+        None => {
+            if let Some((flag, _)) = [
+                ("--sink", sink.is_some()),
+                ("--table", table.is_some()),
+                ("--control-schema", control_schema.is_some()),
+                ("--password-env", password_env.is_some()),
+            ]
+            .into_iter()
+            .find(|(_, set)| *set)
+            {
+                return Err(format!(
+                    "{flag} is for a PostgreSQL destination (postgres://...); a directory is \
+                     inspected whole"
+                ));
+            }
+            None
+        }
+    };
     Ok(Parsed::Run(
         InspectOptions {
             output,
@@ -324,13 +377,30 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
             part_prefix,
             now_ms: SystemClock.now_ms(),
             limit,
+            sink,
+            postgres,
         },
         json,
     ))
 }
 
 fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
-    let report: Report = match inspect::inspect(opts) {
+    let result = match (&opts.postgres, &opts.sink) {
+        (Some(pg), Some(sink)) => {
+            let sink = twopc_core::SinkId::new(sink.as_str()).expect("checked when parsed");
+            match operate::open_pg(pg, &sink, false) {
+                Ok(mut dest) => inspect::inspect_destination(
+                    &mut dest,
+                    &sink,
+                    &twopc_pg::redact_url(&pg.url),
+                    opts,
+                ),
+                Err(f) => Err(inspect::InspectError(f.message)),
+            }
+        }
+        _ => inspect::inspect(opts),
+    };
+    let report: Report = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("twopc inspect: {e}");

@@ -276,3 +276,69 @@ fn decide_postgres_commit_and_abort_of_prepared_leftovers() {
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("nothing changed"), "{}", stdout(&o));
 }
+
+fn open_subtask(pg: &Pg, run: &str, subtask: u32, parallelism: u32) -> Sink {
+    let ctx = SubtaskContext::new(
+        SinkId::new(pg.sink.clone()).unwrap(),
+        RunId::new(run).unwrap(),
+        subtask,
+        parallelism,
+    )
+    .unwrap();
+    let dest = PgDestination::connect(pg.options(), &ctx).unwrap();
+    SubtaskSink::open(dest, SystemClock, ctx, SinkOptions::default(), None, None)
+        .unwrap()
+        .0
+}
+
+#[test]
+fn inspect_postgres_flags_a_partly_visible_checkpoint_and_decide_resolves_it() {
+    let Some(url) = server() else { return };
+    let pg = Pg::new(&url, "in");
+    let mut s0 = open_subtask(&pg, "run1", 0, 2);
+    let mut s1 = open_subtask(&pg, "run1", 1, 2);
+    commit(&mut s0, 0..3, 1);
+    commit(&mut s1, 3..5, 1);
+    let ok = prepare(&mut s0, 5..7, 2);
+    let pending = prepare(&mut s1, 7..10, 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    drop((s0, s1));
+
+    let o = pg.twopc("inspect", &["--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["committed_total"], 3);
+    assert_eq!(sink["committed_records"], 7);
+    assert_eq!(sink["lineages"][0]["runs"][0]["run"], "run1");
+    let partly: Vec<&str> = v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "partly-visible-checkpoint")
+        .map(|f| f["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(partly.len(), 1, "{v:#}");
+    let cmd = format!(
+        "twopc decide {} --sink {} --commit {}",
+        pg.url, pg.sink, pending.transaction
+    );
+    assert!(partly[0].contains(&cmd), "{}", partly[0]);
+    // The password never shows.
+    assert!(!stdout(&o).contains(&pg.password), "{}", stdout(&o));
+
+    let o = pg.twopc("decide", &["--commit", pending.transaction.as_str()]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let o = pg.twopc("inspect", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("Nothing needs attention"),
+        "{}",
+        stdout(&o)
+    );
+    assert!(
+        stdout(&o).contains("4 committed (10 records)"),
+        "{}",
+        stdout(&o)
+    );
+}

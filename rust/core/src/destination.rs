@@ -150,6 +150,8 @@ pub struct CommittedTransaction {
     pub lineage: LineageId,
     pub checkpoint: CheckpointId,
     pub subtask: u32,
+    /// The run (Flink job id) that prepared it.
+    pub run: RunId,
     pub records: u64,
     pub committed_at_ms: u64,
 }

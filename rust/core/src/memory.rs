@@ -306,6 +306,7 @@ impl Destination for MemoryDestination {
                 lineage: handle.lineage,
                 checkpoint: prepared.checkpoint,
                 subtask: handle.subtask,
+                run: handle.run.clone(),
                 records: staged.records.len() as u64,
                 committed_at_ms: now_ms,
             };

@@ -1191,6 +1191,16 @@ impl PgDestination {
                 lineage,
                 checkpoint: row.get::<_, i64>(1) as u64,
                 subtask: row.get::<_, i32>(2) as u32,
+                run: RunId::new(row.get::<_, String>(5)).map_err(|e| {
+                    self.err(
+                        DestinationErrorKind::Corrupt,
+                        format!(
+                            "{} holds a row for {id} whose run_id is not a run id ({e}); it was \
+                             edited by hand",
+                            self.control_tables.commit_records
+                        ),
+                    )
+                })?,
                 records: row.get::<_, i64>(3) as u64,
                 committed_at_ms: row.get::<_, i64>(4).max(0) as u64,
             });
@@ -1612,7 +1622,8 @@ impl TxnSql {
             ),
             committed_after: format!(
                 "SELECT transaction_id, checkpoint, subtask, row_count, \
-                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8 \
+                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8, \
+                        run_id \
                  FROM {cr} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3 \
                  ORDER BY checkpoint, transaction_id"
             ),
