@@ -967,25 +967,6 @@ fn list_dir(dir: &Path) -> Result<Vec<(String, bool)>, InspectError> {
     Ok(names)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn part_names_map_to_transactions() {
-        assert_eq!(
-            txn_in_part_name("part-orders.0.0123456789abcdef.7", "part").as_deref(),
-            Some("orders.0.0123456789abcdef.7")
-        );
-        assert_eq!(
-            txn_in_part_name("part-orders.0.0123456789abcdef.7.txt", "part").as_deref(),
-            Some("orders.0.0123456789abcdef.7")
-        );
-        assert_eq!(txn_in_part_name("part-stray.txt", "part"), None);
-        assert_eq!(txn_in_part_name("other-x", "part"), None);
-    }
-}
-
 /// `twopc inspect` of a destination reached through the `Destination`
 /// trait alone (PostgreSQL): committed transactions, prepared ones and the
 /// same advice, from the facts every destination reports.
@@ -1192,4 +1173,23 @@ pub fn inspect_destination(
         attention,
         notes,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_names_map_to_transactions() {
+        assert_eq!(
+            txn_in_part_name("part-orders.0.0123456789abcdef.7", "part").as_deref(),
+            Some("orders.0.0123456789abcdef.7")
+        );
+        assert_eq!(
+            txn_in_part_name("part-orders.0.0123456789abcdef.7.txt", "part").as_deref(),
+            Some("orders.0.0123456789abcdef.7")
+        );
+        assert_eq!(txn_in_part_name("part-stray.txt", "part"), None);
+        assert_eq!(txn_in_part_name("other-x", "part"), None);
+    }
 }

@@ -243,7 +243,7 @@ fn print_out(s: &str, code: u8) -> u8 {
 
 enum Parsed {
     Help,
-    Run(InspectOptions, bool),
+    Run(Box<InspectOptions>, bool),
 }
 
 fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String> {
@@ -370,7 +370,7 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
         }
     };
     Ok(Parsed::Run(
-        InspectOptions {
+        Box::new(InspectOptions {
             output,
             retention_ms,
             run,
@@ -379,7 +379,7 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
             limit,
             sink,
             postgres,
-        },
+        }),
         json,
     ))
 }
