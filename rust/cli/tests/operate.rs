@@ -809,3 +809,78 @@ fn inspect_summarises_large_histories_with_limit_and_all() {
         stderr(&o)
     );
 }
+
+/// A commit claimed and interrupted is only ever committed; a prepared
+/// transaction whose marker is damaged is never committed.
+#[test]
+fn decide_follows_the_recovery_rules_for_claimed_and_unreadable_transactions() {
+    let t = three("dc-rules");
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let claimed = prepare_one(&mut s, &["p", "q"], 4);
+    let damaged = prepare_one(&mut s, &["r"], 5);
+    drop(s);
+    let sink_dir = t.out.join("_twopc/orders");
+    // A crash right after the claim for commit.
+    fs::rename(
+        sink_dir.join("staging").join(claimed.transaction.as_str()),
+        sink_dir
+            .join("committing")
+            .join(claimed.transaction.as_str()),
+    )
+    .unwrap();
+    // A prepare marker damaged outside twopc.
+    fs::write(
+        sink_dir
+            .join("staging")
+            .join(damaged.transaction.as_str())
+            .join("prepared"),
+        b"not a marker",
+    )
+    .unwrap();
+
+    let o = decide(&t, "--abort", claimed.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Only a commit may finish it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(&format!(
+            "twopc decide <destination> --sink orders --commit {}",
+            claimed.transaction
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = decide(&t, "--commit", claimed.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(part(&t.out, &claimed)).unwrap(),
+        "p\nq\n"
+    );
+
+    let o = decide(&t, "--commit", damaged.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot be committed safely"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!part(&t.out, &damaged).exists());
+    let o = decide(&t, "--abort", damaged.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!sink_dir
+        .join("staging")
+        .join(damaged.transaction.as_str())
+        .exists());
+}

@@ -386,3 +386,39 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
         (**self).run_lineage(run)
     }
 }
+
+#[cfg(test)]
+mod lost_note_tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_note_reads_back_and_keeps_to_one_line_per_field() {
+        let note = LostNote {
+            transaction: TransactionId::parse("orders.1.00000000000000ab.7")
+                .unwrap()
+                .id,
+            lineage: LineageId(0x0123_4567_89ab_cdef),
+            checkpoint: 42,
+            subtask: 1,
+            run: RunId::new("run-a").unwrap(),
+            records: 678,
+            found_at_ms: 1_700_000_000_000,
+            evidence: "removed by hand\nsecond line".to_string(),
+        };
+        let text = note.render();
+        assert_eq!(text.lines().count(), 8, "{text}");
+        let back = LostNote::parse(&text).unwrap();
+        assert_eq!(back.evidence, "removed by hand second line");
+        assert_eq!(
+            LostNote {
+                evidence: note.evidence.replace('\n', " "),
+                ..note
+            },
+            back
+        );
+        assert_eq!(
+            LostNote::parse("transaction=orders.1.00000000000000ab.7\n"),
+            None
+        );
+    }
+}
