@@ -610,13 +610,92 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         }
     }
 
-    let dir = out.display();
+    attention.extend(lost_findings(
+        sink,
+        &out.display().to_string(),
+        &inv.lost,
+        &checkpoints,
+    ));
+
+    // Problems found by the core. An interrupted commit shows up there as a
+    // record whose file is missing; it is reported above with its cause.
+    let mut problems = Vec::new();
+    for p in &inv.problems {
+        let explained = unfinished.iter().any(|t| {
+            decided
+                .get(t.as_str())
+                .and_then(|c| c.file.as_ref())
+                .is_some_and(|f| {
+                    *p == format!("committed transaction {t} lists {f}, which no longer exists")
+                })
+        });
+        if !explained {
+            attention.push(Finding::new("problem", Some(sink), p.clone()));
+        }
+        problems.push(p.clone());
+    }
+
+    let expired = inv
+        .expired
+        .iter()
+        .map(|(t, at)| ExpiredEntry {
+            transaction: t.clone(),
+            expired_at_ms: *at,
+        })
+        .collect();
+
+    let scratch_files: Vec<String> = list_dir(&layout.tmp)?.into_iter().map(|(n, _)| n).collect();
+    if !scratch_files.is_empty() {
+        notes.push(
+            Finding::new(
+                "scratch-files",
+                Some(sink),
+                format!(
+                    "{} leftover scratch file(s) in {} from interrupted atomic writes; harmless, \
+                     and safe to delete while no job of this sink runs",
+                    scratch_files.len(),
+                    layout.tmp.display()
+                ),
+            )
+            .file(&layout.tmp.display().to_string()),
+        );
+    }
+
+    Ok((
+        SinkReport {
+            sink: sink.to_string(),
+            reference_run,
+            committed_total,
+            committed_records,
+            lineages,
+            committed,
+            staged,
+            expired,
+            problems,
+            scratch_files,
+        },
+        attention,
+        notes,
+    ))
+}
+
+/// Findings about transactions the committer found LOST: their checkpoint
+/// completed, so what else of it is committed is only part of it, and
+/// output of later checkpoints of the lineage means the job went on past
+/// the hole.
+fn lost_findings(
+    sink: &str,
+    dir: &str,
+    lost: &[twopc_core::destination::LostNote],
+    checkpoints: &BTreeMap<(u64, u64), (u64, u64)>,
+) -> Vec<Finding> {
+    let mut attention = Vec::new();
     // Transactions the committer found LOST: their checkpoint completed, so
     // what else of it is committed is only part of it, and output of later
     // checkpoints of the lineage means the job went on past the hole.
     let mut lost_at: BTreeMap<(u64, u64), Vec<&twopc_core::destination::LostNote>> =
         BTreeMap::new();
-    for n in &inv.lost {
+    for n in lost {
         lost_at
             .entry((n.lineage.0, n.checkpoint))
             .or_default()
@@ -695,67 +774,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             ));
         }
     }
-
-    // Problems found by the core. An interrupted commit shows up there as a
-    // record whose file is missing; it is reported above with its cause.
-    let mut problems = Vec::new();
-    for p in &inv.problems {
-        let explained = unfinished.iter().any(|t| {
-            decided
-                .get(t.as_str())
-                .and_then(|c| c.file.as_ref())
-                .is_some_and(|f| {
-                    *p == format!("committed transaction {t} lists {f}, which no longer exists")
-                })
-        });
-        if !explained {
-            attention.push(Finding::new("problem", Some(sink), p.clone()));
-        }
-        problems.push(p.clone());
-    }
-
-    let expired = inv
-        .expired
-        .iter()
-        .map(|(t, at)| ExpiredEntry {
-            transaction: t.clone(),
-            expired_at_ms: *at,
-        })
-        .collect();
-
-    let scratch_files: Vec<String> = list_dir(&layout.tmp)?.into_iter().map(|(n, _)| n).collect();
-    if !scratch_files.is_empty() {
-        notes.push(
-            Finding::new(
-                "scratch-files",
-                Some(sink),
-                format!(
-                    "{} leftover scratch file(s) in {} from interrupted atomic writes; harmless, \
-                     and safe to delete while no job of this sink runs",
-                    scratch_files.len(),
-                    layout.tmp.display()
-                ),
-            )
-            .file(&layout.tmp.display().to_string()),
-        );
-    }
-
-    Ok((
-        SinkReport {
-            sink: sink.to_string(),
-            reference_run,
-            committed_total,
-            committed_records,
-            lineages,
-            committed,
-            staged,
-            expired,
-            problems,
-            scratch_files,
-        },
-        attention,
-        notes,
-    ))
+    attention
 }
 
 /// What the advice on a prepared transaction depends on.
@@ -1009,13 +1028,10 @@ pub fn inspect_destination(
         .map_err(fail("listing prepared transactions"))?;
     let name = sink.as_str();
     let mut attention = Vec::new();
-    let mut notes = vec![Finding::new(
-        "no-lost-notes",
-        Some(name),
-        "this destination keeps no notes of transactions found LOST, so a partly visible \
-         checkpoint after a LOST stop shows only in the job's error"
-            .to_string(),
-    )];
+    let lost = dest
+        .lost_notes()
+        .map_err(fail("reading notes of lost transactions"))?;
+    let mut notes = Vec::new();
     let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
     for c in &committed {
         let lineage = u64::from_str_radix(&c.lineage, 16).unwrap_or_default();
@@ -1036,6 +1052,7 @@ pub fn inspect_destination(
                     .map(|c| c.run.clone())
             })
     });
+    attention.extend(lost_findings(name, destination, &lost, &checkpoints));
     let mut staged = Vec::new();
     for s in &staged_all {
         let txn = s.transaction.as_str();

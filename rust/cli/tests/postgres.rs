@@ -342,3 +342,65 @@ fn inspect_postgres_flags_a_partly_visible_checkpoint_and_decide_resolves_it() {
         stdout(&o)
     );
 }
+
+/// Checkpoint 2's transaction of subtask 1 is rolled back by an
+/// administrator before its commit: a LOST stop. The committer's note makes
+/// inspect flag the partly visible checkpoint; reconcile clears it.
+#[test]
+fn inspect_postgres_flags_a_partly_visible_checkpoint_after_a_lost_stop() {
+    let Some(url) = server() else { return };
+    let mut pg = Pg::new(&url, "lost");
+    let mut s0 = open_subtask(&pg, "run1", 0, 2);
+    let mut s1 = open_subtask(&pg, "run1", 1, 2);
+    commit(&mut s0, 0..3, 1);
+    let ok = prepare(&mut s0, 3..5, 2);
+    let gone = prepare(&mut s1, 5..9, 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    pg.admin
+        .batch_execute(&format!("ROLLBACK PREPARED '{}'", gone.transaction))
+        .unwrap();
+    let err = s1.commit(&gone).unwrap_err();
+    assert!(matches!(err, twopc_core::TwopcError::Lost(_)), "{err}");
+    let lineage = s0.lineage().to_string();
+    drop((s0, s1));
+
+    let o = pg.twopc("inspect", &["--json"]);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let partly: Vec<&str> = v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == "partly-visible-checkpoint")
+        .map(|f| f["message"].as_str().unwrap())
+        .collect();
+    assert_eq!(partly.len(), 1, "{v:#}");
+    assert!(partly[0].contains("4 records LOST"), "{}", partly[0]);
+    assert!(
+        partly[0].contains(gone.transaction.as_str()),
+        "{}",
+        partly[0]
+    );
+    assert!(
+        partly[0].contains(&format!("--lineage {lineage} --after-checkpoint N")),
+        "{}",
+        partly[0]
+    );
+
+    let o = pg.twopc(
+        "reconcile",
+        &[
+            "--lineage",
+            &lineage,
+            "--after-checkpoint",
+            "1",
+            "--transaction-id-column",
+            "txn",
+            "--apply",
+        ],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(pg.count(), 3);
+    let o = pg.twopc("inspect", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+}

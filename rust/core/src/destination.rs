@@ -272,6 +272,11 @@ pub trait Destination {
         Ok(())
     }
 
+    /// Every lost note of this sink (for tools).
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        Ok(Vec::new())
+    }
+
     /// Removes the lost notes of `lineage` after `checkpoint` (their range
     /// was reconciled and is written again by the restored run). Returns
     /// how many went.
@@ -361,6 +366,9 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
         (**self).record_lost(note)
+    }
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        (**self).lost_notes()
     }
     fn clear_lost(
         &mut self,

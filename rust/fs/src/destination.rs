@@ -939,6 +939,23 @@ impl Destination for FsDestination {
         }
     }
 
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        let dir = &self.dirs.lost;
+        let mut out = Vec::new();
+        for name in dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+        {
+            if let Some(bytes) = dir
+                .read_file(&name, LOST_NOTE_LIMIT)
+                .map_err(io_err("reading", &dir.child(&name)))?
+            {
+                out.extend(LostNote::parse(&String::from_utf8_lossy(&bytes)));
+            }
+        }
+        Ok(out)
+    }
+
     fn clear_lost(
         &mut self,
         lineage: LineageId,

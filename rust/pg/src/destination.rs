@@ -105,7 +105,7 @@ use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
+    LostNote, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition, TwopcError,
@@ -456,6 +456,18 @@ impl PgDestination {
             owner: None,
             options,
         })
+    }
+
+    fn lost_table_exists(&mut self) -> Result<bool, DestinationError> {
+        let name = self.control_tables.lost.clone();
+        Ok(self
+            .control
+            .run("looking up the lost-transaction table", |c| {
+                Ok(
+                    c.query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])?
+                        .get(0),
+                )
+            })?)
     }
 
     /// The target table, quoted.
@@ -1755,6 +1767,78 @@ impl Destination for PgDestination {
             subtask: claim.subtask,
         });
         Ok(Ownership::Acquired)
+    }
+
+    fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
+        if !self.lost_table_exists()? {
+            return Err(self.err(
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "{} does not exist (the control tables predate it); create it as in the \
+                     sink's DDL so that `twopc inspect` can show lost transactions",
+                    self.control_tables.lost
+                ),
+            ));
+        }
+        let sql = format!(
+            "INSERT INTO {} (transaction_id, sink_id, lineage, checkpoint, note) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (transaction_id) DO NOTHING",
+            self.control_tables.lost
+        );
+        let (txn, sink) = (
+            note.transaction.as_str().to_string(),
+            self.sink.as_str().to_string(),
+        );
+        let (lineage, checkpoint) = (
+            note.lineage.0 as i64,
+            to_i64(note.checkpoint, "checkpoint id")?,
+        );
+        let text = note.render();
+        self.control.run("recording a lost transaction", |c| {
+            Ok(c.execute(&sql, &[&txn, &sink, &lineage, &checkpoint, &text])?)
+        })?;
+        Ok(())
+    }
+
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        if !self.lost_table_exists()? {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT note FROM {} WHERE sink_id = $1 ORDER BY lineage, checkpoint, transaction_id",
+            self.control_tables.lost
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows =
+            self.control.run(
+                "reading lost transactions",
+                |c| Ok(c.query(&sql, &[&sink])?),
+            )?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| LostNote::parse(&r.get::<_, String>(0)))
+            .collect())
+    }
+
+    fn clear_lost(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        if !self.lost_table_exists()? {
+            return Ok(0);
+        }
+        let sql = format!(
+            "DELETE FROM {} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3",
+            self.control_tables.lost
+        );
+        let sink = self.sink.as_str().to_string();
+        let (l, c) = (lineage.0 as i64, to_i64(checkpoint, "checkpoint id")?);
+        self.control
+            .run("removing notes of lost transactions", |cl| {
+                Ok(cl.execute(&sql, &[&sink, &l, &c])?)
+            })
+            .map_err(DestinationError::from)
     }
 
     fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
