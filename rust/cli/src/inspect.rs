@@ -27,7 +27,16 @@ pub struct InspectOptions {
     pub run: Option<String>,
     pub part_prefix: String,
     pub now_ms: u64,
+    /// How many committed transactions to list per sink (the latest);
+    /// `None` lists every one. Counts and findings always cover all.
+    pub limit: Option<usize>,
+    /// For a PostgreSQL destination: the sink and how to reach its tables.
+    pub sink: Option<String>,
+    pub postgres: Option<crate::operate::PgTarget>,
 }
+
+/// Committed transactions listed per sink unless `--limit` or `--all`.
+pub const DEFAULT_LIMIT: usize = 20;
 
 /// Why the directory could not be inspected at all (exit code 2).
 #[derive(Debug)]
@@ -60,6 +69,13 @@ pub struct SinkReport {
     pub sink: String,
     /// The run prepared transactions are judged against (see `--run`).
     pub reference_run: Option<String>,
+    /// Every committed transaction, counted.
+    pub committed_total: usize,
+    pub committed_records: u64,
+    /// Committed output per lineage and run.
+    pub lineages: Vec<LineageEntry>,
+    /// The latest committed transactions (all with `--all`), by lineage
+    /// and checkpoint.
     pub committed: Vec<CommittedEntry>,
     pub staged: Vec<StagedEntry>,
     pub expired: Vec<ExpiredEntry>,
@@ -67,6 +83,25 @@ pub struct SinkReport {
     pub problems: Vec<String>,
     /// Leftovers of interrupted atomic writes in the sink's tmp directory.
     pub scratch_files: Vec<String>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct LineageEntry {
+    pub lineage: String,
+    pub transactions: u64,
+    pub records: u64,
+    pub first_checkpoint: u64,
+    pub last_checkpoint: u64,
+    pub runs: Vec<RunEntry>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct RunEntry {
+    pub run: String,
+    pub transactions: u64,
+    pub records: u64,
+    pub first_checkpoint: u64,
+    pub last_checkpoint: u64,
 }
 
 #[derive(Debug, Serialize)]
@@ -116,6 +151,7 @@ pub struct VisibleFile {
 pub struct Finding {
     /// Stable, machine-readable: `problem`, `commit-unfinished`,
     /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
+    /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`,
     /// `open-past-retention`, `output-changed`, `unreferenced-file`,
     /// `scratch-files`, `unknown-entry`.
     pub kind: &'static str,
@@ -351,6 +387,17 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             committed_at_ms: c.committed_at_ms,
         });
     }
+    let committed_total = committed.len();
+    let committed_records = committed.iter().map(|c| c.records).sum();
+    let lineages = summarise(&committed);
+    if let Some(limit) = opts.limit {
+        if committed.len() > limit {
+            committed.sort_by(|a, b| {
+                (b.committed_at_ms, &b.transaction).cmp(&(a.committed_at_ms, &a.transaction))
+            });
+            committed.truncate(limit);
+        }
+    }
     committed.sort_by(|a, b| {
         (&a.lineage, a.checkpoint, a.subtask, &a.transaction).cmp(&(
             &b.lineage,
@@ -365,6 +412,18 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         .map(|c| (c.handle.transaction.as_str(), c))
         .collect();
 
+    // Checkpoints with committed output, per lineage: (transactions,
+    // records). A commit of any transaction of a checkpoint proves that
+    // the checkpoint completed.
+    let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for c in &inv.committed {
+        let Some(cp) = c.handle.checkpoint() else {
+            continue;
+        };
+        let e = checkpoints.entry((c.handle.lineage.0, cp)).or_default();
+        e.0 += 1;
+        e.1 += c.handle.prepared().map_or(0, |p| p.records);
+    }
     // The run prepared transactions are judged against.
     let reference_run = opts.run.clone().or_else(|| {
         inv.committed
@@ -456,56 +515,20 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
                 ),
             ))
         } else if let Some(h) = h {
-            let c = h.checkpoint().unwrap_or_default();
-            let records = h.prepared().map(|p| p.records).unwrap_or(0);
-            let other_run = reference_run.as_deref().filter(|r| *r != h.run.as_str());
-            if !within {
-                Some(Finding::new(
-                    "prepared-past-retention",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
-                         run {}) and is not committed; {retention_text}. The next expiry scan of \
-                         a running subtask removes it, and if checkpoint {c} completed its \
-                         records are then LOST. Restart the job from its latest checkpoint now \
-                         so recovery commits it, or raise the retention",
-                        h.run
-                    ),
-                ))
-            } else if let Some(reference) = other_run {
-                Some(Finding::new(
-                    "prepared-other-run",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
-                         run {}, not by run {reference}{}: no running job will commit it, and a \
-                         job started without state stops on it. Restore run {}'s latest \
-                         checkpoint or savepoint so recovery commits it; or, if its output is \
-                         not wanted, start with the fresh-start policy ABORT_PREPARED",
-                        h.run,
-                        if opts.run.is_some() {
-                            " (given with --run)"
-                        } else {
-                            " (the latest run of this sink)"
-                        },
-                        h.run
-                    ),
-                ))
-            } else {
-                Some(Finding::new(
-                    "prepared",
-                    Some(sink),
-                    format!(
-                        "transaction {txn} was prepared for checkpoint {c} ({records} records, \
-                         {} ago) and is not committed. While the job runs this lasts until \
-                         checkpoint {c} completes. If the job is stopped, restart it from its \
-                         latest checkpoint: recovery commits it if checkpoint {c} completed and \
-                         aborts it otherwise. Do not delete it by hand: if checkpoint {c} \
-                         completed, these records exist nowhere else",
-                        duration(age_ms)
-                    ),
-                ))
-            }
+            Some(prepared_finding(
+                &PreparedContext {
+                    sink,
+                    destination: out.display().to_string(),
+                    retention_ms: opts.retention_ms,
+                    reference_run: reference_run.as_deref(),
+                    run_given: opts.run.is_some(),
+                    checkpoints: &checkpoints,
+                },
+                txn,
+                h,
+                age_ms,
+                within,
+            ))
         } else if !within {
             Some(Finding::new(
                 "open-past-retention",
@@ -587,6 +610,13 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         }
     }
 
+    attention.extend(lost_findings(
+        sink,
+        &out.display().to_string(),
+        &inv.lost,
+        &checkpoints,
+    ));
+
     // Problems found by the core. An interrupted commit shows up there as a
     // record whose file is missing; it is reported above with its cause.
     let mut problems = Vec::new();
@@ -635,6 +665,9 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         SinkReport {
             sink: sink.to_string(),
             reference_run,
+            committed_total,
+            committed_records,
+            lineages,
             committed,
             staged,
             expired,
@@ -644,6 +677,241 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         attention,
         notes,
     ))
+}
+
+/// Findings about transactions the committer found LOST: their checkpoint
+/// completed, so what else of it is committed is only part of it, and
+/// output of later checkpoints of the lineage means the job went on past
+/// the hole.
+fn lost_findings(
+    sink: &str,
+    dir: &str,
+    lost: &[twopc_core::destination::LostNote],
+    checkpoints: &BTreeMap<(u64, u64), (u64, u64)>,
+) -> Vec<Finding> {
+    let mut attention = Vec::new();
+    // Transactions the committer found LOST: their checkpoint completed, so
+    // what else of it is committed is only part of it, and output of later
+    // checkpoints of the lineage means the job went on past the hole.
+    let mut lost_at: BTreeMap<(u64, u64), Vec<&twopc_core::destination::LostNote>> =
+        BTreeMap::new();
+    for n in lost {
+        lost_at
+            .entry((n.lineage.0, n.checkpoint))
+            .or_default()
+            .push(n);
+    }
+    for ((lineage, cp), notes) in &lost_at {
+        let lineage_id = twopc_core::LineageId(*lineage);
+        let lost_records: u64 = notes.iter().map(|n| n.records).sum();
+        let names: Vec<String> = notes
+            .iter()
+            .map(|n| {
+                format!(
+                    "{} (subtask {}, run {}, {} records, found at {}: {})",
+                    n.transaction,
+                    n.subtask,
+                    n.run,
+                    n.records,
+                    crate::timefmt::utc(n.found_at_ms),
+                    n.evidence
+                )
+            })
+            .collect();
+        let reconcile = format!(
+            "twopc reconcile {dir} --sink {sink} --lineage {lineage_id} --after-checkpoint N"
+        );
+        let (txns, records) = checkpoints.get(&(*lineage, *cp)).copied().unwrap_or((0, 0));
+        let (kind, what) = if txns > 0 {
+            (
+                "partly-visible-checkpoint",
+                format!(
+                    "checkpoint {cp} of lineage {lineage_id} is partly visible: {txns} \
+                     transaction(s) with {records} records are committed, but {} with \
+                     {lost_records} records LOST: {}. Readers see only part of the checkpoint",
+                    if notes.len() == 1 { "one" } else { "others" },
+                    names.join("; ")
+                ),
+            )
+        } else {
+            (
+                "lost",
+                format!(
+                    "checkpoint {cp} of lineage {lineage_id} completed, but its transaction(s) \
+                     with {lost_records} records were LOST: {}",
+                    names.join("; ")
+                ),
+            )
+        };
+        attention.push(
+            Finding::new(
+                kind,
+                Some(sink),
+                format!(
+                    "{what}. Keep the job stopped, pick a checkpoint or savepoint N before {cp} \
+                     whose input position precedes the lost records, run `{reconcile}` (a dry \
+                     run; add --apply to remove what it lists), and restore the job from N"
+                ),
+            )
+            .txn(notes[0].transaction.as_str()),
+        );
+        let later: Vec<u64> = checkpoints
+            .range((*lineage, cp + 1)..=(*lineage, u64::MAX))
+            .map(|((_, c), _)| *c)
+            .collect();
+        if let (Some(first), Some(last)) = (later.first(), later.last()) {
+            attention.push(Finding::new(
+                "checkpoint-gap",
+                Some(sink),
+                format!(
+                    "lineage {lineage_id} has a gap: the {lost_records} records of checkpoint \
+                     {cp} are lost, yet output of {} later checkpoint(s) ({first} to {last}) \
+                     was committed after it, so the job went on past the hole. The same \
+                     `{reconcile}` (N before {cp}) removes those too, and the restored job \
+                     writes the whole range again",
+                    later.len()
+                ),
+            ));
+        }
+    }
+    attention
+}
+
+/// What the advice on a prepared transaction depends on.
+pub(crate) struct PreparedContext<'a> {
+    pub sink: &'a str,
+    /// The destination as the user passes it to `twopc`.
+    pub destination: String,
+    pub retention_ms: u64,
+    pub reference_run: Option<&'a str>,
+    pub run_given: bool,
+    /// Committed (transactions, records) per (lineage, checkpoint).
+    pub checkpoints: &'a BTreeMap<(u64, u64), (u64, u64)>,
+}
+
+/// The finding for a transaction prepared with handle `h` and not
+/// committed: past retention, of another run, of a completed (partly
+/// visible) checkpoint, or plainly prepared.
+pub(crate) fn prepared_finding(
+    ctx: &PreparedContext<'_>,
+    txn: &str,
+    h: &twopc_core::TransactionHandle,
+    age_ms: u64,
+    within: bool,
+) -> Finding {
+    let sink = ctx.sink;
+    let retention_text = format!(
+        "last activity {} ago, past the retention of {}",
+        duration(age_ms),
+        duration(ctx.retention_ms)
+    );
+    let c = h.checkpoint().unwrap_or_default();
+    let records = h.prepared().map(|p| p.records).unwrap_or(0);
+    let other_run = ctx.reference_run.filter(|r| *r != h.run.as_str());
+    if !within {
+        Finding::new(
+            "prepared-past-retention",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 run {}) and is not committed; {retention_text}. The next expiry scan of \
+                 a running subtask removes it, and if checkpoint {c} completed its \
+                 records are then LOST. Restart the job from its latest checkpoint now \
+                 so recovery commits it, or raise the retention",
+                h.run
+            ),
+        )
+    } else if let Some(reference) = other_run {
+        Finding::new(
+            "prepared-other-run",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records) by \
+                 run {}, not by run {reference}{}: no running job will commit it, and a \
+                 job started without state stops on it. Restore run {}'s latest \
+                 checkpoint or savepoint so recovery commits it; or, while no job of \
+                 this sink runs, decide it by hand: `twopc decide {} --sink {sink} \
+                 --commit {txn}` if checkpoint {c} of run {} completed, `--abort {txn}` \
+                 if it did not or its output is not wanted (or start with the \
+                 fresh-start policy ABORT_PREPARED, which aborts every such leftover)",
+                h.run,
+                if ctx.run_given {
+                    " (given with --run)"
+                } else {
+                    " (the latest run of this sink)"
+                },
+                h.run,
+                ctx.destination,
+                h.run
+            ),
+        )
+    } else if let Some((txns, _)) = ctx.checkpoints.get(&(h.lineage.0, c)).copied() {
+        Finding::new(
+            "partly-visible-checkpoint",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 {} ago) and is not committed, yet {txns} other transaction(s) of \
+                 checkpoint {c} are: the checkpoint completed, so it is partly visible \
+                 and this transaction must be committed too, never aborted. While the \
+                 job runs its committer finishes it. If the job is stopped, restart it \
+                 from its latest checkpoint (recovery commits it), or commit it by hand: \
+                 `twopc decide {} --sink {sink} --commit {txn}`",
+                duration(age_ms),
+                ctx.destination
+            ),
+        )
+    } else {
+        Finding::new(
+            "prepared",
+            Some(ctx.sink),
+            format!(
+                "transaction {txn} was prepared for checkpoint {c} ({records} records, \
+                 {} ago) and is not committed. While the job runs this lasts until \
+                 checkpoint {c} completes. If the job is stopped, restart it from its \
+                 latest checkpoint: recovery commits it if checkpoint {c} completed and \
+                 aborts it otherwise. Do not delete it by hand: if checkpoint {c} \
+                 completed, these records exist nowhere else",
+                duration(age_ms)
+            ),
+        )
+    }
+}
+
+/// Counts per lineage and run.
+fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
+    let mut by: BTreeMap<&str, BTreeMap<&str, RunEntry>> = BTreeMap::new();
+    for c in committed {
+        let e = by
+            .entry(c.lineage.as_str())
+            .or_default()
+            .entry(c.run.as_str())
+            .or_insert(RunEntry {
+                run: c.run.clone(),
+                transactions: 0,
+                records: 0,
+                first_checkpoint: c.checkpoint,
+                last_checkpoint: c.checkpoint,
+            });
+        e.transactions += 1;
+        e.records += c.records;
+        e.first_checkpoint = e.first_checkpoint.min(c.checkpoint);
+        e.last_checkpoint = e.last_checkpoint.max(c.checkpoint);
+    }
+    by.into_iter()
+        .map(|(lineage, runs)| {
+            let mut runs: Vec<RunEntry> = runs.into_values().collect();
+            runs.sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
+            LineageEntry {
+                lineage: lineage.to_string(),
+                transactions: runs.iter().map(|r| r.transactions).sum(),
+                records: runs.iter().map(|r| r.records).sum(),
+                first_checkpoint: runs.iter().map(|r| r.first_checkpoint).min().unwrap_or(0),
+                last_checkpoint: runs.iter().map(|r| r.last_checkpoint).max().unwrap_or(0),
+                runs,
+            }
+        })
+        .collect()
 }
 
 /// Visible `<prefix>-*` files in the output directory that no commit record
@@ -716,6 +984,212 @@ fn list_dir(dir: &Path) -> Result<Vec<(String, bool)>, InspectError> {
     }
     names.sort();
     Ok(names)
+}
+
+/// `twopc inspect` of a destination reached through the `Destination`
+/// trait alone (PostgreSQL): committed transactions, prepared ones and the
+/// same advice, from the facts every destination reports.
+pub fn inspect_destination(
+    dest: &mut dyn twopc_core::Destination,
+    sink: &twopc_core::SinkId,
+    destination: &str,
+    opts: &InspectOptions,
+) -> Result<Report, InspectError> {
+    let fail = |what: &str| {
+        let what = what.to_string();
+        move |e: twopc_core::error::DestinationError| {
+            InspectError(format!("sink '{sink}': {what} failed: {e}"))
+        }
+    };
+    let lineages = dest.lineages().map_err(fail("listing lineages"))?;
+    let mut committed = Vec::new();
+    for l in &lineages {
+        // Flink numbers checkpoints from 1.
+        for c in dest
+            .committed_after(l.lineage, 0)
+            .map_err(fail("reading commit records"))?
+        {
+            committed.push(CommittedEntry {
+                transaction: c.transaction.to_string(),
+                lineage: c.lineage.to_string(),
+                checkpoint: c.checkpoint,
+                subtask: c.subtask,
+                run: c.run.to_string(),
+                file: None,
+                file_present: false,
+                records: c.records,
+                bytes: 0,
+                committed_at_ms: c.committed_at_ms,
+            });
+        }
+    }
+    let staged_all = dest
+        .staged()
+        .map_err(fail("listing prepared transactions"))?;
+    let name = sink.as_str();
+    let mut attention = Vec::new();
+    let lost = dest
+        .lost_notes()
+        .map_err(fail("reading notes of lost transactions"))?;
+    let mut notes = Vec::new();
+    let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
+    for c in &committed {
+        let lineage = u64::from_str_radix(&c.lineage, 16).unwrap_or_default();
+        let e = checkpoints.entry((lineage, c.checkpoint)).or_default();
+        e.0 += 1;
+        e.1 += c.records;
+    }
+    let reference_run = opts.run.clone().or_else(|| {
+        staged_all
+            .iter()
+            .filter_map(|s| s.prepared())
+            .max_by_key(|h| h.begun_at_ms)
+            .map(|h| h.run.to_string())
+            .or_else(|| {
+                committed
+                    .iter()
+                    .max_by_key(|c| c.committed_at_ms)
+                    .map(|c| c.run.clone())
+            })
+    });
+    attention.extend(lost_findings(name, destination, &lost, &checkpoints));
+    let mut staged = Vec::new();
+    for s in &staged_all {
+        let txn = s.transaction.as_str();
+        let age_ms = opts.now_ms.saturating_sub(s.last_activity_ms);
+        let within = s.last_activity_ms.saturating_add(opts.retention_ms) > opts.now_ms;
+        let h = match &s.state {
+            StagedState::Prepared(h) | StagedState::Committing(h) => Some(h),
+            _ => None,
+        };
+        staged.push(StagedEntry {
+            transaction: txn.to_string(),
+            subtask: s.subtask,
+            state: match &s.state {
+                StagedState::Open => "open",
+                StagedState::Prepared(_) => "prepared",
+                StagedState::PreparedUnreadable { .. } => "prepared-unreadable",
+                StagedState::Committing(_) => "committing",
+            },
+            checkpoint: h.and_then(|h| h.checkpoint()),
+            run: h.map(|h| h.run.to_string()),
+            lineage: h.map(|h| h.lineage.to_string()),
+            records: h.and_then(|h| h.prepared()).map(|p| p.records),
+            last_activity_ms: s.last_activity_ms,
+            age_ms,
+            within_retention: within,
+            commit_decided: matches!(s.state, StagedState::Committing(_)),
+        });
+        let finding = match &s.state {
+            StagedState::Prepared(h) => prepared_finding(
+                &PreparedContext {
+                    sink: name,
+                    destination: destination.to_string(),
+                    retention_ms: opts.retention_ms,
+                    reference_run: reference_run.as_deref(),
+                    run_given: opts.run.is_some(),
+                    checkpoints: &checkpoints,
+                },
+                txn,
+                h,
+                age_ms,
+                within,
+            ),
+            StagedState::PreparedUnreadable { reason } => Finding::new(
+                "prepared-unreadable",
+                Some(name),
+                format!(
+                    "transaction {txn} is prepared but its handle cannot be used: {reason}. Its \
+                     run and checkpoint are unknown, so a job started without state stops on \
+                     it. Restore the run that prepared it, or, if its output is not wanted, \
+                     `twopc decide {destination} --sink {name} --abort {txn}`"
+                ),
+            ),
+            StagedState::Committing(h) => Finding::new(
+                "commit-unfinished",
+                Some(name),
+                format!(
+                    "transaction {txn} (checkpoint {}) was claimed for commit and the commit did \
+                     not finish. Restart the job from its latest checkpoint, or `twopc decide \
+                     {destination} --sink {name} --commit {txn}`",
+                    h.checkpoint().unwrap_or_default()
+                ),
+            ),
+            StagedState::Open => continue,
+        };
+        attention.push(finding.txn(txn));
+    }
+    let unasked: Vec<String> = lineages
+        .iter()
+        .filter(|l| !l.record.as_ref().is_some_and(|r| r.appended))
+        .map(|l| l.lineage.to_string())
+        .collect();
+    if lineages.len() > 1 && unasked.len() > 1 {
+        attention.push(Finding::new(
+            "several-lineages",
+            Some(name),
+            format!(
+                "sink '{name}' holds committed output of {} lineages ({}), not appended on \
+                 purpose (fresh-start policy APPEND): the same records may be there more than \
+                 once. Keep one lineage's output: `twopc reconcile {destination} --sink {name} \
+                 --lineage <lineage> --after-checkpoint 0` lists another's, --apply removes it",
+                lineages.len(),
+                unasked.join(", ")
+            ),
+        ));
+    } else if lineages.len() > 1 {
+        notes.push(Finding::new(
+            "several-lineages",
+            Some(name),
+            format!(
+                "sink '{name}' holds output of {} lineages, appended on purpose (fresh-start \
+                 policy APPEND)",
+                lineages.len()
+            ),
+        ));
+    }
+
+    let committed_total = committed.len();
+    let committed_records = committed.iter().map(|c| c.records).sum();
+    let summary = summarise(&committed);
+    if let Some(limit) = opts.limit {
+        if committed.len() > limit {
+            committed.sort_by(|a, b| {
+                (b.committed_at_ms, &b.transaction).cmp(&(a.committed_at_ms, &a.transaction))
+            });
+            committed.truncate(limit);
+        }
+    }
+    committed.sort_by(|a, b| {
+        (&a.lineage, a.checkpoint, a.subtask, &a.transaction).cmp(&(
+            &b.lineage,
+            b.checkpoint,
+            b.subtask,
+            &b.transaction,
+        ))
+    });
+    staged.sort_by(|a, b| a.transaction.cmp(&b.transaction));
+    Ok(Report {
+        output_dir: destination.to_string(),
+        scanned_at_ms: opts.now_ms,
+        retention_ms: opts.retention_ms,
+        needs_attention: !attention.is_empty(),
+        sinks: vec![SinkReport {
+            sink: name.to_string(),
+            reference_run,
+            committed_total,
+            committed_records,
+            lineages: summary,
+            committed,
+            staged,
+            expired: Vec::new(),
+            problems: Vec::new(),
+            scratch_files: Vec::new(),
+        }],
+        unreferenced_files: Vec::new(),
+        attention,
+        notes,
+    })
 }
 
 #[cfg(test)]

@@ -1,10 +1,13 @@
-//! `twopc`: command-line tools for output directories of the twopc
-//! filesystem destination.
+//! `twopc`: command-line tools for the destinations of the twopc sink
+//! (output directories and PostgreSQL).
 //!
-//! Exit codes: 0 nothing needs attention, 1 something needs attention,
-//! 2 usage or I/O error.
+//! Exit codes: 0 done, nothing needs attention; 1 something needs attention
+//! (or a dry run found output to remove); 2 usage or I/O error; 3 refused
+//! (a live run owns the sink, or the decision is not allowed).
 
+mod args;
 mod inspect;
+mod operate;
 mod render;
 mod timefmt;
 
@@ -25,16 +28,28 @@ const USAGE: &str = "\
 twopc: tools for output directories of the twopc exactly-once Flink sink
 
 Usage:
-  twopc inspect <output-dir> [--json] [--retention-ms N] [--run RUN] [--part-prefix P]
-  twopc help [inspect]
+  twopc inspect <output-dir> [--json] [--limit N | --all] [--retention-ms N] [--run RUN]
+                [--part-prefix P]
+  twopc inspect <postgres-url> --sink S [--json] [--limit N | --all] [PostgreSQL options]
+  twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
+  twopc decide <destination> --sink S (--commit TXN | --abort TXN)
+  twopc help [inspect|reconcile|decide]
   twopc --version
 
-Commands:
-  inspect   Show committed and staged transactions of every sink in an output
-            directory, and what needs an operator. Changes nothing.
+<destination> is an output directory or a postgres:// URL (see
+'twopc help reconcile' for the PostgreSQL options).
 
-Exit codes: 0 nothing needs attention, 1 something needs attention,
-2 usage or I/O error. Set RUST_LOG=debug for diagnostics on stderr.
+Commands:
+  inspect     Show committed and staged transactions of every sink in an output
+              directory, and what needs an operator. Changes nothing.
+  reconcile   List (dry run) or remove (--apply) a sink's output committed after
+              a checkpoint of a lineage, before restoring that checkpoint.
+  decide      Commit or abort one prepared leftover transaction by hand.
+
+Exit codes: 0 done, nothing needs attention; 1 something needs attention (or a
+dry run found output to remove); 2 usage or I/O error; 3 refused (a live run
+owns the sink, or the decision is not allowed). Set RUST_LOG=debug for
+diagnostics on stderr.
 ";
 
 fn inspect_usage() -> String {
@@ -42,7 +57,8 @@ fn inspect_usage() -> String {
         "\
 Usage: twopc inspect <output-dir> [options]
 
-Lists, for every sink under <output-dir>/_twopc/: committed transactions,
+Lists, for every sink under <output-dir>/_twopc/: committed output per lineage
+and run, the latest committed transactions,
 staged transactions (prepared or open, their age and retention), expired
 tombstones and problems, plus visible part files that no commit record
 references. Nothing is changed on disk.
@@ -57,14 +73,91 @@ Options:
                       flagged. Default: the run with the latest activity in
                       each sink.
   --part-prefix P     Prefix of visible output files (default \"part\").
+  --limit N           List the latest N committed transactions per sink
+                      (default {limit}); counts per lineage and run, and every
+                      finding, always cover all of them.
+  --all               List every committed transaction.
+  --sink S            For a PostgreSQL destination (postgres://user@host/db, the
+                      password from $PGPASSWORD or --password-env VAR): the
+                      sink to inspect; --control-schema S if not public.
   -h, --help          Show this help.
 
 Needs attention (exit code 1): any problem the scan found, any prepared
 transaction (each with the reason and what to do), any staged transaction past
-retention, any visible part file no commit record references, and committed
-files changed after their commit. Progress of long scans goes to stderr.
+retention, any visible part file no commit record references, committed
+files changed after their commit, a partly visible checkpoint (a transaction of
+it LOST, or prepared beside committed ones), and a gap in a lineage (output
+committed past a lost checkpoint). Progress of long scans goes to stderr.
 ",
-        SinkOptions::default().retention_ms
+        SinkOptions::default().retention_ms,
+        limit = inspect::DEFAULT_LIMIT
+    )
+}
+
+const PG_OPTIONS: &str = "\
+PostgreSQL destinations (<destination> = postgres://user@host:port/db):
+  --table T                   The table the sink writes to (schema.table).
+                              Needed by reconcile.
+  --transaction-id-column C   The sink's transaction-id column
+                              (transactionIdColumn); reconcile --apply
+                              removes rows by it and refuses without it.
+  --control-schema S          Schema of the twopc_* control tables
+                              (default public).
+  --password-env VAR          Environment variable holding the password
+                              (default PGPASSWORD). A password in the URL
+                              is refused.
+";
+
+fn reconcile_usage() -> String {
+    format!(
+        "\
+Usage: twopc reconcile <destination> --sink S --lineage L --after-checkpoint N [--apply]
+
+Lists this sink's output committed after checkpoint N of lineage L: what a
+restore of checkpoint N would write again. Nothing is changed unless --apply
+is given; then that output (files, or rows and their commit records) is
+removed, each removal logged. Repeating it is harmless: removed output is not
+listed again. Refused while a live run owns the sink (stop the job first);
+a run that starts meanwhile waits for it.
+
+Options:
+  --sink S                The sink id.
+  --lineage L             The lineage (16 hex digits, as the job's error and
+                          'twopc inspect' print it).
+  --after-checkpoint N    The checkpoint the job will be restored from.
+  --apply                 Remove the output (default: dry run).
+  -h, --help              Show this help.
+
+{PG_OPTIONS}
+Exit codes: 0 nothing to remove, or removed; 1 dry run found output to
+remove; 2 usage or I/O error; 3 refused.
+"
+    )
+}
+
+fn decide_usage() -> String {
+    format!(
+        "\
+Usage: twopc decide <destination> --sink S (--commit TXN | --abort TXN)
+
+Resolves one staged transaction of the sink by hand, typically a prepared
+leftover that a job started without state refused. Commit it when its
+checkpoint completed (its records exist nowhere else); abort it when it did
+not, or when its output is not wanted. A transaction whose commit was decided
+is only ever committed; one never prepared, or whose prepared handle cannot
+be read, is never committed; committed output is never aborted (see
+'twopc reconcile'). Repeating a decision is harmless. Refused while a live
+run owns the sink.
+
+Options:
+  --sink S          The sink id.
+  --commit TXN      Commit transaction TXN.
+  --abort TXN       Abort transaction TXN.
+  -h, --help        Show this help.
+
+{PG_OPTIONS}
+Exit codes: 0 done (or already done); 2 usage or I/O error; 3 refused.
+"
     )
 }
 
@@ -85,6 +178,8 @@ fn run(args: Vec<OsString>) -> u8 {
         Some("help") => match args.next().as_ref().and_then(|a| a.to_str()) {
             None => print_out(USAGE, EXIT_OK),
             Some("inspect") => print_out(&inspect_usage(), EXIT_OK),
+            Some("reconcile") => print_out(&reconcile_usage(), EXIT_OK),
+            Some("decide") => print_out(&decide_usage(), EXIT_OK),
             Some(other) => usage_error(&format!("no help for unknown command '{other}'")),
         },
         Some("-V" | "--version") => {
@@ -98,7 +193,33 @@ fn run(args: Vec<OsString>) -> u8 {
                 EXIT_USAGE
             }
         },
+        Some("reconcile") => match operate::parse_reconcile(args.collect()) {
+            Ok(operate::Parsed::Help) => print_out(&reconcile_usage(), EXIT_OK),
+            Ok(operate::Parsed::Run(a)) => finish("reconcile", operate::reconcile(&a)),
+            Err(msg) => {
+                eprintln!("twopc reconcile: {msg}\nRun 'twopc reconcile --help' for usage.");
+                EXIT_USAGE
+            }
+        },
+        Some("decide") => match operate::parse_decide(args.collect()) {
+            Ok(operate::Parsed::Help) => print_out(&decide_usage(), EXIT_OK),
+            Ok(operate::Parsed::Run(a)) => finish("decide", operate::decide(&a)),
+            Err(msg) => {
+                eprintln!("twopc decide: {msg}\nRun 'twopc decide --help' for usage.");
+                EXIT_USAGE
+            }
+        },
         _ => usage_error(&format!("unknown command '{}'", command.to_string_lossy())),
+    }
+}
+
+fn finish(command: &str, result: Result<(u8, String), operate::Failed>) -> u8 {
+    match result {
+        Ok((code, out)) => print_out(&out, code),
+        Err(f) => {
+            eprintln!("twopc {command}: {}", f.message);
+            f.code
+        }
     }
 }
 
@@ -122,7 +243,7 @@ fn print_out(s: &str, code: u8) -> u8 {
 
 enum Parsed {
     Help,
-    Run(InspectOptions, bool),
+    Run(Box<InspectOptions>, bool),
 }
 
 fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String> {
@@ -131,6 +252,9 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
     let mut retention_ms = SinkOptions::default().retention_ms;
     let mut run: Option<String> = None;
     let mut part_prefix = "part".to_string();
+    let mut limit = Some(inspect::DEFAULT_LIMIT);
+    let mut sink: Option<String> = None;
+    let (mut table, mut control_schema, mut password_env) = (None, None, None);
     let mut args = args.peekable();
     let mut only_positional = false;
 
@@ -186,24 +310,97 @@ fn parse_inspect(args: impl Iterator<Item = OsString>) -> Result<Parsed, String>
                     .map_err(|e| format!("--part-prefix: {e}"))?;
                 part_prefix = v;
             }
+            "--limit" => {
+                let v = value("--limit")?;
+                limit =
+                    Some(v.trim().parse().map_err(|_| {
+                        format!("--limit takes a number of transactions, not {v:?}")
+                    })?);
+            }
+            "--all" => limit = None,
+            "--sink" => {
+                let v = value("--sink")?;
+                operate::parse_sink(&v)?;
+                sink = Some(v);
+            }
+            "--table" => table = Some(value("--table")?),
+            "--control-schema" => control_schema = Some(value("--control-schema")?),
+            "--password-env" => password_env = Some(value("--password-env")?),
             other => return Err(format!("unknown option '{other}'")),
         }
     }
     let output = output.ok_or("missing <output-dir>: give the sink's output directory")?;
+    let url = output
+        .to_str()
+        .filter(|o| operate::Target::is_postgres(o))
+        .map(str::to_string);
+    let postgres = match url {
+        Some(url) => {
+            if sink.is_none() {
+                return Err(
+                    "missing --sink: a PostgreSQL destination is inspected one sink at a time"
+                        .to_string(),
+                );
+            }
+            Some(operate::PgTarget {
+                url,
+                table,
+                transaction_id_column: None,
+                control_schema: control_schema.unwrap_or_else(|| "public".to_string()),
+                password_env: password_env
+                    .unwrap_or_else(|| operate::DEFAULT_PASSWORD_ENV.to_string()),
+            })
+        }
+        None => {
+            if let Some((flag, _)) = [
+                ("--sink", sink.is_some()),
+                ("--table", table.is_some()),
+                ("--control-schema", control_schema.is_some()),
+                ("--password-env", password_env.is_some()),
+            ]
+            .into_iter()
+            .find(|(_, set)| *set)
+            {
+                return Err(format!(
+                    "{flag} is for a PostgreSQL destination (postgres://...); a directory is \
+                     inspected whole"
+                ));
+            }
+            None
+        }
+    };
     Ok(Parsed::Run(
-        InspectOptions {
+        Box::new(InspectOptions {
             output,
             retention_ms,
             run,
             part_prefix,
             now_ms: SystemClock.now_ms(),
-        },
+            limit,
+            sink,
+            postgres,
+        }),
         json,
     ))
 }
 
 fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
-    let report: Report = match inspect::inspect(opts) {
+    let result = match (&opts.postgres, &opts.sink) {
+        (Some(pg), Some(sink)) => {
+            let sink = twopc_core::SinkId::new(sink.as_str()).expect("checked when parsed");
+            match operate::open_pg(pg, &sink, false) {
+                Ok(mut dest) => inspect::inspect_destination(
+                    &mut dest,
+                    &sink,
+                    &twopc_pg::redact_url(&pg.url),
+                    opts,
+                ),
+                Err(f) => Err(inspect::InspectError(f.message)),
+            }
+        }
+        _ => inspect::inspect(opts),
+    };
+    let report: Report = match result {
         Ok(r) => r,
         Err(e) => {
             eprintln!("twopc inspect: {e}");

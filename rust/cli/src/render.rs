@@ -97,26 +97,44 @@ pub fn text(report: &Report) -> String {
 
 fn sink(report: &Report, s: &SinkReport, out: &mut String) {
     let prepared = s.staged.iter().filter(|t| t.state == "prepared").count();
-    let records: u64 = s.committed.iter().map(|c| c.records).sum();
     let _ = writeln!(
         out,
         "\nSink '{}': {} committed ({} records), {} prepared, {} open, {} expired",
         s.sink,
-        s.committed.len(),
-        records,
+        s.committed_total,
+        s.committed_records,
         prepared,
         s.staged.len() - prepared,
         s.expired.len()
     );
-    let runs: std::collections::BTreeSet<&str> =
-        s.committed.iter().map(|c| c.run.as_str()).collect();
-    if !runs.is_empty() {
-        let runs: Vec<&str> = runs.into_iter().collect();
-        let _ = writeln!(out, "  Runs with committed output: {}", runs.join(", "));
+    if !s.lineages.is_empty() {
+        out.push_str("\n  Committed output by lineage and run\n");
+        let mut t = Table::new(&["LINEAGE", "RUN", "TRANSACTIONS", "RECORDS", "CHECKPOINTS"]);
+        for l in &s.lineages {
+            for r in &l.runs {
+                t.row(vec![
+                    l.lineage.clone(),
+                    r.run.clone(),
+                    r.transactions.to_string(),
+                    r.records.to_string(),
+                    format!("{} to {}", r.first_checkpoint, r.last_checkpoint),
+                ]);
+            }
+        }
+        t.render("    ", out);
     }
 
     if !s.committed.is_empty() {
-        out.push_str("\n  Committed transactions\n");
+        if s.committed.len() < s.committed_total {
+            let _ = writeln!(
+                out,
+                "\n  Committed transactions: the latest {} of {} (--limit N or --all to list more)",
+                s.committed.len(),
+                s.committed_total
+            );
+        } else {
+            out.push_str("\n  Committed transactions\n");
+        }
         let mut t = Table::new(&[
             "CHECKPOINT",
             "LINEAGE",

@@ -131,6 +131,24 @@ impl Committer {
                 Ok(CommitStep::Done(CommitOutcome::AlreadyCommitted))
             }
             Ok(CommitStatus::Missing { evidence }) => {
+                let note = crate::destination::LostNote {
+                    transaction: handle.transaction.clone(),
+                    lineage: handle.lineage,
+                    checkpoint: prepared.checkpoint,
+                    subtask: handle.subtask,
+                    run: handle.run.clone(),
+                    records: prepared.records,
+                    found_at_ms: now_ms,
+                    evidence: evidence.clone(),
+                };
+                if let Err(e) = dest.record_lost(&note) {
+                    log::warn!(
+                        "{}: could not keep a note that transaction {} is lost ({e}); \
+                         `twopc inspect` will not show it",
+                        self.scope,
+                        handle.transaction
+                    );
+                }
                 let err = TwopcError::Lost(Box::new(LostTransaction {
                     scope: self.scope.clone(),
                     transaction: handle.transaction.clone(),
@@ -147,6 +165,7 @@ impl Committer {
                     scope: self.scope.clone(),
                     transaction: handle.transaction.clone(),
                     checkpoint: prepared.checkpoint,
+                    lineage: handle.lineage,
                     attempts: attempt,
                     last_error: e.to_string(),
                 }));
@@ -188,7 +207,9 @@ impl Committer {
             Ok(AbortStatus::WasCommitted) => Err(self.misuse(format!(
                 "refusing to abort transaction {txn} ({why}): the destination has it committed. \
                  Committed output is never removed by an abort; if this transaction should not \
-                 have been committed, see `twopc inspect`"
+                 have been committed, `twopc reconcile <destination> --sink {} --lineage \
+                 <lineage> --after-checkpoint <N>` removes it",
+                self.scope.sink
             ))),
             Err(source) => Err(TwopcError::Destination {
                 scope: self.scope.clone(),

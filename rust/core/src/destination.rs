@@ -150,8 +150,62 @@ pub struct CommittedTransaction {
     pub lineage: LineageId,
     pub checkpoint: CheckpointId,
     pub subtask: u32,
+    /// The run (Flink job id) that prepared it.
+    pub run: RunId,
     pub records: u64,
     pub committed_at_ms: u64,
+}
+
+/// A durable note that a transaction of a completed checkpoint was found
+/// LOST (neither staged nor committed when its commit came), written by
+/// the committer before it stops the job, so that tools can show the
+/// partly visible checkpoint afterwards (`twopc inspect`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LostNote {
+    pub transaction: TransactionId,
+    pub lineage: LineageId,
+    pub checkpoint: CheckpointId,
+    pub subtask: u32,
+    pub run: RunId,
+    pub records: u64,
+    pub found_at_ms: u64,
+    pub evidence: String,
+}
+
+impl LostNote {
+    /// Plain `key=value` lines, one note per file or row.
+    pub fn render(&self) -> String {
+        format!(
+            "transaction={}\nlineage={}\ncheckpoint={}\nsubtask={}\nrun={}\nrecords={}\n\
+             found_at_ms={}\nevidence={}\n",
+            self.transaction,
+            self.lineage,
+            self.checkpoint,
+            self.subtask,
+            self.run,
+            self.records,
+            self.found_at_ms,
+            self.evidence.replace(['\n', '\r'], " ")
+        )
+    }
+
+    /// Reads [`LostNote::render`]'s text back; `None` when incomplete.
+    pub fn parse(text: &str) -> Option<LostNote> {
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        };
+        Some(LostNote {
+            transaction: TransactionId::parse(field("transaction")?)?.id,
+            lineage: LineageId(u64::from_str_radix(field("lineage")?, 16).ok()?),
+            checkpoint: field("checkpoint")?.parse().ok()?,
+            subtask: field("subtask")?.parse().ok()?,
+            run: RunId::new(field("run")?).ok()?,
+            records: field("records")?.parse().ok()?,
+            found_at_ms: field("found_at_ms")?.parse().ok()?,
+            evidence: field("evidence").unwrap_or_default().to_string(),
+        })
+    }
 }
 
 /// One sink's view of a destination, used by one subtask.
@@ -211,6 +265,36 @@ pub trait Destination {
     /// this destination is dropped (a lock that the process's death
     /// releases: a file lock, a database session's advisory lock).
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError>;
+
+    /// Keeps `note` durably (repeatable). Destinations that cannot keep it
+    /// answer `Ok` and tools see nothing; the job stops all the same.
+    fn record_lost(&mut self, _note: &LostNote) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    /// Every lost note of this sink (for tools).
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        Ok(Vec::new())
+    }
+
+    /// Removes the lost notes of `lineage` after `checkpoint` (their range
+    /// was reconciled and is written again by the restored run). Returns
+    /// how many went.
+    fn clear_lost(
+        &mut self,
+        _lineage: LineageId,
+        _checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        Ok(0)
+    }
+
+    /// Every subtask index of this sink that some run ever claimed here
+    /// (held now or not), for an operator's tool that must hold the whole
+    /// sink (see [`crate::operator`]). A destination that records no owners
+    /// answers an empty list.
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        Ok(Vec::new())
+    }
 
     /// Every lineage with committed output of this sink.
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError>;
@@ -277,6 +361,22 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         (**self).claim_ownership(claim)
     }
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        (**self).owner_subtasks()
+    }
+    fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
+        (**self).record_lost(note)
+    }
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        (**self).lost_notes()
+    }
+    fn clear_lost(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        (**self).clear_lost(lineage, checkpoint)
+    }
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
         (**self).lineages()
     }
@@ -292,5 +392,41 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         (**self).run_lineage(run)
+    }
+}
+
+#[cfg(test)]
+mod lost_note_tests {
+    use super::*;
+
+    #[test]
+    fn a_lost_note_reads_back_and_keeps_to_one_line_per_field() {
+        let note = LostNote {
+            transaction: TransactionId::parse("orders.1.00000000000000ab.7")
+                .unwrap()
+                .id,
+            lineage: LineageId(0x0123_4567_89ab_cdef),
+            checkpoint: 42,
+            subtask: 1,
+            run: RunId::new("run-a").unwrap(),
+            records: 678,
+            found_at_ms: 1_700_000_000_000,
+            evidence: "removed by hand\nsecond line".to_string(),
+        };
+        let text = note.render();
+        assert_eq!(text.lines().count(), 8, "{text}");
+        let back = LostNote::parse(&text).unwrap();
+        assert_eq!(back.evidence, "removed by hand second line");
+        assert_eq!(
+            LostNote {
+                evidence: note.evidence.replace('\n', " "),
+                ..note
+            },
+            back
+        );
+        assert_eq!(
+            LostNote::parse("transaction=orders.1.00000000000000ab.7\n"),
+            None
+        );
     }
 }

@@ -141,13 +141,20 @@ impl fmt::Display for SinkScope {
 
 /// The steps that bring destination and input back together after output of
 /// a completed checkpoint was lost or cannot be resolved. Shared by every
-/// error that stops the job, so operators read one plan.
-pub const RECOVERY_PLAN: &str = "Recovery plan: (1) keep the job stopped; \
-(2) pick an earlier checkpoint or savepoint whose input position precedes the affected output; \
-(3) reconcile the destination for that range first: remove this sink's output committed after \
-that checkpoint (for a directory `twopc inspect <output>` lists it; for PostgreSQL the \
-twopc_commit_records table does), or restore with the rewind policy REPLACE_RANGE, which \
-removes it for you; (4) restart the job from that checkpoint or savepoint.";
+/// error that stops the job, so operators read one plan; it names the
+/// commands for this sink and lineage.
+pub fn recovery_plan(sink: &SinkId, lineage: LineageId) -> String {
+    format!(
+        "Recovery plan: (1) keep the job stopped; (2) pick an earlier checkpoint or savepoint \
+         N whose input position precedes the affected output; (3) reconcile the destination \
+         for that range first: `twopc reconcile <destination> --sink {sink} --lineage {lineage} \
+         --after-checkpoint N` lists this sink's output committed after checkpoint N (the \
+         output directory, or the postgres:// URL with --table and \
+         --transaction-id-column), and the same command with --apply removes it; or restore \
+         with the rewind policy REPLACE_RANGE, which removes it for you; (4) restart the job \
+         from checkpoint N."
+    )
+}
 
 /// A prepared transaction of a completed checkpoint that the destination no
 /// longer has and never committed: its output is lost.
@@ -167,6 +174,7 @@ pub struct UnresolvedCommit {
     pub scope: SinkScope,
     pub transaction: TransactionId,
     pub checkpoint: CheckpointId,
+    pub lineage: LineageId,
     pub attempts: u32,
     pub last_error: String,
 }
@@ -426,7 +434,13 @@ fn lost_message(l: &LostTransaction) -> String {
         "{}: transaction {} of completed checkpoint {} (lineage {}, {} records) is LOST: {}. \
          The checkpoint already advanced the input past these records, so restarting from it \
          would skip them; the job is stopped instead of continuing with a gap. {}",
-        l.scope, l.transaction, l.checkpoint, l.lineage, l.records, l.evidence, RECOVERY_PLAN
+        l.scope,
+        l.transaction,
+        l.checkpoint,
+        l.lineage,
+        l.records,
+        l.evidence,
+        recovery_plan(&l.scope.sink, l.lineage)
     )
 }
 
@@ -442,7 +456,7 @@ fn unresolved_message(u: &UnresolvedCommit) -> String {
         u.attempts,
         u.last_error,
         u.transaction,
-        RECOVERY_PLAN
+        recovery_plan(&u.scope.sink, u.lineage)
     )
 }
 
@@ -451,10 +465,19 @@ fn rewind_message(r: &RewindDetected) -> String {
     format!(
         "{}: restored checkpoint {} (lineage {}) is older than output this sink already \
          committed: {}. Replaying from it would write that output a second time. Either restore \
-         the latest checkpoint instead, or remove that output first (`twopc inspect` lists it), \
-         or set the rewind policy to REPLACE_RANGE so the sink removes output committed after \
-         checkpoint {} and the re-run replaces it.",
-        r.scope, r.restored_checkpoint, r.lineage, list, r.restored_checkpoint
+         the latest checkpoint instead; or remove that output first, while the job is stopped: \
+         `twopc reconcile <destination> --sink {} --lineage {} --after-checkpoint {}` lists it \
+         and the same command with --apply removes it; or set the rewind policy to \
+         REPLACE_RANGE so the sink removes output committed after checkpoint {} and the re-run \
+         replaces it.",
+        r.scope,
+        r.restored_checkpoint,
+        r.lineage,
+        list,
+        r.scope.sink,
+        r.lineage,
+        r.restored_checkpoint,
+        r.restored_checkpoint
     )
 }
 
@@ -465,10 +488,16 @@ fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
          uncommitted transactions of this sink: {}. They may belong to a completed checkpoint of \
          an earlier run whose state was lost, so they are not aborted silently. Choose one: \
          restore the earlier run's latest checkpoint or savepoint (its recovery commits them); \
-         or decide with the CLI (`twopc inspect <output>`); or, if their output is not wanted, \
-         set the fresh-start policy to ABORT_PREPARED and start again.{}",
+         or decide each by hand while the job is stopped (`twopc inspect <destination>` shows \
+         them): `twopc decide <destination> --sink {} --commit {}` if its checkpoint completed, \
+         `--abort` instead if not; or, if their output is not wanted, set the fresh-start \
+         policy to ABORT_PREPARED and start again.{}",
         p.scope,
         list,
+        p.scope.sink,
+        p.prepared
+            .first()
+            .map_or("<transaction>", |(t, _)| t.as_str()),
         without_state_hint(p.restored_without_state)
     )
 }
@@ -529,9 +558,11 @@ fn existing_output_message(e: &ExistingOutput) -> String {
          every record again next to that output. Choose one: restore the earlier run's latest \
          checkpoint or savepoint (its run and last checkpoint are named above), so the job \
          continues where it stopped; or remove that output first (`twopc inspect <destination>` \
-         lists it); or, if a new run should add its output next to the old one, set the \
+         lists it, and `twopc reconcile <destination> --sink {} --lineage <lineage> \
+         --after-checkpoint 0 --apply` removes one lineage's output); or, if a new run should add its output next to the old one, set the \
          fresh-start policy to APPEND (or APPEND_AND_ABORT_PREPARED) and start again.{}",
         e.scope,
+        e.scope.sink,
         without_state_hint(e.restored_without_state)
     )
 }

@@ -17,6 +17,7 @@ pub mod handle;
 pub mod ids;
 #[cfg(feature = "testing")]
 pub mod memory;
+pub mod operator;
 pub mod records;
 pub mod recovery;
 pub mod sink;

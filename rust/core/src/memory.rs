@@ -306,6 +306,7 @@ impl Destination for MemoryDestination {
                 lineage: handle.lineage,
                 checkpoint: prepared.checkpoint,
                 subtask: handle.subtask,
+                run: handle.run.clone(),
                 records: staged.records.len() as u64,
                 committed_at_ms: now_ms,
             };
@@ -406,6 +407,15 @@ impl Destination for MemoryDestination {
                 Ok(Ownership::Acquired)
             }
         })
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let s = self.store.lock();
+        Ok(s.owners
+            .keys()
+            .filter(|(sink, _)| *sink == self.sink)
+            .map(|(_, subtask)| *subtask)
+            .collect())
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {

@@ -417,6 +417,15 @@ fn claim_ownership<D: Destination, C: Clock>(
 fn diagnose_holder(ctx: &SubtaskContext, holder: &OwnerInfo) -> (String, bool, bool) {
     let sink = &ctx.sink;
     match &holder.claim {
+        Some(c) if crate::operator::is_operator_claim(c) => (
+            format!(
+                "An operator's twopc command (`twopc reconcile` or `twopc decide`) holds sink \
+                 '{sink}' while it changes the destination. Let it finish; Flink restarts this \
+                 subtask and it finds the share free"
+            ),
+            false,
+            true,
+        ),
         Some(c) if c.run == ctx.run && c.instance != ctx.instance => (
             format!(
                 "Two sinks of this job use the sink id '{sink}' on the same destination, and \

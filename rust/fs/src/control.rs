@@ -146,6 +146,7 @@ pub fn committed_view(r: &CommitRecord) -> CommittedTransaction {
         lineage: r.handle.lineage,
         checkpoint: r.handle.checkpoint().unwrap_or_default(),
         subtask: r.handle.subtask,
+        run: r.handle.run.clone(),
         records: r.handle.prepared().map(|p| p.records).unwrap_or(0),
         committed_at_ms: r.committed_at_ms,
     }

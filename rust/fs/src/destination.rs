@@ -12,6 +12,7 @@
 //!     expired/<txn-id>                         tombstone of retention cleanup
 //!     lineages/<lineage>                       how a lineage began
 //!     runs/<run>                               the lineage a run writes in
+//!     lost/<txn-id>                            note of a transaction found LOST
 //!     trash/<txn-id>.<nonce>/...               claimed for removal
 //!     tmp/                                     scratch for atomic writes
 //! ```
@@ -47,7 +48,7 @@ use std::sync::Arc;
 
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    OwnerClaim, Ownership, StagedTransaction,
+    LostNote, OwnerClaim, Ownership, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition,
@@ -63,6 +64,9 @@ use crate::names::{self, part_name, CONTROL_DIR, DATA_FILE, PREPARED_FILE};
 use crate::ownership;
 use crate::scan::{io_err, Reader};
 use crate::staged::{IoMode, StagedFile};
+
+/// Largest lost note read back (they are a few hundred bytes).
+pub(crate) const LOST_NOTE_LIMIT: u64 = 64 * 1024;
 
 /// How records are laid out in output files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -141,6 +145,7 @@ struct SinkDirs {
     owners: Dir,
     lineages: Dir,
     runs: Dir,
+    lost: Dir,
 }
 
 impl SinkDirs {
@@ -156,6 +161,7 @@ impl SinkDirs {
             owners: sink_dir.ensure_dir(names::OWNERS)?,
             lineages: sink_dir.ensure_dir(names::LINEAGES)?,
             runs: sink_dir.ensure_dir(names::RUNS)?,
+            lost: sink_dir.ensure_dir(names::LOST)?,
         })
     }
 }
@@ -174,8 +180,9 @@ pub struct FsDestination {
     output: Dir,
     dirs: SinkDirs,
     open: Option<OpenTxn>,
-    /// The owner lock, held while this destination lives.
-    owner: Option<std::fs::File>,
+    /// The owner locks, held while this destination lives (a writer holds
+    /// one; an operator's tool holds every subtask's).
+    owner: Vec<std::fs::File>,
 }
 
 impl FsDestination {
@@ -221,7 +228,7 @@ impl FsDestination {
             output,
             dirs,
             open: None,
-            owner: None,
+            owner: Vec::new(),
         };
         dest.remove_leftovers()?;
         Ok(dest)
@@ -908,10 +915,88 @@ impl Destination for FsDestination {
             }
             err
         })?;
-        if file.is_some() {
-            self.owner = file;
-        }
+        self.owner.extend(file);
         Ok(ownership)
+    }
+
+    fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
+        let dir = &self.dirs.lost;
+        let name = note.transaction.as_str();
+        match dir.write_atomically(
+            &self.dirs.tmp,
+            name,
+            note.render().as_bytes(),
+            false,
+            IoStep::Note,
+        ) {
+            Ok(()) => Ok(()),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+            Err(e) => Err(DestinationError::io(
+                "writing the note of a lost transaction",
+                &dir.child(name),
+                e,
+            )),
+        }
+    }
+
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        let dir = &self.dirs.lost;
+        let mut out = Vec::new();
+        for name in dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+        {
+            if let Some(bytes) = dir
+                .read_file(&name, LOST_NOTE_LIMIT)
+                .map_err(io_err("reading", &dir.child(&name)))?
+            {
+                out.extend(LostNote::parse(&String::from_utf8_lossy(&bytes)));
+            }
+        }
+        Ok(out)
+    }
+
+    fn clear_lost(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        let dir = &self.dirs.lost;
+        let mut removed = 0;
+        for name in dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+        {
+            let Some(bytes) = dir
+                .read_file(&name, LOST_NOTE_LIMIT)
+                .map_err(io_err("reading", &dir.child(&name)))?
+            else {
+                continue;
+            };
+            let Some(note) = LostNote::parse(&String::from_utf8_lossy(&bytes)) else {
+                continue;
+            };
+            if note.lineage == lineage && note.checkpoint > checkpoint {
+                dir.unlink(&name)
+                    .map_err(io_err("removing", &dir.child(&name)))?;
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            dir.sync()
+                .map_err(io_err("syncing directory", dir.path()))?;
+        }
+        Ok(removed)
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let dir = &self.dirs.owners;
+        Ok(dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect())
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use twopc_core::destination::{LineageRecord, StagedTransaction};
+use twopc_core::destination::{LineageRecord, LostNote, StagedTransaction};
 use twopc_core::error::DestinationError;
 use twopc_core::ids::{SinkId, TransactionId};
 
@@ -93,6 +93,7 @@ impl Layout {
             committed: sub(names::COMMITTED)?,
             expired: sub(names::EXPIRED)?,
             lineages: sub(names::LINEAGES)?,
+            lost: sub(names::LOST)?,
             root,
         })
     }
@@ -129,6 +130,7 @@ struct SinkDirsView {
     committed: Option<Dir>,
     expired: Option<Dir>,
     lineages: Option<Dir>,
+    lost: Option<Dir>,
 }
 
 fn open_optional(parent: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
@@ -153,6 +155,8 @@ pub struct SinkInventory {
     pub expired: BTreeMap<String, u64>,
     /// How each lineage began, where recorded.
     pub lineages: Vec<LineageRecord>,
+    /// Transactions the committer found LOST (see `LostNote`).
+    pub lost: Vec<LostNote>,
     /// Problems found: names that are not ours, records that fail their
     /// checks, unreadable files.
     pub problems: Vec<String>,
@@ -222,12 +226,44 @@ pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> 
                 Vec::new()
             }
         };
+        let mut lost = Vec::new();
+        if let Some(dir) = &v.lost {
+            match dir.names_of(EntryKind::File) {
+                Ok(names) => {
+                    for name in names {
+                        match dir.read_file(&name, crate::destination::LOST_NOTE_LIMIT) {
+                            Ok(Some(bytes)) => {
+                                match LostNote::parse(&String::from_utf8_lossy(&bytes)) {
+                                    Some(n) => lost.push(n),
+                                    None => problems.push(format!(
+                                        "{} is not a readable note of a lost transaction",
+                                        dir.child(&name).display()
+                                    )),
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => problems
+                                .push(format!("cannot read {}: {e}", dir.child(&name).display())),
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("cannot list {}: {e}", dir.path().display())),
+            }
+        }
+        lost.sort_by(|a, b| {
+            (a.lineage, a.checkpoint, &a.transaction).cmp(&(
+                b.lineage,
+                b.checkpoint,
+                &b.transaction,
+            ))
+        });
         out.push(SinkInventory {
             sink,
             committed,
             staged,
             expired,
             lineages,
+            lost,
             problems,
         });
     }

@@ -16,6 +16,7 @@ pub(crate) const TMP: &str = "tmp";
 pub(crate) const OWNERS: &str = "owners";
 pub(crate) const LINEAGES: &str = "lineages";
 pub(crate) const RUNS: &str = "runs";
+pub(crate) const LOST: &str = "lost";
 
 /// Files inside a transaction's directory.
 pub(crate) const DATA_FILE: &str = "data";

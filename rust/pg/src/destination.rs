@@ -105,7 +105,7 @@ use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
+    LostNote, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition, TwopcError,
@@ -355,6 +355,125 @@ impl PgDestination {
             owner: None,
             options,
         })
+    }
+
+    /// Connects for an operator's tool (`twopc reconcile`, `twopc decide`,
+    /// `twopc inspect`) to sink `sink`'s control tables, in transactional
+    /// mode. `options.columns` may be empty: the tool writes no records. The
+    /// target table is checked to exist, and so is the transaction-id
+    /// column when one is given; the control tables must exist (the tool
+    /// never creates them).
+    pub fn connect_operator(options: PgOptions, sink: &SinkId) -> Result<Self, TwopcError> {
+        let secrets = Secrets::of(&options);
+        let config = options.connection_config()?;
+        let table = options.table_name()?;
+        if options.mode != PgMode::Transactional {
+            return Err(TwopcError::Config(ConfigError::new(
+                "the idempotent mode keeps no commit records or prepared transactions: there is \
+                 nothing to reconcile or decide",
+            )));
+        }
+        let control_tables = ControlTables::new(&options.control_schema);
+        let app = |role: &str| format!("twopc {sink} {role}");
+        let mut control = Link::new("control", config.clone(), &app("cli"), secrets.clone(), "");
+        let writer = Link::new("writer", config, &app("cli-owner"), secrets.clone(), "");
+        let fail = |action: &'static str| {
+            let sink = sink.clone();
+            move |f: Failure| TwopcError::Scan {
+                scope: twopc_core::error::SinkScope {
+                    sink: sink.clone(),
+                    subtask: 0,
+                },
+                action,
+                source: f.error,
+            }
+        };
+        let client = control.client().map_err(fail("connecting to PostgreSQL"))?;
+        let pg = |op: &'static str| {
+            let secrets = secrets.clone();
+            move |e: postgres::Error| TwopcError::Scan {
+                scope: twopc_core::error::SinkScope {
+                    sink: sink.clone(),
+                    subtask: 0,
+                },
+                action: op,
+                source: error::pg(&secrets, op, &e),
+            }
+        };
+        let found: Option<String> = client
+            .query_one(
+                "SELECT to_regclass($1::text)::text",
+                &[&control_tables.commit_records],
+            )
+            .map_err(pg("looking up the control tables"))?
+            .get(0);
+        if found.is_none() {
+            return Err(TwopcError::Config(ConfigError::new(format!(
+                "{} does not exist: no transactional twopc sink has used this database with the \
+                 control schema {:?}. Pass the control schema the sink is configured with \
+                 (--control-schema)",
+                control_tables.commit_records, options.control_schema
+            ))));
+        }
+        let oid: Option<u32> = client
+            .query_one("SELECT to_regclass($1::text)::oid", &[&table.quoted()])
+            .map_err(pg("looking up the target table"))?
+            .get(0);
+        let Some(oid) = oid else {
+            return Err(TwopcError::Config(ConfigError::new(format!(
+                "target table {table} does not exist; pass the table the sink writes to (names \
+                 are case-sensitive)"
+            ))));
+        };
+        if let Some(col) = &options.transaction_id_column {
+            let exists = client
+                .query_opt(
+                    "SELECT 1 FROM pg_attribute WHERE attrelid = $1 AND attname = $2 \
+                     AND attnum > 0 AND NOT attisdropped",
+                    &[&oid, col],
+                )
+                .map_err(pg("looking up the transaction-id column"))?
+                .is_some();
+            if !exists {
+                return Err(TwopcError::Config(ConfigError::new(format!(
+                    "{table} has no column {}: pass the transaction-id column the sink is \
+                     configured with (transactionIdColumn), or leave the option out",
+                    quote_ident(col)
+                ))));
+            }
+        }
+        let sql =
+            ModeSql::Transactional(Box::new(TxnSql::new(&table, &options, &control_tables, "")));
+        Ok(PgDestination {
+            sink: sink.clone(),
+            table,
+            control_tables,
+            secrets,
+            sql,
+            control,
+            writer,
+            open: None,
+            stage_generation: None,
+            owner: None,
+            options,
+        })
+    }
+
+    fn lost_table_exists(&mut self) -> Result<bool, DestinationError> {
+        let name = self.control_tables.lost.clone();
+        Ok(self
+            .control
+            .run("looking up the lost-transaction table", |c| {
+                Ok(
+                    c.query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])?
+                        .get(0),
+                )
+            })?)
+    }
+
+    /// The target table, quoted.
+    pub fn table(&self) -> String {
+        self.table.to_string()
     }
 
     /// Before the writer session's first statement in a (re)connected
@@ -1095,6 +1214,16 @@ impl PgDestination {
                 lineage,
                 checkpoint: row.get::<_, i64>(1) as u64,
                 subtask: row.get::<_, i32>(2) as u32,
+                run: RunId::new(row.get::<_, String>(5)).map_err(|e| {
+                    self.err(
+                        DestinationErrorKind::Corrupt,
+                        format!(
+                            "{} holds a row for {id} whose run_id is not a run id ({e}); it was \
+                             edited by hand",
+                            self.control_tables.commit_records
+                        ),
+                    )
+                })?,
                 records: row.get::<_, i64>(3) as u64,
                 committed_at_ms: row.get::<_, i64>(4).max(0) as u64,
             });
@@ -1527,7 +1656,8 @@ impl TxnSql {
             ),
             committed_after: format!(
                 "SELECT transaction_id, checkpoint, subtask, row_count, \
-                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8 \
+                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8, \
+                        run_id \
                  FROM {cr} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3 \
                  ORDER BY checkpoint, transaction_id"
             ),
@@ -1659,6 +1789,96 @@ impl Destination for PgDestination {
             subtask: claim.subtask,
         });
         Ok(Ownership::Acquired)
+    }
+
+    fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
+        if !self.lost_table_exists()? {
+            return Err(self.err(
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "{} does not exist (the control tables predate it); create it as in the \
+                     sink's DDL so that `twopc inspect` can show lost transactions",
+                    self.control_tables.lost
+                ),
+            ));
+        }
+        let sql = format!(
+            "INSERT INTO {} (transaction_id, sink_id, lineage, checkpoint, note) \
+             VALUES ($1, $2, $3, $4, $5) ON CONFLICT (transaction_id) DO NOTHING",
+            self.control_tables.lost
+        );
+        let (txn, sink) = (
+            note.transaction.as_str().to_string(),
+            self.sink.as_str().to_string(),
+        );
+        let (lineage, checkpoint) = (
+            note.lineage.0 as i64,
+            to_i64(note.checkpoint, "checkpoint id")?,
+        );
+        let text = note.render();
+        self.control.run("recording a lost transaction", |c| {
+            Ok(c.execute(&sql, &[&txn, &sink, &lineage, &checkpoint, &text])?)
+        })?;
+        Ok(())
+    }
+
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        if !self.lost_table_exists()? {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT note FROM {} WHERE sink_id = $1 ORDER BY lineage, checkpoint, transaction_id",
+            self.control_tables.lost
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows =
+            self.control.run(
+                "reading lost transactions",
+                |c| Ok(c.query(&sql, &[&sink])?),
+            )?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| LostNote::parse(&r.get::<_, String>(0)))
+            .collect())
+    }
+
+    fn clear_lost(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        if !self.lost_table_exists()? {
+            return Ok(0);
+        }
+        let sql = format!(
+            "DELETE FROM {} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3",
+            self.control_tables.lost
+        );
+        let sink = self.sink.as_str().to_string();
+        let (l, c) = (lineage.0 as i64, to_i64(checkpoint, "checkpoint id")?);
+        self.control
+            .run("removing notes of lost transactions", |cl| {
+                Ok(cl.execute(&sql, &[&sink, &l, &c])?)
+            })
+            .map_err(DestinationError::from)
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        let sql = format!(
+            "SELECT subtask FROM {} WHERE sink_id = $1 ORDER BY subtask",
+            self.control_tables.owners
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows =
+            self.control.run(
+                "listing the sink's owners",
+                |c| Ok(c.query(&sql, &[&sink])?),
+            )?;
+        Ok(rows
+            .iter()
+            .map(|r| r.get::<_, i32>(0))
+            .filter_map(|s| u32::try_from(s).ok())
+            .collect())
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {

@@ -20,6 +20,10 @@ pub const EXPIRED_TABLE: &str = "twopc_expired";
 pub const OWNERS_TABLE: &str = "twopc_owners";
 pub const LINEAGES_TABLE: &str = "twopc_lineages";
 pub const RUNS_TABLE: &str = "twopc_runs";
+/// Notes of transactions found LOST. Created with the others, but not
+/// required: a database whose tables an administrator created before it
+/// existed works without it (`twopc inspect` then cannot show such a loss).
+pub const LOST_TABLE: &str = "twopc_lost";
 
 /// Oldest server accepted: generated columns (checked below) and
 /// `to_regclass(text)` need 12.
@@ -58,6 +62,7 @@ pub(crate) struct ControlTables {
     pub owners: String,
     pub lineages: String,
     pub runs: String,
+    pub lost: String,
 }
 
 impl ControlTables {
@@ -71,6 +76,7 @@ impl ControlTables {
             owners: q(OWNERS_TABLE),
             lineages: q(LINEAGES_TABLE),
             runs: q(RUNS_TABLE),
+            lost: q(LOST_TABLE),
         }
     }
 
@@ -136,6 +142,13 @@ impl ControlTables {
              \x20   run_id text NOT NULL,\n\
              \x20   lineage bigint NOT NULL,\n\
              \x20   PRIMARY KEY (sink_id, run_id)\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {lost} (\n\
+             \x20   transaction_id text PRIMARY KEY,\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   lineage bigint NOT NULL,\n\
+             \x20   checkpoint bigint NOT NULL,\n\
+             \x20   note text NOT NULL\n\
              );\n",
             cr = self.commit_records,
             cri = quote_ident("twopc_commit_records_by_lineage"),
@@ -144,6 +157,7 @@ impl ControlTables {
             o = self.owners,
             l = self.lineages,
             r = self.runs,
+            lost = self.lost,
         )
     }
 }
@@ -595,6 +609,34 @@ fn ensure_control_tables(
             "created twopc control tables in schema {}",
             quote_ident(&control.schema)
         );
+    }
+    // The table of lost-transaction notes came later: created when the
+    // user may, else left out (the sink works without it).
+    let lost_missing: bool = client
+        .query_one(
+            "SELECT to_regclass($1::text) IS NULL \
+               AND has_schema_privilege($2::text, 'CREATE')",
+            &[&control.lost, &control.schema],
+        )
+        .map_err(pg("looking up the lost-transaction table"))?
+        .get(0);
+    if lost_missing {
+        let ddl = control.ddl();
+        let lost_ddl = &ddl[ddl
+            .find(&format!("CREATE TABLE IF NOT EXISTS {} (", control.lost))
+            .expect("the DDL creates the lost table")..];
+        client
+            .batch_execute(&format!(
+                "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {lost_ddl} COMMIT;"
+            ))
+            .map_err(|e| {
+                let _ = client.batch_execute("ROLLBACK");
+                StartupError::Pg(error::pg(
+                    secrets,
+                    "creating the lost-transaction table",
+                    &e,
+                ))
+            })?;
     }
     for t in tables {
         let row = client

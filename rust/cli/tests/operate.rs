@@ -1,0 +1,886 @@
+//! `twopc reconcile` and `twopc decide` on real output directories built
+//! with the filesystem destination and the protocol.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use common::*;
+use twopc_core::{CommitOutcome, Restore, SinkOptions, TransactionHandle, TwopcError, WriterState};
+
+fn output(tag: &str) -> (TempDir, PathBuf, ShiftClock) {
+    let dir = TempDir::new(tag);
+    let out = dir.path().join("out");
+    (dir, out, ShiftClock::default())
+}
+
+fn commit_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let h = prepare_one(s, records, checkpoint);
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    h
+}
+
+fn prepare_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> TransactionHandle {
+    let t = s.begin().unwrap();
+    s.write(&t.transaction, &batch(records)).unwrap();
+    s.prepare(&t.transaction, checkpoint).unwrap()
+}
+
+/// Every file under `dir` with its contents: a snapshot to compare. The
+/// owner lock files are left out: every command holds them while it runs,
+/// and writes its claim there.
+fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut out = BTreeMap::new();
+    let mut todo = vec![dir.to_path_buf()];
+    while let Some(d) = todo.pop() {
+        for e in fs::read_dir(&d).unwrap() {
+            let p = e.unwrap().path();
+            if p.ends_with("owners") {
+                continue;
+            }
+            if p.is_dir() {
+                todo.push(p);
+            } else {
+                out.insert(
+                    p.strip_prefix(dir).unwrap().to_path_buf(),
+                    fs::read(&p).unwrap(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn part(out: &Path, h: &TransactionHandle) -> PathBuf {
+    out.join(format!("part-{}", h.transaction))
+}
+
+/// Checkpoints 1, 2 and 3 of run-a committed by subtask 0; the sink is
+/// closed again. Returns the handles, the writer state after checkpoint 1
+/// and the lineage.
+struct Three {
+    _dir: TempDir,
+    out: PathBuf,
+    clock: ShiftClock,
+    h: Vec<TransactionHandle>,
+    state_at_1: WriterState,
+    lineage: String,
+}
+
+fn three(tag: &str) -> Three {
+    let (dir, out, clock) = output(tag);
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    let h1 = commit_one(&mut s, &["a", "b"], 1);
+    let state_at_1 = s.writer_state();
+    let h2 = commit_one(&mut s, &["c"], 2);
+    let h3 = commit_one(&mut s, &["d", "e", "f"], 3);
+    let lineage = s.lineage().to_string();
+    drop(s);
+    Three {
+        _dir: dir,
+        out,
+        clock,
+        h: vec![h1, h2, h3],
+        state_at_1,
+        lineage,
+    }
+}
+
+fn reconcile(t: &Three, after: &str, extra: &[&str]) -> std::process::Output {
+    reconcile_at(&t.out, &t.lineage, after, extra)
+}
+
+fn reconcile_at(out: &Path, lineage: &str, after: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
+        "reconcile",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--lineage",
+        lineage,
+        "--after-checkpoint",
+        after,
+    ];
+    args.extend_from_slice(extra);
+    twopc(&args)
+}
+
+#[test]
+fn reconcile_dry_run_lists_and_changes_nothing() {
+    let t = three("rc-dry");
+    let before = snapshot(&t.out);
+    let o = reconcile(&t, "1", &[]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(text.contains("2 transaction(s), 4 records"), "{text}");
+    assert!(
+        text.contains(&format!("would remove {}", t.h[1].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("would remove {}", t.h[2].transaction)),
+        "{text}"
+    );
+    assert!(!text.contains(t.h[0].transaction.as_str()), "{text}");
+    assert!(text.contains("Dry run: nothing was changed"), "{text}");
+    assert!(text.contains("--after-checkpoint 1 --apply"), "{text}");
+    // Not a byte of output or control data changed.
+    assert_eq!(snapshot(&t.out), before);
+}
+
+#[test]
+fn reconcile_apply_removes_later_output_and_is_idempotent() {
+    let t = three("rc-apply");
+    let o = reconcile(&t, "1", &["--apply"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(
+        text.contains(&format!("removed {}", t.h[1].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("removed {}", t.h[2].transaction)),
+        "{text}"
+    );
+    assert!(
+        text.contains("Removed 2 transaction(s), 4 records"),
+        "{text}"
+    );
+    // Each removal is logged on stderr too.
+    assert!(
+        stderr(&o).contains(&format!(
+            "removing the output of transaction {}",
+            t.h[2].transaction
+        )),
+        "{}",
+        stderr(&o)
+    );
+    assert!(part(&t.out, &t.h[0]).exists());
+    assert!(!part(&t.out, &t.h[1]).exists());
+    assert!(!part(&t.out, &t.h[2]).exists());
+
+    // Again: nothing left to remove, nothing changed.
+    let before = snapshot(&t.out);
+    let again = reconcile(&t, "1", &["--apply"]);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("nothing to remove"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(snapshot(&t.out), before);
+
+    // The core agrees: a restore of checkpoint 1 finds no later output
+    // (with the default rewind policy it would otherwise stop).
+    let restore = Restore {
+        checkpoint: 1,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let s = open_sink(
+        &t.out,
+        "orders",
+        "run-b",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        Some(&restore),
+    );
+    drop(s);
+}
+
+#[test]
+fn without_reconcile_the_restore_stops_on_rewind() {
+    // The counterpart of the test above: the output reconcile lists is
+    // exactly what rewind detection stops on.
+    let t = three("rc-rewind");
+    let restore = Restore {
+        checkpoint: 1,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
+    let err = twopc_core::SubtaskSink::open(
+        dest,
+        t.clock.clone(),
+        ctx,
+        SinkOptions::default(),
+        Some(&restore),
+        None,
+    )
+    .err()
+    .expect("rewind must stop the restore");
+    let TwopcError::Rewind(r) = &err else {
+        panic!("expected a rewind, got {err}");
+    };
+    let mut named: Vec<String> = r
+        .committed_after
+        .iter()
+        .map(|(t, _)| t.to_string())
+        .collect();
+    named.sort();
+    let mut listed = vec![
+        t.h[1].transaction.to_string(),
+        t.h[2].transaction.to_string(),
+    ];
+    listed.sort();
+    assert_eq!(named, listed);
+    // The message names the exact command that reconciles.
+    let msg = err.to_string();
+    assert!(
+        msg.contains(&format!(
+            "twopc reconcile <destination> --sink orders --lineage {} --after-checkpoint 1",
+            t.lineage
+        )),
+        "{msg}"
+    );
+}
+
+#[test]
+fn reconcile_and_decide_refuse_while_a_live_run_owns_the_sink() {
+    let t = three("rc-owned");
+    // A live run: holds subtask 0's share.
+    let live = open_sink(
+        &t.out,
+        "orders",
+        "run-live",
+        0,
+        1,
+        SinkOptions {
+            fresh_start: twopc_core::FreshStartPolicy::Append,
+            ..SinkOptions::default()
+        },
+        &t.clock,
+        None,
+    );
+    let before = snapshot(&t.out);
+    for o in [
+        reconcile(&t, "1", &["--apply"]),
+        twopc(&[
+            "decide",
+            t.out.to_str().unwrap(),
+            "--sink",
+            "orders",
+            "--abort",
+            t.h[2].transaction.as_str(),
+        ]),
+    ] {
+        let err = stderr(&o);
+        assert_eq!(o.status.code(), Some(3), "{err}{}", stdout(&o));
+        assert!(err.contains("owned by a live run"), "{err}");
+        assert!(err.contains("run-live"), "{err}");
+        assert!(err.contains("stop the job"), "{err}");
+    }
+    assert_eq!(snapshot(&t.out), before);
+    drop(live);
+    // Once the run is gone the command runs.
+    assert_eq!(reconcile(&t, "1", &["--apply"]).status.code(), Some(0));
+}
+
+/// Run-a prepared checkpoint 4 and died; a fresh start of run-b refuses
+/// the leftover. Returns the leftover's handle.
+fn leftover(tag: &str) -> (Three, TransactionHandle) {
+    let t = three(tag);
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let p = prepare_one(&mut s, &["x", "y"], 4);
+    drop(s);
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
+    let err = twopc_core::SubtaskSink::open(
+        dest,
+        t.clock.clone(),
+        ctx,
+        SinkOptions {
+            fresh_start: twopc_core::FreshStartPolicy::Append,
+            ..SinkOptions::default()
+        },
+        None,
+        None,
+    )
+    .err()
+    .expect("the leftover must stop a fresh start");
+    let msg = err.to_string();
+    assert!(matches!(err, TwopcError::PreparedOnFreshStart(_)), "{msg}");
+    assert!(
+        msg.contains(&format!(
+            "twopc decide <destination> --sink orders --commit {}",
+            p.transaction
+        )),
+        "{msg}"
+    );
+    (t, p)
+}
+
+fn decide(t: &Three, how: &str, txn: &str) -> std::process::Output {
+    twopc(&[
+        "decide",
+        t.out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        how,
+        txn,
+    ])
+}
+
+#[test]
+fn decide_commit_of_a_prepared_leftover() {
+    let (t, p) = leftover("dc-commit");
+    let o = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("committed transaction"),
+        "{}",
+        stdout(&o)
+    );
+    assert_eq!(fs::read_to_string(part(&t.out, &p)).unwrap(), "x\ny\n");
+    // Again: already committed, nothing changed.
+    let before = snapshot(&t.out);
+    let again = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("already committed"),
+        "{}",
+        stdout(&again)
+    );
+    assert_eq!(snapshot(&t.out), before);
+    // An abort never removes committed output; it names reconcile.
+    let abort = decide(&t, "--abort", p.transaction.as_str());
+    assert_eq!(abort.status.code(), Some(3));
+    assert!(
+        stderr(&abort).contains(&format!(
+            "twopc reconcile <destination> --sink orders --lineage {} --after-checkpoint 3",
+            t.lineage
+        )),
+        "{}",
+        stderr(&abort)
+    );
+    assert_eq!(snapshot(&t.out), before);
+}
+
+#[test]
+fn decide_abort_of_a_prepared_leftover_lets_a_fresh_start_run() {
+    let (t, p) = leftover("dc-abort");
+    let o = decide(&t, "--abort", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(stdout(&o).contains("aborted transaction"), "{}", stdout(&o));
+    assert!(!part(&t.out, &p).exists());
+    assert!(!t
+        .out
+        .join("_twopc/orders/staging")
+        .join(p.transaction.as_str())
+        .exists());
+    let again = decide(&t, "--abort", p.transaction.as_str());
+    assert_eq!(again.status.code(), Some(0));
+    assert!(
+        stdout(&again).contains("nothing changed"),
+        "{}",
+        stdout(&again)
+    );
+    // Committing it now is refused: it is gone, not committed.
+    let commit = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(commit.status.code(), Some(3));
+    assert!(
+        stderr(&commit).contains("neither staged nor committed"),
+        "{}",
+        stderr(&commit)
+    );
+    // The fresh start that refused it now runs (appending on purpose).
+    drop(open_sink(
+        &t.out,
+        "orders",
+        "run-b",
+        0,
+        1,
+        SinkOptions {
+            fresh_start: twopc_core::FreshStartPolicy::Append,
+            ..SinkOptions::default()
+        },
+        &t.clock,
+        None,
+    ));
+}
+
+#[test]
+fn decide_refuses_to_commit_an_open_transaction_or_another_sinks() {
+    let t = three("dc-open");
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let open = s.begin().unwrap();
+    s.write(&open.transaction, &batch(&["z"])).unwrap();
+    drop(s);
+    let o = decide(&t, "--commit", open.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3));
+    let err = stderr(&o);
+    assert!(err.contains("never prepared"), "{err}");
+    assert!(
+        err.contains(&format!(
+            "twopc decide <destination> --sink orders --abort {}",
+            open.transaction
+        )),
+        "{err}"
+    );
+    let other = open.transaction.as_str().replacen("orders", "other", 1);
+    let o = decide(&t, "--commit", &other);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(stderr(&o).contains("pass --sink other"), "{}", stderr(&o));
+}
+
+#[test]
+fn operator_commands_reject_bad_arguments() {
+    let t = three("rc-args");
+    let dir = t.out.to_str().unwrap();
+    for (args, needle) in [
+        (
+            vec![
+                "reconcile",
+                dir,
+                "--lineage",
+                "1",
+                "--after-checkpoint",
+                "1",
+            ],
+            "missing --sink",
+        ),
+        (
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--after-checkpoint",
+                "1",
+            ],
+            "missing --lineage",
+        ),
+        (
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--lineage",
+                "xyz",
+                "--after-checkpoint",
+                "1",
+            ],
+            "hexadecimal",
+        ),
+        (
+            vec![
+                "reconcile",
+                dir,
+                "--sink",
+                "orders",
+                "--lineage",
+                "1",
+                "--table",
+                "t",
+                "--after-checkpoint",
+                "1",
+            ],
+            "--table is for a PostgreSQL destination",
+        ),
+        (vec!["decide", dir, "--sink", "orders"], "missing decision"),
+        (
+            vec!["decide", dir, "--sink", "orders", "--commit", "nope"],
+            "not a twopc transaction id",
+        ),
+        (
+            vec![
+                "decide",
+                dir,
+                "--sink",
+                "orders",
+                "--commit",
+                "a.0.0000000000000001.1",
+                "--abort",
+                "a.0.0000000000000001.1",
+            ],
+            "give one decision",
+        ),
+    ] {
+        let o = twopc(&args);
+        assert_eq!(o.status.code(), Some(2), "{args:?}");
+        assert!(stderr(&o).contains(needle), "{args:?}: {}", stderr(&o));
+    }
+    // A sink the directory does not hold is named, and nothing is created.
+    let o = twopc(&[
+        "decide",
+        dir,
+        "--sink",
+        "nosuch",
+        "--abort",
+        "nosuch.0.0000000000000001.1",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("its sinks are: orders"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!t.out.join("_twopc/nosuch").exists());
+    for help in [&["help", "reconcile"][..], &["decide", "--help"][..]] {
+        let o = twopc(help);
+        assert_eq!(o.status.code(), Some(0));
+        assert!(
+            stdout(&o).contains("--transaction-id-column"),
+            "{}",
+            stdout(&o)
+        );
+    }
+}
+
+#[test]
+fn a_run_starting_while_a_command_holds_the_sink_waits_and_is_told_why() {
+    let t = three("rc-held");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let mut tool = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    let held = twopc_core::operator::hold_sink(
+        &mut tool,
+        &twopc_core::SystemClock,
+        &sink,
+        7,
+        0,
+        "reconcile",
+    )
+    .unwrap();
+    assert_eq!(held, vec![0]);
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
+    let err = twopc_core::SubtaskSink::open(
+        dest,
+        t.clock.clone(),
+        ctx,
+        SinkOptions {
+            owner_wait_ms: 300,
+            ..SinkOptions::default()
+        },
+        None,
+        None,
+    )
+    .err()
+    .expect("the command holds the sink");
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("expected an ownership conflict, got {err}");
+    };
+    // Not fatal: Flink restarts the subtask, which finds the share free
+    // once the command has finished.
+    assert!(!c.fatal);
+    assert!(
+        err.to_string()
+            .contains("`twopc reconcile` or `twopc decide`"),
+        "{err}"
+    );
+    drop(tool);
+}
+
+fn inspect_json(out: &Path) -> (i32, serde_json::Value) {
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--json"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
+    (o.status.code().unwrap(), v)
+}
+
+fn findings(v: &serde_json::Value, kind: &str) -> Vec<String> {
+    v["attention"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|f| f["kind"] == kind)
+        .map(|f| f["message"].as_str().unwrap().to_string())
+        .collect()
+}
+
+/// Two subtasks commit checkpoint 1; for checkpoint 2 subtask 0 commits
+/// and subtask 1's prepared transaction disappears before its commit: a
+/// LOST stop. Inspect must not say that nothing needs attention.
+#[test]
+fn inspect_flags_a_partly_visible_checkpoint_and_a_gap_after_a_lost_stop() {
+    let (_dir, out, clock) = output("lost");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
+    commit_one(&mut s0, &["a"], 1);
+    commit_one(&mut s1, &["b"], 1);
+    let ok = prepare_one(&mut s0, &["c", "d"], 2);
+    let gone = prepare_one(&mut s1, &["e", "f", "g"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    fs::remove_dir_all(
+        out.join("_twopc/orders/staging")
+            .join(gone.transaction.as_str()),
+    )
+    .unwrap();
+    let err = s1.commit(&gone).unwrap_err();
+    assert!(matches!(err, TwopcError::Lost(_)), "{err}");
+    let lineage = s0.lineage().to_string();
+    drop((s0, s1));
+
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1, "{v:#}");
+    let partly = findings(&v, "partly-visible-checkpoint");
+    assert_eq!(partly.len(), 1, "{v:#}");
+    assert!(partly[0].contains("checkpoint 2"), "{}", partly[0]);
+    assert!(
+        partly[0].contains(gone.transaction.as_str()),
+        "{}",
+        partly[0]
+    );
+    assert!(partly[0].contains("3 records LOST"), "{}", partly[0]);
+    assert!(
+        partly[0].contains(&format!(
+            "twopc reconcile {} --sink orders --lineage {lineage} --after-checkpoint N",
+            out.display()
+        )),
+        "{}",
+        partly[0]
+    );
+    assert!(findings(&v, "checkpoint-gap").is_empty(), "{v:#}");
+
+    // The job is restarted from its latest checkpoint and goes on: the
+    // hole is now a gap in the lineage.
+    let restore = Restore {
+        checkpoint: 2,
+        states: Vec::new(),
+        known: vec![ok.clone()],
+    };
+    let mut s0 = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        opts.clone(),
+        &clock,
+        Some(&restore),
+    );
+    commit_one(&mut s0, &["h"], 3);
+    drop(s0);
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1);
+    let gap = findings(&v, "checkpoint-gap");
+    assert_eq!(gap.len(), 1, "{v:#}");
+    assert!(gap[0].contains("checkpoint 2"), "{}", gap[0]);
+    assert!(gap[0].contains("(3 to 3)"), "{}", gap[0]);
+
+    // Reconciling after checkpoint 1 removes checkpoints 2 and 3 and the
+    // note: nothing needs attention any more.
+    let o = reconcile_at(&out, &lineage, "1", &["--apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains("Removed 2 transaction(s), 3 records"),
+        "{}",
+        stdout(&o)
+    );
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// Subtask 0 committed checkpoint 2, subtask 1 prepared it and the job
+/// stopped before its commit: the checkpoint completed, so the advice is to
+/// commit, never to abort.
+#[test]
+fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint() {
+    let (_dir, out, clock) = output("partial");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
+    let ok = prepare_one(&mut s0, &["a"], 2);
+    let pending = prepare_one(&mut s1, &["b", "c"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    drop((s0, s1));
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 1);
+    let partly = findings(&v, "partly-visible-checkpoint");
+    assert_eq!(partly.len(), 1, "{v:#}");
+    let cmd = format!(
+        "twopc decide {} --sink orders --commit {}",
+        out.display(),
+        pending.transaction
+    );
+    assert!(partly[0].contains(&cmd), "{}", partly[0]);
+    assert!(partly[0].contains("never aborted"), "{}", partly[0]);
+    // Following the advice resolves it.
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--commit",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+#[test]
+fn inspect_summarises_large_histories_with_limit_and_all() {
+    let (_dir, out, clock) = output("limit");
+    let mut s = open_sink(
+        &out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &clock,
+        None,
+    );
+    let mut last = None;
+    for cp in 1..=30u64 {
+        last = Some(commit_one(&mut s, &["r"], cp));
+    }
+    let lineage = s.lineage().to_string();
+    drop(s);
+    let last = last.unwrap();
+
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["committed_total"], 30);
+    assert_eq!(sink["committed_records"], 30);
+    let listed = sink["committed"].as_array().unwrap();
+    assert_eq!(listed.len(), 20);
+    // The latest ones are kept.
+    assert_eq!(
+        listed.last().unwrap()["transaction"],
+        last.transaction.as_str()
+    );
+    assert_eq!(listed[0]["checkpoint"], 11);
+    let l = &sink["lineages"][0];
+    assert_eq!(l["lineage"], lineage.as_str());
+    assert_eq!(l["transactions"], 30);
+    assert_eq!(l["runs"][0]["run"], "run-a");
+    assert_eq!(l["runs"][0]["first_checkpoint"], 1);
+    assert_eq!(l["runs"][0]["last_checkpoint"], 30);
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--limit", "5"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}");
+    assert!(text.contains("the latest 5 of 30"), "{text}");
+    assert!(text.contains("1 to 30"), "{text}");
+    assert_eq!(text.matches("part-orders.").count(), 5, "{text}");
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--all"]);
+    let text = stdout(&o);
+    assert!(!text.contains("the latest"), "{text}");
+    assert_eq!(text.matches("part-orders.").count(), 30, "{text}");
+
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--limit", "x"]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--limit takes a number"),
+        "{}",
+        stderr(&o)
+    );
+}
+
+/// A commit claimed and interrupted is only ever committed; a prepared
+/// transaction whose marker is damaged is never committed.
+#[test]
+fn decide_follows_the_recovery_rules_for_claimed_and_unreadable_transactions() {
+    let t = three("dc-rules");
+    let mut s = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        0,
+        1,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let claimed = prepare_one(&mut s, &["p", "q"], 4);
+    let damaged = prepare_one(&mut s, &["r"], 5);
+    drop(s);
+    let sink_dir = t.out.join("_twopc/orders");
+    // A crash right after the claim for commit.
+    fs::rename(
+        sink_dir.join("staging").join(claimed.transaction.as_str()),
+        sink_dir
+            .join("committing")
+            .join(claimed.transaction.as_str()),
+    )
+    .unwrap();
+    // A prepare marker damaged outside twopc.
+    fs::write(
+        sink_dir
+            .join("staging")
+            .join(damaged.transaction.as_str())
+            .join("prepared"),
+        b"not a marker",
+    )
+    .unwrap();
+
+    let o = decide(&t, "--abort", claimed.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("Only a commit may finish it"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(
+        stderr(&o).contains(&format!(
+            "twopc decide <destination> --sink orders --commit {}",
+            claimed.transaction
+        )),
+        "{}",
+        stderr(&o)
+    );
+    let o = decide(&t, "--commit", claimed.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert_eq!(
+        fs::read_to_string(part(&t.out, &claimed)).unwrap(),
+        "p\nq\n"
+    );
+
+    let o = decide(&t, "--commit", damaged.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    assert!(
+        stderr(&o).contains("cannot be committed safely"),
+        "{}",
+        stderr(&o)
+    );
+    assert!(!part(&t.out, &damaged).exists());
+    let o = decide(&t, "--abort", damaged.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(!sink_dir
+        .join("staging")
+        .join(damaged.transaction.as_str())
+        .exists());
+}

@@ -1,0 +1,401 @@
+//! What an operator's tool may change at a sink's destination, and when:
+//! the rules behind `twopc reconcile` and `twopc decide`.
+//!
+//! * **Only while no run writes.** The tool first holds the ownership of
+//!   every subtask share of the sink that a run ever claimed there, and of
+//!   subtask 0 (every run has one): a live run refuses the tool, and a run
+//!   that starts while the tool works is refused at its claim (see
+//!   `recovery`, which tells the tool's claim apart by [`OPERATOR_RUN`] and
+//!   waits for it).
+//! * **Reconcile** removes this sink's output committed after checkpoint N
+//!   of one lineage: exactly what a restore of checkpoint N would write
+//!   again, the same set rewind detection finds and `REPLACE_RANGE`
+//!   retracts. Repeatable: what is gone is not listed again.
+//! * **Decide** resolves one staged transaction by hand. A commit goes
+//!   through the committer (the same operation as a recovery commit, so a
+//!   repeat answers "already committed"). What may be decided follows the
+//!   recovery rules: a transaction whose commit was decided is only ever
+//!   committed; one never prepared, or whose handle cannot be read, is
+//!   never committed; committed output is never aborted.
+
+use crate::clock::Clock;
+use crate::committer::{CommitOutcome, Committer};
+use crate::config::RetryPolicy;
+use crate::destination::{
+    AbortStatus, CommittedTransaction, Destination, OwnerClaim, Ownership, StagedState,
+};
+use crate::error::{DestinationError, SinkScope, TwopcError};
+use crate::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
+
+/// The run id an operator's tool claims ownership with. Runs that meet it
+/// know that a tool, not another job, holds the sink.
+pub const OPERATOR_RUN: &str = "twopc-cli";
+
+/// Whether a claim is an operator tool's.
+pub fn is_operator_claim(claim: &OwnerClaim) -> bool {
+    claim.run.as_str() == OPERATOR_RUN
+}
+
+/// Why an operator's command did not (fully) run. Every message names the
+/// sink, what was found and what to do.
+#[derive(Debug, thiserror::Error)]
+pub enum OperatorError {
+    #[error(
+        "sink '{sink}' is owned by a live run at this destination: subtask {subtask} is held by \
+         {holder}. `twopc {command}` changes nothing while a run of the sink may write: stop the \
+         job (stop-with-savepoint or cancel) and run the command again"
+    )]
+    Owned {
+        sink: SinkId,
+        subtask: u32,
+        holder: String,
+        command: &'static str,
+    },
+    #[error("sink '{sink}': {action} failed: {source}. {consequence}")]
+    Destination {
+        sink: SinkId,
+        action: String,
+        consequence: &'static str,
+        #[source]
+        source: DestinationError,
+    },
+    #[error("sink '{sink}': {message}")]
+    Refused { sink: SinkId, message: String },
+    #[error(transparent)]
+    Protocol(#[from] TwopcError),
+}
+
+fn dest_err(
+    sink: &SinkId,
+    action: impl Into<String>,
+    consequence: &'static str,
+) -> impl FnOnce(DestinationError) -> OperatorError {
+    let (sink, action) = (sink.clone(), action.into());
+    move |source| OperatorError::Destination {
+        sink,
+        action,
+        consequence,
+        source,
+    }
+}
+
+/// How often a held share is asked for again while waiting.
+const HOLD_POLL_MS: u64 = 100;
+
+/// Takes ownership of every subtask share of `sink` that a run ever claimed
+/// at `dest`, and of subtask 0; held until `dest` is dropped. A share held
+/// by someone else is asked for again for up to `wait_ms` (a run that is
+/// stopping releases it), then refused. Returns the subtasks held.
+/// `command` names the tool's command for messages.
+pub fn hold_sink<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    sink: &SinkId,
+    instance: u64,
+    wait_ms: u64,
+    command: &'static str,
+) -> Result<Vec<u32>, OperatorError> {
+    let deadline = clock.now_ms().saturating_add(wait_ms);
+    loop {
+        match hold_once(dest, sink, instance, command) {
+            Err(OperatorError::Owned { .. }) if clock.now_ms() < deadline => {
+                clock.sleep_ms(HOLD_POLL_MS)
+            }
+            other => return other,
+        }
+    }
+}
+
+fn hold_once<D: Destination>(
+    dest: &mut D,
+    sink: &SinkId,
+    instance: u64,
+    command: &'static str,
+) -> Result<Vec<u32>, OperatorError> {
+    let mut subtasks = dest.owner_subtasks().map_err(dest_err(
+        sink,
+        "listing the sink's owners",
+        "Nothing was changed.",
+    ))?;
+    subtasks.push(0);
+    subtasks.sort_unstable();
+    subtasks.dedup();
+    let run = RunId::new(OPERATOR_RUN).expect("a valid run id");
+    for &subtask in &subtasks {
+        let claim = OwnerClaim {
+            sink: sink.clone(),
+            subtask,
+            run: run.clone(),
+            attempt: 0,
+            instance,
+        };
+        match dest.claim_ownership(&claim).map_err(dest_err(
+            sink,
+            format!("claiming subtask {subtask}'s share"),
+            "Nothing was changed.",
+        ))? {
+            Ownership::Acquired => {}
+            Ownership::HeldBy(info) => {
+                let holder = match &info.claim {
+                    Some(c) if is_operator_claim(c) => format!(
+                        "another twopc command ({}); wait for it to finish",
+                        info.holder
+                    ),
+                    _ => info.holder,
+                };
+                return Err(OperatorError::Owned {
+                    sink: sink.clone(),
+                    subtask,
+                    holder,
+                    command,
+                });
+            }
+        }
+    }
+    Ok(subtasks)
+}
+
+/// What `twopc reconcile` removes: this sink's output committed after
+/// `after` in `lineage`, oldest first.
+#[derive(Clone, Debug)]
+pub struct ReconcilePlan {
+    pub sink: SinkId,
+    pub lineage: LineageId,
+    pub after: CheckpointId,
+    pub transactions: Vec<CommittedTransaction>,
+    /// Lineages with committed output of this sink (to name them when
+    /// `lineage` has none).
+    pub lineages: Vec<LineageId>,
+}
+
+impl ReconcilePlan {
+    pub fn records(&self) -> u64 {
+        self.transactions.iter().map(|c| c.records).sum()
+    }
+}
+
+/// Lists what a reconcile would remove; changes nothing.
+pub fn reconcile_plan<D: Destination>(
+    dest: &mut D,
+    sink: &SinkId,
+    lineage: LineageId,
+    after: CheckpointId,
+) -> Result<ReconcilePlan, OperatorError> {
+    let lineages = dest
+        .lineages()
+        .map_err(dest_err(sink, "listing lineages", "Nothing was changed."))?
+        .into_iter()
+        .map(|l| l.lineage)
+        .collect();
+    let mut transactions = dest.committed_after(lineage, after).map_err(dest_err(
+        sink,
+        format!("reading commit records of lineage {lineage} after checkpoint {after}"),
+        "Nothing was changed.",
+    ))?;
+    transactions
+        .sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
+    Ok(ReconcilePlan {
+        sink: sink.clone(),
+        lineage,
+        after,
+        transactions,
+        lineages,
+    })
+}
+
+/// Removes the output and commit record of every transaction of `plan`,
+/// calling `done` after each. Stops at the first failure; what was removed
+/// stays removed and a repeat lists only the rest.
+pub fn reconcile_apply<D: Destination>(
+    dest: &mut D,
+    plan: &ReconcilePlan,
+    mut done: impl FnMut(&CommittedTransaction),
+) -> Result<(), OperatorError> {
+    for c in &plan.transactions {
+        log::warn!(
+            "twopc sink '{}': reconcile after checkpoint {} of lineage {}: removing the output of \
+             transaction {} (checkpoint {}, {} records)",
+            plan.sink,
+            plan.after,
+            plan.lineage,
+            c.transaction,
+            c.checkpoint,
+            c.records
+        );
+        dest.retract(c).map_err(dest_err(
+            &plan.sink,
+            format!(
+                "removing the output of transaction {} (checkpoint {})",
+                c.transaction, c.checkpoint
+            ),
+            "The transactions listed before it are removed; run the same command again to \
+             remove the rest.",
+        ))?;
+        done(c);
+    }
+    dest.clear_lost(plan.lineage, plan.after).map_err(dest_err(
+        &plan.sink,
+        format!(
+            "removing the notes of lost transactions of lineage {} after checkpoint {}",
+            plan.lineage, plan.after
+        ),
+        "The output is removed; run the same command again to clear the notes.",
+    ))?;
+    Ok(())
+}
+
+/// An operator's decision on a staged transaction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decision {
+    Commit,
+    Abort,
+}
+
+/// What a decision came to.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Decided {
+    /// Made visible now.
+    Committed,
+    /// It held no records; nothing was published, its id was released.
+    CommittedEmpty,
+    /// Already committed (by an earlier decision or run): nothing changed.
+    AlreadyCommitted,
+    /// Its staged data was removed.
+    Aborted,
+    /// Nothing is staged under that id and it is not committed (aborted or
+    /// expired earlier): nothing changed.
+    NothingStaged,
+}
+
+/// Commits or aborts one staged transaction of `sink` by hand (see the
+/// module docs for what is refused).
+pub fn decide<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    sink: &SinkId,
+    txn: &TransactionId,
+    decision: Decision,
+    retry: RetryPolicy,
+) -> Result<Decided, OperatorError> {
+    let refuse = |message: String| OperatorError::Refused {
+        sink: sink.clone(),
+        message,
+    };
+    let Some(parsed) = TransactionId::parse(txn.as_str()) else {
+        return Err(refuse(format!(
+            "{txn} is not a twopc transaction id (they read <sink>.<subtask>.<nonce>.<sequence>)"
+        )));
+    };
+    if &parsed.sink != sink {
+        return Err(refuse(format!(
+            "transaction {txn} belongs to sink '{}', not to sink '{sink}'; pass --sink {}",
+            parsed.sink, parsed.sink
+        )));
+    }
+    let committer = Committer::new(
+        SinkScope {
+            sink: sink.clone(),
+            subtask: parsed.subtask,
+        },
+        retry,
+    );
+    let staged = dest.staged().map_err(dest_err(
+        sink,
+        "listing staged transactions",
+        "Nothing was changed.",
+    ))?;
+    let found = staged.into_iter().find(|s| &s.transaction == txn);
+    let commit = |dest: &mut D, h| -> Result<Decided, OperatorError> {
+        log::warn!("twopc sink '{sink}': committing transaction {txn} by hand");
+        Ok(match committer.commit(dest, clock, h)? {
+            CommitOutcome::Committed => Decided::Committed,
+            CommitOutcome::AlreadyCommitted => Decided::AlreadyCommitted,
+            CommitOutcome::Empty => Decided::CommittedEmpty,
+        })
+    };
+    let abort = |dest: &mut D| -> Result<Decided, OperatorError> {
+        log::warn!("twopc sink '{sink}': aborting transaction {txn} by hand");
+        match dest.abort(txn).map_err(dest_err(
+            sink,
+            format!("aborting transaction {txn}"),
+            "Its data stays staged and invisible; run the same command again.",
+        ))? {
+            AbortStatus::Aborted => Ok(Decided::Aborted),
+            AbortStatus::NotFound => Ok(Decided::NothingStaged),
+            AbortStatus::WasCommitted => Err(refuse(format!(
+                "transaction {txn} is committed (or its commit was decided); an abort never \
+                 removes committed output"
+            ))),
+        }
+    };
+    let Some(s) = found else {
+        return match (decision, find_committed(dest, sink, txn)?) {
+            (Decision::Commit, Some(_)) => Ok(Decided::AlreadyCommitted),
+            (Decision::Commit, None) => Err(refuse(format!(
+                "transaction {txn} is neither staged nor committed: it was aborted or expired, or \
+                 never prepared here, so there is nothing to commit. If its checkpoint completed, \
+                 its records are lost: follow the recovery plan of the job's error (`twopc \
+                 reconcile`)"
+            ))),
+            (Decision::Abort, Some(c)) => Err(refuse(format!(
+                "transaction {txn} is committed (checkpoint {}, lineage {}); an abort never \
+                 removes committed output. To remove it with everything committed after \
+                 checkpoint {}, run `twopc reconcile <destination> --sink {sink} --lineage {} \
+                 --after-checkpoint {}`",
+                c.checkpoint,
+                c.lineage,
+                c.checkpoint.saturating_sub(1),
+                c.lineage,
+                c.checkpoint.saturating_sub(1)
+            ))),
+            (Decision::Abort, None) => Ok(Decided::NothingStaged),
+        };
+    };
+    match (&s.state, decision) {
+        (StagedState::Prepared(h), Decision::Commit)
+        | (StagedState::Committing(h), Decision::Commit) => commit(dest, h),
+        (StagedState::Committing(h), Decision::Abort) => Err(refuse(format!(
+            "transaction {txn} (checkpoint {}) was claimed for commit: its checkpoint completed \
+             and the commit was interrupted, so its records exist nowhere else. Only a commit \
+             may finish it: run `twopc decide <destination> --sink {sink} --commit {txn}`",
+            h.checkpoint().unwrap_or_default()
+        ))),
+        (StagedState::Open, Decision::Commit) => Err(refuse(format!(
+            "transaction {txn} is open: it was never prepared, so no checkpoint holds it and it \
+             must not become visible. Abort it: `twopc decide <destination> --sink {sink} --abort \
+             {txn}`"
+        ))),
+        (StagedState::PreparedUnreadable { reason }, Decision::Commit) => Err(refuse(format!(
+            "transaction {txn} is prepared but its handle cannot be read ({reason}), so its \
+             checkpoint and lineage are unknown and it cannot be committed safely. Restore the \
+             run that prepared it (its recovery commits it), or, if its output is not wanted, \
+             abort it: `twopc decide <destination> --sink {sink} --abort {txn}`"
+        ))),
+        (StagedState::Open, Decision::Abort)
+        | (StagedState::Prepared(_), Decision::Abort)
+        | (StagedState::PreparedUnreadable { .. }, Decision::Abort) => abort(dest),
+    }
+}
+
+/// The commit record of `txn`, if the destination has one.
+fn find_committed<D: Destination>(
+    dest: &mut D,
+    sink: &SinkId,
+    txn: &TransactionId,
+) -> Result<Option<CommittedTransaction>, OperatorError> {
+    let lineages =
+        dest.lineages()
+            .map_err(dest_err(sink, "listing lineages", "Nothing was changed."))?;
+    for l in lineages {
+        // Flink numbers checkpoints from 1.
+        let committed = dest.committed_after(l.lineage, 0).map_err(dest_err(
+            sink,
+            format!("reading commit records of lineage {}", l.lineage),
+            "Nothing was changed.",
+        ))?;
+        if let Some(c) = committed.into_iter().find(|c| &c.transaction == txn) {
+            return Ok(Some(c));
+        }
+    }
+    Ok(None)
+}
