@@ -165,7 +165,6 @@ CLUSTER_N=0          # clusters started in this scenario
 CDIR=""; REST=""; JAR_ID=""
 TM_N=0
 KILLS_DONE=0
-RESUMES=0            # submissions that restore a checkpoint or savepoint
 
 fail() { echo "$*" >>"$SCEN_DIR/failure"; cl "FAILED: $*"; exit 1; }
 
@@ -332,8 +331,9 @@ submit() {
     out=$(rest POST "/jars/$JAR_ID/run" "$body") || fail "job submission failed"
     id=$(jq -r '.jobid // empty' <<<"$out")
     [ -n "$id" ] || fail "job submission answered: $out"
-    if [ -n "$restore" ]; then RESUMES=$((RESUMES + 1)); fi
-    echo "$id" >>"$SCEN_DIR/jobs"
+    # One line per submission: "<job id> <restored path>" (the path only for a resume).
+    # Kept in a file: submit runs in a command substitution, a subshell.
+    echo "$id $restore" >>"$SCEN_DIR/jobs"
     cl "$LINE: job $id submitted (parallelism $parallelism${restore:+, restoring $restore})"
     echo "$id"
 }
@@ -462,17 +462,17 @@ kill_cluster() {
 
 stop_cluster() {
     local pid id c
-    while read -r id pid c; do [ "$c" = "$CDIR" ] && kill_ours TERM "$pid"; done <"$SCEN_DIR/taskmanagers"
+    while read -r id pid c; do if [ "$c" = "$CDIR" ]; then kill_ours TERM "$pid"; fi; done <"$SCEN_DIR/taskmanagers"
     kill_ours TERM "$JM_PID"
     local deadline=$((SECONDS + 20))
     while [ $SECONDS -lt $deadline ]; do
         local any=0
-        alive "$JM_PID" && any=1
-        while read -r id pid c; do [ "$c" = "$CDIR" ] && alive "$pid" && any=1; done <"$SCEN_DIR/taskmanagers"
+        if alive "$JM_PID"; then any=1; fi
+        while read -r id pid c; do if [ "$c" = "$CDIR" ] && alive "$pid"; then any=1; fi; done <"$SCEN_DIR/taskmanagers"
         [ $any = 0 ] && return 0
         sleep 0.5
     done
-    while read -r id pid c; do [ "$c" = "$CDIR" ] && kill_ours KILL "$pid"; done <"$SCEN_DIR/taskmanagers"
+    while read -r id pid c; do if [ "$c" = "$CDIR" ]; then kill_ours KILL "$pid"; fi; done <"$SCEN_DIR/taskmanagers"
     kill_ours KILL "$JM_PID"
 }
 
@@ -556,6 +556,10 @@ log_checks() {
 restart_count() {
     # Failover restarts, from the JobManagers' logs (every cluster of the scenario).
     cat "$SCEN_DIR"/cluster-*/jm/jm.log 2>/dev/null | grep -c 'switched from state RESTARTING to RUNNING' || true
+}
+resume_count() {
+    # Submissions that restored a checkpoint or savepoint (a restart by hand).
+    awk 'NF >= 2' "$SCEN_DIR/jobs" 2>/dev/null | wc -l
 }
 checkpoint_count() {
     cat "$SCEN_DIR"/cluster-*/jm/jm.log 2>/dev/null | grep -c -E 'Completed checkpoint [0-9]+ for job' || true
@@ -659,9 +663,9 @@ expect_stop() {
     echo "$ex" >"$SCEN_DIR/stop-$job.txt"
     grep -q -E "$pattern" <<<"$ex" || fail "job $job failed, but not with /$pattern/: $(head -n 5 <<<"$ex")"
     local restarts
-    restarts=$(grep -h "($job) switched from state RESTARTING to RUNNING" "$CDIR/jm/jm.log" | wc -l)
+    restarts=$(grep -h -c "($job) switched from state RESTARTING to RUNNING" "$CDIR/jm/jm.log" || true)
     [ "$restarts" = 0 ] || fail "job $job restarted $restarts time(s) before stopping: a restart loop"
-    cl "$LINE: job $job stopped as expected: $(grep -o -E "$pattern[^.]*" <<<"$ex" | head -n 1 | cut -c 1-160)"
+    cl "$LINE: job $job stopped as expected: $(grep -o -m 1 -E "$pattern[^.]*" <<<"$ex" | head -n 1 | cut -c 1-160 || true)"
 }
 
 # 5. A restore from an old savepoint: the rewind stop, then REPLACE_RANGE.
@@ -702,7 +706,7 @@ scenario_lost() {
     touch "$hold"
     local deadline=$((SECONDS + 60))
     while [ $SECONDS -lt $deadline ] && [ "$(ls "$hold".armed-* 2>/dev/null | grep -vc '\.tmp$' || true)" -lt 2 ]; do sleep 0.2; done
-    armed=$(cat "$hold".armed-[0-9] 2>/dev/null | sort -n | tail -n 1)
+    armed=$(cat "$hold".armed-[0-9] 2>/dev/null | sort -n | tail -n 1 || true)
     [ -n "$armed" ] || fail "the hold was not armed within 60 s"
     await_checkpoint_after "$job" $((armed - 1)) 60 >/dev/null
     kill_cluster
@@ -717,7 +721,8 @@ scenario_lost() {
     new_cluster 2
     job2=$(submit 2 "$chk" --records "$RECORDS" --rate "$RATE")
     expect_stop "$job2" 'is LOST'
-    lost_ckpt=$(grep -o -E 'of completed checkpoint [0-9]+' "$SCEN_DIR/stop-$job2.txt" | head -n 1 | grep -o -E '[0-9]+$')
+    lost_ckpt=$(grep -o -m 1 -E 'of completed checkpoint [0-9]+' "$SCEN_DIR/stop-$job2.txt" | grep -o -E '[0-9]+$' || true)
+    [ -n "$lost_ckpt" ] || fail "the LOST error of job $job2 names no completed checkpoint (see $SCEN_DIR/stop-$job2.txt)"
     grep -q 'Recovery plan' "$SCEN_DIR/stop-$job2.txt" || fail "the LOST error prints no recovery plan"
     # The plan: keep it stopped; pick an earlier checkpoint whose input position precedes the
     # lost output; reconcile with REPLACE_RANGE; restart from that checkpoint.
@@ -738,8 +743,11 @@ run_scenario() {
     mkdir -p "$SCEN_DIR"
     set +e
     (
-        set -e
+        set -eE
+        # A command that fails outside fail() still says where the scenario stopped.
+        trap '[ -s "$SCEN_DIR/failure" ] || echo "the script stopped at line $LINENO: $BASH_COMMAND" >"$SCEN_DIR/failure"' ERR
         trap stop_everything EXIT
+        trap 'exit 130' INT TERM
         OUT=$SCEN_DIR/output
         STATE=$SCEN_DIR/state
         mkdir -p "$OUT" "$STATE"
@@ -753,7 +761,7 @@ run_scenario() {
         checks=$(log_checks)
         native_total=$(wc -l <"$SCEN_DIR/native")
         native_ok=$(grep -c ' loaded$' "$SCEN_DIR/native" || true)
-        echo "kills=$KILLS_DONE restarts=$(( $(restart_count) + RESUMES )) checkpoints=$(checkpoint_count) expected=$RECORDS $verdict $checks native=$native_ok/$native_total" \
+        echo "kills=$KILLS_DONE restarts=$(( $(restart_count) + $(resume_count) )) checkpoints=$(checkpoint_count) expected=$RECORDS $verdict $checks native=$native_ok/$native_total" \
             >"$SCEN_DIR/summary"
         cl "$LINE: $scenario: $(cat "$SCEN_DIR/summary")"
         local problems=""
