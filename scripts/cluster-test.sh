@@ -11,8 +11,9 @@
 #   bash scripts/cluster-test.sh --full     # every scenario on every line, 10 kills per line
 #
 # Options: --lines LIST (v2-1.20,v2-2,function-1.20), --scenarios LIST
-# (clean,kills,cluster-crash,rescale,rewind,lost), --kills N, --keep (leave the
-# run directory; it is kept anyway when something fails). Environment:
+# (clean,kills,cluster-crash,rescale,rewind,lost), --kills N, --keep (keep the
+# output, checkpoints and savepoints of scenarios that passed; those of a
+# failed scenario are always kept, logs always). Environment:
 # TWOPC_CLUSTER_PORT_BASE (default 28400: fixed ports are taken from a block
 # of 100 below the kernel's ephemeral range; everything else binds port 0).
 # Results: the table on stdout and in build/cluster/run/results.md; logs of
@@ -592,13 +593,21 @@ scenario_kills() {
     job=$(submit 2 "" --records "$RECORDS" --rate "$RATE")
     await_running "$job" 180 || fail "job $job ended before running: $(exceptions_of "$job" | head -n 5)"
     check_native_running "$job"
+    local deadline
     for k in $(seq 1 "$KILLS"); do
-        await_running "$job" 300 || fail "job $job ended after $((k - 1)) of $KILLS kills ($(job_state "$job")); give it more records"
-        sleep "$(rand 5 60 | awk '{ print $1 / 10 }')"
-        check_native_running "$job"
-        victim=$(sink_tms "$job" | shuf -n 1)
-        [ -n "$victim" ] || { sleep 1; victim=$(sink_tms "$job" | shuf -n 1); }
-        [ -n "$victim" ] || fail "no TaskManager runs the sink of job $job ($(job_state "$job"))"
+        # A failover can take more than one restart (a restart that lands on the
+        # killed TaskManager's slots before the JobManager drops it fails again):
+        # wait until every task runs, pause at random, and pick a TaskManager that
+        # runs the sink at that moment; if the job is restarting again, wait anew.
+        victim=""
+        deadline=$((SECONDS + 300))
+        while [ -z "$victim" ]; do
+            [ $SECONDS -lt $deadline ] || fail "no TaskManager ran the sink of job $job for 300 s before kill $k ($(job_state "$job"))"
+            await_running "$job" 300 || fail "job $job ended after $((k - 1)) of $KILLS kills ($(job_state "$job")); give it more records"
+            sleep "$(rand 5 60 | awk '{ print $1 / 10 }')"
+            check_native_running "$job"
+            victim=$(sink_tms "$job" | shuf -n 1)
+        done
         before=$(restarts_of "$job")
         kill_tm "$victim"
         start_tm >/dev/null
@@ -781,6 +790,11 @@ run_scenario() {
     )
     if [ $? = 0 ]; then status=ok; else status=FAIL; fi
     set -e
+    # A passed scenario keeps its logs, summary and reader report; its output,
+    # checkpoints, savepoints and the JVMs' scratch directories go unless --keep.
+    if [ $status = ok ] && [ $KEEP = 0 ]; then
+        rm -rf "$SCEN_DIR/output" "$SCEN_DIR/state" "$SCEN_DIR"/cluster-*/web "$SCEN_DIR"/cluster-*/*/tmp
+    fi
     local s=$SCEN_DIR/summary
     get() { if [ -f "$s" ]; then tr ' ' '\n' <"$s" | sed -n "s/^$1=//p"; fi; }
     local dup miss recs
