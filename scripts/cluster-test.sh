@@ -516,12 +516,16 @@ take_savepoint() { savepoint_op "$1" savepoints "{\"target-directory\": \"$STATE
 # Reads the visible output only: the entries of the output directory whose
 # names do not start with "_" or "." (what Flink's and Hadoop's readers read),
 # one record per line. Checks each number 0..N-1 is there exactly once, nothing
-# else is, and nothing is left staged under _twopc/<sink>/staging.
+# else is, and nothing is left staged under _twopc/<sink>/staging or half
+# committed under _twopc/<sink>/committing (the two places output waits in
+# before it becomes visible; see the README's filesystem destination).
 read_output() {
     local dir=$1 n=$2 report=$3
     local bad_entries staged
     bad_entries=$(find "$dir" -mindepth 1 -maxdepth 1 ! -name '_*' ! -name '.*' ! -type f | wc -l)
-    staged=$(find "$dir/_twopc/$SINK_ID/staging" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l)
+    # Staged (prepared or open) and decided-but-unfinished transactions: output
+    # that a reader does not see yet. After a scenario's last job finished, none.
+    staged=$(find "$dir/_twopc/$SINK_ID/staging" "$dir/_twopc/$SINK_ID/committing" -mindepth 1 -maxdepth 1 2>/dev/null | wc -l || true)
     find "$dir" -mindepth 1 -maxdepth 1 -type f ! -name '_*' ! -name '.*' -print0 | xargs -0 -r cat \
         | awk -v n="$n" -v files="$(find "$dir" -mindepth 1 -maxdepth 1 -type f ! -name '_*' ! -name '.*' | wc -l)" \
               -v bad="$bad_entries" -v staged="$staged" '
