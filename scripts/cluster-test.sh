@@ -90,11 +90,11 @@ cl() { printf '[cluster %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 # (its command line names our run directory), so a recycled pid is never hit.
 kill_ours() {
     local sig=$1 pid=$2
-    if [ -r "/proc/$pid/cmdline" ] && tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "$RUN/"; then
+    if [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$pid/cmdline" || true)" == *"$RUN/"* ]]; then
         kill "-$sig" "$pid" 2>/dev/null || true
     fi
 }
-alive() { [ -d "/proc/$1" ] && tr '\0' ' ' <"/proc/$1/cmdline" 2>/dev/null | grep -q -- "$RUN/"; }
+alive() { [[ "$(tr '\0' ' ' 2>/dev/null <"/proc/$1/cmdline" || true)" == *"$RUN/"* ]]; }
 
 stop_everything() {
     local pid _
@@ -131,11 +131,13 @@ mapfile -t JDK_OPENS < <(sed -n "s/^ *'\(--add-[a-z]*=[^']*\)',*$/\1/p" build.gr
 # ------------------------------------------------------------------ ports
 
 PORT_BASE=${TWOPC_CLUSTER_PORT_BASE:-28400}
-port_free() { ! ss -Htan "sport = :$1" | grep -q .; }
+# (No early-exiting reader after ss in these pipelines: with pipefail, ss dying of
+# SIGPIPE would fail the pipeline and, under set -e, end the script silently.)
+port_free() { [ -z "$(ss -Htan "sport = :$1" || true)" ]; }
 first_free=""
 for attempt in $(seq 0 9); do
     base=$((PORT_BASE + attempt * 100))
-    busy=$(ss -Htan | awk -v lo="$base" -v hi="$((base + 99))" '{ n = split($4, a, ":"); p = a[n] + 0; if (p >= lo && p <= hi) { print p; exit } }')
+    busy=$(ss -Htan | awk -v lo="$base" -v hi="$((base + 99))" '{ n = split($4, a, ":"); p = a[n] + 0; if (p >= lo && p <= hi && first == "") first = p } END { print first }')
     if [ -z "$busy" ]; then first_free=$base; break; fi
 done
 [ -n "$first_free" ] || { say "no free block of 100 ports from $PORT_BASE to $((PORT_BASE + 999)); set TWOPC_CLUSTER_PORT_BASE"; exit 1; }
@@ -395,7 +397,7 @@ await_checkpoints() {
 exceptions_of() { rest GET "/jobs/$1/exceptions" 2>/dev/null | jq -r '[.exceptionHistory.entries[]? | .stacktrace] | join("\n")' 2>/dev/null || true; }
 
 # The job's sink vertex and the TaskManagers running its subtasks.
-sink_vertex() { rest GET "/jobs/$1" | jq -r '.vertices[] | select(.name | test("twopc-sink")) | .id' | head -n 1; }
+sink_vertex() { rest GET "/jobs/$1" | jq -r '[.vertices[] | select(.name | test("twopc-sink")) | .id][0] // empty' || true; }
 sink_tms() {
     local v
     v=$(sink_vertex "$1")
