@@ -3,7 +3,9 @@
 # golden vectors, the crash simulation, the fuzz harness (100,000 inputs per
 # decoder; `scripts/fuzz.sh` runs 10^7) and the SIGKILL test, then the Java
 # tests (JNI bridge and Flink MiniCluster integration tests) on both Flink
-# lines, and the check of the jar users add.
+# lines, the check of the jar users add, and the short cluster test (a Flink
+# session cluster of separate JVMs on both lines, one TaskManager kill -9 each;
+# `scripts/cluster-test.sh --full` runs every scenario).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 . scripts/setup.sh
@@ -39,3 +41,6 @@ gradle --no-daemon --continue test test2x legacyTest -PcargoFeatures=failpoints 
 
 say "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
 bash scripts/check-jar.sh
+
+say "cluster test, short (Flink session clusters of separate JVMs on 1.20 and 2.x, both front ends: kill -9 of a TaskManager running the sink, once per line)"
+bash scripts/cluster-test.sh
