@@ -11,7 +11,7 @@
 #   bash scripts/cluster-test.sh --full     # every scenario on every line, 10 kills per line
 #
 # Options: --lines LIST (v2-1.20,v2-2,function-1.20), --scenarios LIST
-# (clean,kills,cluster-crash,rescale,rewind,lost), --kills N, --keep (keep the
+# (clean,kills,cluster-crash,rescale,rewind,lost,upgrade), --kills N, --keep (keep the
 # output, checkpoints and savepoints of scenarios that passed; those of a
 # failed scenario are always kept, logs always). Environment:
 # TWOPC_CLUSTER_PORT_BASE (default 28400: fixed ports are taken from a block
@@ -44,7 +44,7 @@ while [ $# -gt 0 ]; do
 done
 
 ALL_LINES="v2-1.20 v2-2 function-1.20"
-ALL_SCENARIOS="clean kills cluster-crash rescale rewind lost"
+ALL_SCENARIOS="clean kills cluster-crash rescale rewind lost upgrade"
 if [ "$MODE" = full ]; then
     : "${KILLS:=10}"
     SCENARIOS=${SCENARIOS_WANTED:-$ALL_SCENARIOS}
@@ -329,8 +329,11 @@ submit() {
     [ -n "$JAR_ID" ] || upload_jar
     local args body out id
     args=$(printf '%s\n' --output "$OUT" --sink-id "$SINK_ID" "$@" | jq -R . | jq -s .)
+    # ALLOW_NON_RESTORED=1: state of operators the job no longer has is dropped (--allowNonRestoredState).
     body=$(jq -n --arg entry "$ENTRY" --argjson args "$args" --argjson p "$parallelism" --arg sp "$restore" \
-        '{entryClass: $entry, programArgsList: $args, parallelism: $p} + (if $sp == "" then {} else {savepointPath: $sp} end)')
+        --argjson anrs "$([ "${ALLOW_NON_RESTORED:-0}" = 1 ] && echo true || echo false)" \
+        '{entryClass: $entry, programArgsList: $args, parallelism: $p}
+         + (if $sp == "" then {} else {savepointPath: $sp, allowNonRestoredState: $anrs} end)')
     out=$(rest POST "/jars/$JAR_ID/run" "$body") || fail "job submission failed"
     id=$(jq -r '.jobid // empty' <<<"$out")
     [ -n "$id" ] || fail "job submission answered: $out"
@@ -762,6 +765,51 @@ scenario_lost() {
 }
 
 # Runs scenario $1 on the current line in a subshell; appends its row to $RESULTS.
+# The upgrade path of the README ("Upgrading from the SinkFunction to Sink V2")
+# on real clusters: the SinkFunction job on Flink 1.20 stops with a savepoint;
+# the same job with the Sink V2 sink resumes from it on 1.20 and stops with a
+# savepoint again; that one resumes on a fresh Flink 2.x cluster at another
+# parallelism and runs to the end. Runs on the function-1.20 line only (it
+# starts there and ends on 2.x). Flink keeps the SinkFunction's own restored
+# state in every later snapshot of the sink's operator, and 2.x cannot read
+# it, so the 2.x job gives the sink a new uid and drops that operator's state
+# (allowNonRestoredState) and starts a new run after the committed output
+# (fresh-start policy APPEND); the sources' positions come from the savepoint.
+scenario_upgrade() {
+    RECORDS=$((RATE * 45))
+    new_cluster 3
+    local job sp
+    job=$(submit 2 "" --records "$RECORDS" --rate "$RATE")
+    await_running "$job" 180 || fail "the SinkFunction job $job ended before running"
+    check_native_running "$job"
+    await_checkpoints "$job" 3 >/dev/null
+    sp=$(stop_with_savepoint "$job")
+    [ "$(await_state "$job" 'FINISHED|FAILED|CANCELED' 120)" = FINISHED ] \
+        || fail "the SinkFunction job $job did not stop with its savepoint"
+    cl "$LINE: upgrade, step 1: the SinkFunction job stopped with savepoint $sp; the Sink V2 job resumes from it on Flink $FLINK"
+    ENTRY=io.twopc.flink.cluster.ClusterJob
+    job=$(submit 2 "$sp" --records "$RECORDS" --rate "$RATE")
+    await_running "$job" 180 || fail "the Sink V2 job $job ended before running: $(exceptions_of "$job" | head -n 20)"
+    check_native_running "$job"
+    await_checkpoints "$job" 3 >/dev/null
+    sp=$(stop_with_savepoint "$job")
+    [ "$(await_state "$job" 'FINISHED|FAILED|CANCELED' 120)" = FINISHED ] \
+        || fail "the Sink V2 job $job on Flink $FLINK did not stop with its savepoint"
+    stop_cluster
+    FLINK=$FLINK2
+    LIB=$ROOT/build/cluster/$FLINK/lib
+    JOBJAR=$ROOT/build/cluster/$FLINK/job.jar
+    [ -f "$JOBJAR" ] && [ -d "$LIB" ] || fail "missing $JOBJAR or $LIB (gradle clusterAssemble)"
+    cl "$LINE: upgrade, step 2: the Sink V2 job resumes from savepoint $sp on a Flink $FLINK cluster at parallelism 3, the sink under a new uid"
+    new_cluster 3
+    job=$(ALLOW_NON_RESTORED=1 submit 3 "$sp" --records "$RECORDS" --rate "$RATE" \
+        --sink-uid twopc-sink-on-2x --fresh-start-policy APPEND)
+    await_running "$job" 180 || fail "the Sink V2 job $job on Flink $FLINK ended before running: $(exceptions_of "$job" | head -n 20)"
+    check_native_running "$job"
+    [ "$(await_state "$job" 'FINISHED|FAILED|CANCELED' 300)" = FINISHED ] \
+        || fail "the Sink V2 job $job on Flink $FLINK did not finish: $(exceptions_of "$job" | head -n 20)"
+}
+
 run_scenario() {
     local scenario=$1 start=$SECONDS status
     SCEN_DIR=$RUN/$LINE/$scenario
@@ -830,6 +878,8 @@ for LINE in $LINES; do
     JOBJAR=$ROOT/build/cluster/$FLINK/job.jar
     [ -f "$JOBJAR" ] && [ -d "$LIB" ] || { say "missing $JOBJAR or $LIB (gradle clusterAssemble)"; exit 1; }
     for scenario in $SCENARIOS; do
+        # The upgrade starts with the SinkFunction on 1.20 and ends on 2.x.
+        if [ "$scenario" = upgrade ] && [ "$LINE" != function-1.20 ]; then continue; fi
         run_scenario "$scenario"
     done
 done

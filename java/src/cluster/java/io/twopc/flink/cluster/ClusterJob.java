@@ -1,5 +1,6 @@
 package io.twopc.flink.cluster;
 
+import io.twopc.flink.FreshStartPolicy;
 import io.twopc.flink.RewindPolicy;
 import io.twopc.flink.TwopcSink;
 
@@ -24,9 +25,10 @@ public final class ClusterJob {
                         .setSinkId(job.sinkId)
                         .setSerializationSchema(new SimpleStringSchema())
                         .setRewindPolicy(RewindPolicy.valueOf(job.rewindPolicy))
+                        .setFreshStartPolicy(FreshStartPolicy.valueOf(job.freshStartPolicy))
                         .build())
                 .name(NumberedJob.SINK_NAME)
-                .uid(NumberedJob.SINK_UID);
+                .uid(job.sinkUid);
         env.execute(job.jobName("Sink V2"));
     }
 }

@@ -35,7 +35,8 @@ import java.nio.file.StandardCopyOption;
  *
  * <pre>
  * --output DIR --sink-id ID --records N [--rate PER_SECOND] [--checkpoint-ms MS]
- * [--rewind-policy FAIL|REPLACE_RANGE] [--hold FILE]
+ * [--rewind-policy FAIL|REPLACE_RANGE] [--fresh-start-policy FAIL|ABORT_PREPARED|APPEND]
+ * [--sink-uid UID] [--hold FILE]
  * </pre>
  *
  * <p>{@code --hold FILE}: while FILE exists, the next checkpoint arms a hold: each subtask of the
@@ -54,6 +55,8 @@ public final class NumberedJob {
     double rate = 2_000;
     long checkpointMs = 1_000;
     String rewindPolicy = "FAIL";
+    String freshStartPolicy = "FAIL";
+    String sinkUid = SINK_UID;
     String hold;
 
     private NumberedJob() {}
@@ -83,6 +86,12 @@ public final class NumberedJob {
                     break;
                 case "--rewind-policy":
                     job.rewindPolicy = value;
+                    break;
+                case "--fresh-start-policy":
+                    job.freshStartPolicy = value;
+                    break;
+                case "--sink-uid":
+                    job.sinkUid = value;
                     break;
                 case "--hold":
                     job.hold = value;

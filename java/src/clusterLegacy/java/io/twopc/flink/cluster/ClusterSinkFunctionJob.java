@@ -1,5 +1,6 @@
 package io.twopc.flink.cluster;
 
+import io.twopc.flink.FreshStartPolicy;
 import io.twopc.flink.RewindPolicy;
 import io.twopc.flink.TwopcSinkFunction;
 
@@ -23,9 +24,10 @@ public final class ClusterSinkFunctionJob {
                         .setSinkId(job.sinkId)
                         .setSerializationSchema(new SimpleStringSchema())
                         .setRewindPolicy(RewindPolicy.valueOf(job.rewindPolicy))
+                        .setFreshStartPolicy(FreshStartPolicy.valueOf(job.freshStartPolicy))
                         .build())
                 .name(NumberedJob.SINK_NAME)
-                .uid(NumberedJob.SINK_UID);
+                .uid(job.sinkUid);
         env.execute(job.jobName("SinkFunction"));
     }
 }
