@@ -769,12 +769,10 @@ scenario_lost() {
 # on real clusters: the SinkFunction job on Flink 1.20 stops with a savepoint;
 # the same job with the Sink V2 sink resumes from it on 1.20 and stops with a
 # savepoint again; that one resumes on a fresh Flink 2.x cluster at another
-# parallelism and runs to the end. Runs on the function-1.20 line only (it
-# starts there and ends on 2.x). Flink keeps the SinkFunction's own restored
-# state in every later snapshot of the sink's operator, and 2.x cannot read
-# it, so the 2.x job gives the sink a new uid and drops that operator's state
-# (allowNonRestoredState) and starts a new run after the committed output
-# (fresh-start policy APPEND); the sources' positions come from the savepoint.
+# parallelism and runs to the end, the sink under the same uid all along.
+# Runs on the function-1.20 line only (it starts there and ends on 2.x). Flink
+# keeps the SinkFunction's own restored state in every later snapshot of the
+# sink's operator: the step to 2.x shows that 2.x can load it.
 scenario_upgrade() {
     RECORDS=$((RATE * 45))
     new_cluster 3
@@ -800,10 +798,9 @@ scenario_upgrade() {
     LIB=$ROOT/build/cluster/$FLINK/lib
     JOBJAR=$ROOT/build/cluster/$FLINK/job.jar
     [ -f "$JOBJAR" ] && [ -d "$LIB" ] || fail "missing $JOBJAR or $LIB (gradle clusterAssemble)"
-    cl "$LINE: upgrade, step 2: the Sink V2 job resumes from savepoint $sp on a Flink $FLINK cluster at parallelism 3, the sink under a new uid"
+    cl "$LINE: upgrade, step 2: the Sink V2 job resumes from savepoint $sp on a Flink $FLINK cluster at parallelism 3"
     new_cluster 3
-    job=$(ALLOW_NON_RESTORED=1 submit 3 "$sp" --records "$RECORDS" --rate "$RATE" \
-        --sink-uid twopc-sink-on-2x --fresh-start-policy APPEND)
+    job=$(submit 3 "$sp" --records "$RECORDS" --rate "$RATE")
     await_running "$job" 180 || fail "the Sink V2 job $job on Flink $FLINK ended before running: $(exceptions_of "$job" | head -n 20)"
     check_native_running "$job"
     [ "$(await_state "$job" 'FINISHED|FAILED|CANCELED' 300)" = FINISHED ] \

@@ -3,6 +3,7 @@ package io.twopc.flink;
 import io.twopc.flink.internal.Escalation;
 import io.twopc.flink.internal.NativeBridge;
 import io.twopc.flink.internal.RecordBatcher;
+import io.twopc.flink.internal.SinkFunctionStateSerializer;
 
 import org.apache.flink.annotation.PublicEvolving;
 import org.apache.flink.api.common.functions.OpenContext;
@@ -11,6 +12,7 @@ import org.apache.flink.api.common.serialization.RuntimeContextInitializationCon
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.common.state.ListState;
 import org.apache.flink.api.common.state.ListStateDescriptor;
+import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.base.VoidSerializer;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
 import org.apache.flink.configuration.CheckpointingOptions;
@@ -46,7 +48,8 @@ import java.util.regex.Pattern;
  * never duplicated), the open one is aborted, and the core aborts whatever no checkpoint knows,
  * once the first checkpoint of the new attempt completes.
  *
- * <p>Besides Flink's own state ({@code "state"}: pending and open handles), every subtask writes
+ * <p>Besides Flink's own state ({@code "state"}: pending and open handles, kept under {@link
+ * SinkFunctionStateSerializer} so that Flink 2.x can load it), every subtask writes
  * state of its own in the format of {@link TwopcSink}'s writer ({@value
  * TwopcWriterState#SINK_FUNCTION_STATE_NAME}): the core's writer state, with the lineage, and a
  * copy of each prepared transaction waiting for its commit. A subtask that receives no writer state
@@ -197,10 +200,40 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             throw escalate(e, "opening the sink");
         }
 
+        registerFlinkStateLoadableOnEveryLine(context);
         // Recovery proper: Flink commits each restored pending transaction (recoverAndCommit),
         // aborts the restored open one (recoverAndAbort), then begins the first transaction.
         super.initializeState(context);
         metrics.setPendingTransactions(0);
+    }
+
+    /**
+     * Registers the base class's own state ({@value SinkFunctionStateSerializer#STATE_NAME}) under
+     * {@link SinkFunctionStateSerializer} before the base class does, which then gets this state
+     * (Flink hands out a state once registered, whatever serializer a later descriptor names). So
+     * every savepoint holds a serializer that Flink 2.x can load: the state outlives this function
+     * in a job upgraded to {@link TwopcSink}, and with Flink's own serializer 2.x could restore
+     * none of that job's savepoints. Restored elements come back as bytes and are decoded here
+     * for the base class, with Flink's serializer; those of earlier releases are objects already.
+     */
+    @SuppressWarnings({"unchecked", "rawtypes"})
+    private void registerFlinkStateLoadableOnEveryLine(FunctionInitializationContext context) throws Exception {
+        TypeSerializer<Object> flinkFormat = (TypeSerializer) new StateSerializer<>(
+                TwopcTransactionSerializer.INSTANCE, VoidSerializer.INSTANCE);
+        ListState<Object> flinkState = context.getOperatorStateStore().getListState(new ListStateDescriptor<>(
+                SinkFunctionStateSerializer.STATE_NAME, new SinkFunctionStateSerializer(flinkFormat)));
+        List<Object> decoded = new ArrayList<>();
+        for (Object element : flinkState.get()) {
+            try {
+                decoded.add(SinkFunctionStateSerializer.decode(element, flinkFormat));
+            } catch (IOException | RuntimeException e) {
+                throw escalate(new TwopcStateException(scope + ": restored state '"
+                        + SinkFunctionStateSerializer.STATE_NAME + "' (Flink's TwoPhaseCommitSinkFunction state) "
+                        + "holds an element that cannot be read (" + e.getMessage() + "); the checkpoint is "
+                        + "damaged or was written by an unknown release. Restore an earlier checkpoint"), "restoring");
+            }
+        }
+        flinkState.update(decoded);
     }
 
     @Override

@@ -1,6 +1,7 @@
 package io.twopc.flink.it;
 
 import io.twopc.flink.RewindPolicy;
+import io.twopc.flink.TwopcRewindException;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.client.program.ClusterClient;
@@ -25,6 +26,7 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 import java.time.Duration;
 import java.util.ArrayList;
+import java.util.Arrays;
 import java.util.List;
 import java.util.concurrent.TimeUnit;
 
@@ -50,10 +52,10 @@ public class TwopcSinkLineUpgradeITCase {
     public final TemporaryFolder tmp = new TemporaryFolder();
 
     /** The job on both lines: the same operators and uids, so the savepoint's state maps back. */
-    private static StreamExecutionEnvironment job(int parallelism, Path output, int restarts,
+    static StreamExecutionEnvironment job(FrontEnd frontEnd, int parallelism, Path output, int restarts,
             long checkpointIntervalMs, int recordsPerMs) {
         StreamExecutionEnvironment env = environment(parallelism, checkpointIntervalMs, restarts, Duration.ofMillis(100));
-        FrontEnd.SINK_V2.attach(env.fromSequence(1, COUNT).uid("numbers").name("numbers")
+        frontEnd.attach(env.fromSequence(1, COUNT).uid("numbers").name("numbers")
                                 .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle"),
                         b -> b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine())
                                 .setRewindPolicy(RewindPolicy.FAIL))
@@ -68,24 +70,90 @@ public class TwopcSinkLineUpgradeITCase {
         Path savepoints = tmp.newFolder("savepoints").toPath();
         Path result = tmp.getRoot().toPath().resolve("savepoint-path");
 
-        String savepoint = takeSavepointOnFlink120(output, savepoints, result);
-        long prepared = preparedTransactions(output);
-        assertThat(prepared).as("prepared transactions the 1.20 savepoint holds").isGreaterThan(0);
+        String savepoint = runOnFlink120("twopc.flink120Classpath", TwopcSinkLineUpgradeITCase.class.getName(),
+                output, savepoints, result).get(0);
+        assertThat(preparedTransactions(output)).as("prepared transactions the 1.20 savepoint holds").isGreaterThan(0);
         assertThat(committedRecordCount(output)).as("records committed on 1.20").isBetween(1L, COUNT - 1);
 
         // The upgrade to 2.x, at another parallelism as well: the prepared transactions of the
         // savepoint are committed, the lineage goes on, and the job ends exactly once.
-        JobID upgraded = submit(CLUSTER.getClusterClient(), job(3, output, 3, 100, 5), savepoint);
+        JobID upgraded = submit(CLUSTER.getClusterClient(), job(FrontEnd.SINK_V2, 3, output, 3, 100, 5), savepoint);
         awaitSuccess(CLUSTER.getClusterClient(), upgraded);
         assertExactlyOnce(output, SINK_ID, COUNT);
         assertThat(sumMetric(METRICS, upgraded, "twopc.transactionsCommitted"))
                 .as("transactions the Flink 2.x job committed").isGreaterThan(0);
     }
 
-    /** Runs {@link #main} in a Flink 1.20 JVM and returns the savepoint it took. */
-    private static String takeSavepointOnFlink120(Path output, Path savepoints, Path result) throws Exception {
-        String classpath = System.getProperty("twopc.flink120Classpath");
-        assertThat(classpath).as("system property twopc.flink120Classpath (set by the test2x task)").isNotBlank();
+    /**
+     * Both upgrades: the SinkFunction on Flink 1.20, its savepoint restored into the Sink V2 sink
+     * on 1.20, and that job's savepoint restored on Flink 2.x under the same uid. The state of
+     * Flink's {@code TwoPhaseCommitSinkFunction}, which Flink carries into every later savepoint,
+     * must not stop the restore on 2.x; and the SinkFunction's savepoint itself restores on 2.x
+     * as well (the one-step path). Both savepoints hold prepared transactions whose commit never
+     * happened. After the end, the SinkFunction's savepoint is a rewind of the same lineage: the
+     * lineage went on through both upgrades.
+     */
+    @Test
+    public void aSinkFunctionSavepointReachesFlink2ThroughSinkV2OnFlink120AndTheLineageGoesOn() throws Exception {
+        assertThat(EnvironmentInformation.getVersion()).as("this test's own Flink line").startsWith("2.");
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        Path result = tmp.getRoot().toPath().resolve("savepoint-paths");
+        List<String> taken = runOnFlink120("twopc.flink120LegacyClasspath", SINK_FUNCTION_HALF, output,
+                savepoints, result);
+        assertThat(taken).as("savepoints of the SinkFunction and of the Sink V2 sink on 1.20").hasSize(2);
+        String sinkFunctionSavepoint = taken.get(0);
+        String sinkV2Savepoint = taken.get(1);
+        assertThat(preparedTransactions(output)).as("prepared transactions the 1.20 savepoint holds").isGreaterThan(0);
+
+        // Two steps: the Sink V2 savepoint of 1.20 (which carries the SinkFunction's state).
+        JobID upgraded = submit(CLUSTER.getClusterClient(), job(FrontEnd.SINK_V2, 3, output, 3, 100, 5),
+                sinkV2Savepoint);
+        awaitSuccess(CLUSTER.getClusterClient(), upgraded);
+        assertExactlyOnce(output, SINK_ID, COUNT);
+
+        // The lineage went on from the SinkFunction: its savepoint is now a rewind, refused.
+        JobID rewound = submit(CLUSTER.getClusterClient(), job(FrontEnd.SINK_V2, 2, output, 0, 100, 5),
+                sinkFunctionSavepoint);
+        Throwable failure = failureOf(awaitResult(CLUSTER.getClusterClient(), rewound));
+        assertThat(findCause(failure, TwopcRewindException.class))
+                .as("TwopcRewindException in the cause chain of %s", failure).isNotNull();
+        assertExactlyOnce(output, SINK_ID, COUNT);
+    }
+
+    /**
+     * The one-step path: a savepoint of the SinkFunction on Flink 1.20, with prepared transactions,
+     * restored into the Sink V2 sink on Flink 2.x under the same uid.
+     */
+    @Test
+    public void aSinkFunctionSavepointOfFlink120RestoresOnFlink2InOneStep() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        Path result = tmp.getRoot().toPath().resolve("savepoint-paths");
+        List<String> taken = runOnFlink120("twopc.flink120LegacyClasspath", SINK_FUNCTION_HALF, output,
+                savepoints, result, "one-step");
+        assertThat(taken).hasSize(1);
+        long prepared = preparedTransactions(output);
+        assertThat(prepared).as("prepared transactions the SinkFunction's savepoint holds").isGreaterThan(0);
+
+        JobID upgraded = submit(CLUSTER.getClusterClient(), job(FrontEnd.SINK_V2, 3, output, 3, 100, 5), taken.get(0));
+        awaitSuccess(CLUSTER.getClusterClient(), upgraded);
+        assertExactlyOnce(output, SINK_ID, COUNT);
+        assertThat(preparedTransactions(output)).as("prepared transactions left").isZero();
+    }
+
+    /** The 1.20 half of the SinkFunction paths, in the legacyTest source set. */
+    private static final String SINK_FUNCTION_HALF = "io.twopc.flink.it.SinkFunctionSavepointsOnFlink120";
+
+    /**
+     * Runs a test step whose savepoints are taken by Flink 1.20, each in a JVM of its own: its
+     * {@code main} takes the output directory, the savepoint directory and a file into which it
+     * writes the savepoints' paths, one per line, then any further arguments.
+     */
+    private static List<String> runOnFlink120(String classpathProperty, String mainClass, Path output, Path savepoints,
+            Path result, String... more) throws Exception {
+        String classpath = System.getProperty(classpathProperty);
+        assertThat(classpath).as("system property %s (set by the test2x task)", classpathProperty).isNotBlank();
         List<String> command = new ArrayList<>();
         command.add(Paths.get(System.getProperty("java.home"), "bin", "java").toString());
         // The same --add-opens (Flink's JDK 17 needs) and system properties as this JVM.
@@ -97,18 +165,19 @@ public class TwopcSinkLineUpgradeITCase {
         command.add("-Xmx1g");
         command.add("-cp");
         command.add(classpath);
-        command.add(TwopcSinkLineUpgradeITCase.class.getName());
+        command.add(mainClass);
         command.add(output.toString());
         command.add(savepoints.toString());
         command.add(result.toString());
+        command.addAll(Arrays.asList(more));
         File log = result.resolveSibling("flink-1.20-job.log").toFile();
         Process child = new ProcessBuilder(command).redirectErrorStream(true).redirectOutput(log).start();
-        if (!child.waitFor(4, TimeUnit.MINUTES)) {
+        if (!child.waitFor(5, TimeUnit.MINUTES)) {
             child.destroyForcibly();
-            throw new AssertionError("the Flink 1.20 half did not finish within 4 minutes; its log: " + tail(log));
+            throw new AssertionError("the Flink 1.20 half did not finish within 5 minutes; its log: " + tail(log));
         }
         assertThat(child.exitValue()).as("exit code of the Flink 1.20 half; its log: %s", tail(log)).isZero();
-        return new String(Files.readAllBytes(result), StandardCharsets.UTF_8).trim();
+        return Files.readAllLines(result, StandardCharsets.UTF_8);
     }
 
     private static String tail(File log) throws IOException {
@@ -116,7 +185,7 @@ public class TwopcSinkLineUpgradeITCase {
         return String.join("\n", lines.subList(Math.max(0, lines.size() - 60), lines.size()));
     }
 
-    private static long preparedTransactions(Path output) throws IOException {
+    static long preparedTransactions(Path output) throws IOException {
         long prepared = 0;
         Path staging = stagingDir(output, SINK_ID);
         for (String txn : listNames(staging)) {
@@ -128,11 +197,47 @@ public class TwopcSinkLineUpgradeITCase {
     }
 
     /**
-     * The Flink 1.20 half, in a JVM of its own: runs the job until a checkpoint's output is
-     * committed, then takes a savepoint whose commit fails (as if the job died right after it), so
-     * that the savepoint holds prepared, uncommitted transactions. Writes the savepoint's path to
-     * {@code args[2]}. Checkpoints are triggered by hand here (the interval is an hour): a periodic
-     * checkpoint completing between the fail point and the savepoint would fail the job first.
+     * Runs {@code env} (restored from {@code restoreFrom}, if set) until a checkpoint's output is
+     * committed, then takes a savepoint whose commit fails (as if the job died right after it),
+     * so that the savepoint holds prepared, uncommitted transactions; returns the savepoint.
+     * Checkpoints are triggered by hand (the interval is an hour): a periodic checkpoint
+     * completing between the fail point and the savepoint would fail the job first.
+     */
+    static String savepointWithPreparedTransactions(ClusterClient<?> client, StreamExecutionEnvironment env,
+            String restoreFrom, Path output, Path savepoints) throws Exception {
+        long before = committedRecordCount(output);
+        JobID job = submit(client, env, restoreFrom);
+        triggerCheckpoint(client, job);
+        // Every subtask's commit of that checkpoint has begun once nothing is left prepared (a
+        // restored savepoint's prepared transactions are committed before the job runs).
+        waitUntil("the checkpoint's records are committed", Duration.ofMinutes(2),
+                () -> committedRecordCount(output) > before && preparedOrNone(output) == 0);
+        configureFailPoints("twopc-commit-before=return");
+        try {
+            String savepoint = client
+                    .triggerSavepoint(job, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
+                    .get(2, TimeUnit.MINUTES);
+            JobResult ended = awaitResult(client, job);
+            if (ended.isSuccess()) {
+                throw new IllegalStateException("the job was to end at its failed commit, but it finished");
+            }
+            return savepoint;
+        } finally {
+            clearFailPoints();
+        }
+    }
+
+    private static long preparedOrNone(Path output) {
+        try {
+            return preparedTransactions(output);
+        } catch (IOException e) {
+            return -1;
+        }
+    }
+
+    /**
+     * The Flink 1.20 half, in a JVM of its own: a savepoint of the Sink V2 sink with prepared
+     * transactions. Writes the savepoint's path to {@code args[2]}.
      */
     public static void main(String[] args) throws Exception {
         Path output = Paths.get(args[0]);
@@ -145,20 +250,8 @@ public class TwopcSinkLineUpgradeITCase {
         MiniClusterWithClientResource cluster = cluster(InMemoryReporter.create(), 2);
         cluster.before();
         try {
-            ClusterClient<?> client = cluster.getClusterClient();
-            JobID job = submit(client, job(2, output, 0, 3_600_000, 1), null);
-            triggerCheckpoint(client, job);
-            waitUntil("the first checkpoint's records are committed", Duration.ofMinutes(2),
-                    () -> committedRecordCount(output) > 0);
-            configureFailPoints("twopc-commit-before=return");
-            String savepoint = client
-                    .triggerSavepoint(job, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
-                    .get(2, TimeUnit.MINUTES);
-            JobResult ended = awaitResult(client, job);
-            if (ended.isSuccess()) {
-                throw new IllegalStateException("the job was to end at its failed commit, but it finished");
-            }
-            clearFailPoints();
+            String savepoint = savepointWithPreparedTransactions(cluster.getClusterClient(),
+                    job(FrontEnd.SINK_V2, 2, output, 0, 3_600_000, 1), null, output, savepoints);
             Files.write(result, savepoint.getBytes(StandardCharsets.UTF_8));
             System.out.println("savepoint on Flink " + EnvironmentInformation.getVersion() + ": " + savepoint);
         } finally {
