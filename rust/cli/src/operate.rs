@@ -1,10 +1,9 @@
 //! `twopc reconcile` and `twopc decide`: the recovery plan carried out on a
 //! directory or a PostgreSQL destination. The rules (what may be removed,
 //! committed or aborted, and that no live run may own the sink meanwhile)
-//! are the core's (`twopc_core::operator`); this module parses arguments,
-//! opens the destination and prints what happened.
+//! are the core's (`twopc_core::operator`); this module opens the
+//! destination and prints what happened (`cli` parses the arguments).
 
-use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use twopc_core::destination::Destination;
@@ -12,8 +11,6 @@ use twopc_core::operator::{self, Decided, Decision, OperatorError};
 use twopc_core::{LineageId, RetryPolicy, SinkId, SystemClock, TransactionId, TwopcError};
 use twopc_fs::{FsDestination, FsOptions, CONTROL_DIR};
 use twopc_pg::{Endpoint, Password, PgDestination, PgOptions};
-
-use crate::args::{Args, Flag};
 
 /// The environment variable the PostgreSQL password is read from unless
 /// `--password-env` names another (libpq's own).
@@ -47,60 +44,6 @@ impl Target {
     }
 }
 
-/// Options shared by the commands that reach a PostgreSQL destination.
-#[derive(Default)]
-pub struct PgFlags {
-    table: Option<String>,
-    transaction_id_column: Option<String>,
-    control_schema: Option<String>,
-    password_env: Option<String>,
-}
-
-impl PgFlags {
-    /// Takes `flag` if it is one of ours.
-    pub fn take(&mut self, flag: &Flag, args: &mut Args) -> Result<bool, String> {
-        match flag.name.as_str() {
-            "--table" => self.table = Some(args.value(flag)?),
-            "--transaction-id-column" => self.transaction_id_column = Some(args.value(flag)?),
-            "--control-schema" => self.control_schema = Some(args.value(flag)?),
-            "--password-env" => self.password_env = Some(args.value(flag)?),
-            _ => return Ok(false),
-        }
-        Ok(true)
-    }
-
-    pub fn target(self, destination: String) -> Result<Target, String> {
-        if !Target::is_postgres(&destination) {
-            for (flag, set) in [
-                ("--table", self.table.is_some()),
-                (
-                    "--transaction-id-column",
-                    self.transaction_id_column.is_some(),
-                ),
-                ("--control-schema", self.control_schema.is_some()),
-                ("--password-env", self.password_env.is_some()),
-            ] {
-                if set {
-                    return Err(format!(
-                        "{flag} is for a PostgreSQL destination (postgres://...), and {destination} \
-                         is a directory"
-                    ));
-                }
-            }
-            return Ok(Target::Dir(PathBuf::from(destination)));
-        }
-        Ok(Target::Postgres(PgTarget {
-            url: destination,
-            table: self.table,
-            transaction_id_column: self.transaction_id_column,
-            control_schema: self.control_schema.unwrap_or_else(|| "public".to_string()),
-            password_env: self
-                .password_env
-                .unwrap_or_else(|| DEFAULT_PASSWORD_ENV.to_string()),
-        }))
-    }
-}
-
 pub struct ReconcileArgs {
     pub target: Target,
     pub sink: SinkId,
@@ -114,11 +57,6 @@ pub struct DecideArgs {
     pub sink: SinkId,
     pub decision: Decision,
     pub transaction: TransactionId,
-}
-
-pub enum Parsed<T> {
-    Help,
-    Run(T),
 }
 
 pub fn parse_sink(v: &str) -> Result<SinkId, String> {
@@ -135,112 +73,6 @@ pub fn parse_lineage(v: &str) -> Result<LineageId, String> {
         ));
     }
     Ok(LineageId(u64::from_str_radix(t, 16).expect("checked")))
-}
-
-pub fn parse_reconcile(args: Vec<OsString>) -> Result<Parsed<ReconcileArgs>, String> {
-    let mut args = Args::new(args);
-    let (mut sink, mut lineage, mut after, mut apply) = (None, None, None, false);
-    let mut pg = PgFlags::default();
-    let mut destination = None;
-    while let Some(item) = args.next_item()? {
-        let flag = match item {
-            Ok(positional) => {
-                if destination.is_some() {
-                    return Err(format!(
-                        "unexpected argument '{positional}': give exactly one destination"
-                    ));
-                }
-                destination = Some(positional);
-                continue;
-            }
-            Err(flag) => flag,
-        };
-        match flag.name.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "--sink" => sink = Some(parse_sink(&args.value(&flag)?)?),
-            "--lineage" => lineage = Some(parse_lineage(&args.value(&flag)?)?),
-            "--after-checkpoint" => {
-                let v = args.value(&flag)?;
-                after = Some(v.trim().parse::<u64>().map_err(|_| {
-                    format!("--after-checkpoint takes a checkpoint id (a whole number), not {v:?}")
-                })?);
-            }
-            "--apply" => apply = true,
-            _ if pg.take(&flag, &mut args)? => {}
-            other => return Err(format!("unknown option '{other}'")),
-        }
-    }
-    let destination = destination
-        .ok_or("missing <destination>: give the sink's output directory or its postgres:// URL")?;
-    Ok(Parsed::Run(ReconcileArgs {
-        target: pg.target(destination)?,
-        sink: sink.ok_or("missing --sink: give the sink id")?,
-        lineage: lineage.ok_or(
-            "missing --lineage: give the lineage of the output to remove (the job's error and \
-             `twopc inspect` name it)",
-        )?,
-        after: after.ok_or(
-            "missing --after-checkpoint: give the checkpoint the job will restore; output \
-             committed after it is removed",
-        )?,
-        apply,
-    }))
-}
-
-pub fn parse_decide(args: Vec<OsString>) -> Result<Parsed<DecideArgs>, String> {
-    let mut args = Args::new(args);
-    let mut sink = None;
-    let mut decided: Option<(Decision, String)> = None;
-    let mut pg = PgFlags::default();
-    let mut destination = None;
-    while let Some(item) = args.next_item()? {
-        let flag = match item {
-            Ok(positional) => {
-                if destination.is_some() {
-                    return Err(format!(
-                        "unexpected argument '{positional}': give exactly one destination"
-                    ));
-                }
-                destination = Some(positional);
-                continue;
-            }
-            Err(flag) => flag,
-        };
-        let decision = match flag.name.as_str() {
-            "-h" | "--help" => return Ok(Parsed::Help),
-            "--sink" => {
-                sink = Some(parse_sink(&args.value(&flag)?)?);
-                continue;
-            }
-            "--commit" => Decision::Commit,
-            "--abort" => Decision::Abort,
-            _ if pg.take(&flag, &mut args)? => continue,
-            other => return Err(format!("unknown option '{other}'")),
-        };
-        if decided.is_some() {
-            return Err("give one decision: --commit TXN or --abort TXN".to_string());
-        }
-        decided = Some((decision, args.value(&flag)?));
-    }
-    let destination = destination
-        .ok_or("missing <destination>: give the sink's output directory or its postgres:// URL")?;
-    let (decision, txn) = decided.ok_or("missing decision: give --commit TXN or --abort TXN")?;
-    let sink = sink.ok_or("missing --sink: give the sink id")?;
-    let transaction = TransactionId::parse(&txn)
-        .ok_or_else(|| {
-            format!(
-                "{txn:?} is not a twopc transaction id (they read \
-                 <sink>.<subtask>.<nonce>.<sequence>, as the job's error and `twopc inspect` \
-                 print them)"
-            )
-        })?
-        .id;
-    Ok(Parsed::Run(DecideArgs {
-        target: pg.target(destination)?,
-        sink,
-        decision,
-        transaction,
-    }))
 }
 
 /// Why a command failed, with its exit code.

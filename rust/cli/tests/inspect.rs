@@ -349,9 +349,14 @@ fn usage_and_io_errors_exit_2() {
     assert!(stderr(&o).contains("Usage:"));
 
     for (args, needle) in [
-        (&["--help"][..], "twopc inspect <output-dir>"),
-        (&["inspect", "--help"][..], "--retention-ms N"),
-        (&["help", "inspect"][..], "--retention-ms N"),
+        (&["--help"][..], "reconcile"),
+        (&["--help"][..], "Exit codes: 0 done"),
+        (&["inspect", "--help"][..], "--retention-ms <N>"),
+        (&["help", "inspect"][..], "--retention-ms <N>"),
+        (
+            &["--version"][..],
+            concat!("twopc ", env!("CARGO_PKG_VERSION")),
+        ),
     ] {
         let o = twopc(args);
         assert_eq!(o.status.code(), Some(0), "{args:?}");
@@ -359,14 +364,21 @@ fn usage_and_io_errors_exit_2() {
     }
 
     for (args, needle) in [
-        (&["inspect"][..], "missing <output-dir>"),
+        (&["inspect"][..], "<DESTINATION>"),
         (&["inspect", "/nonexistent/twopc-out"][..], "does not exist"),
         (
             &["inspect", "x", "--retention-ms", "soon"][..],
-            "whole number",
+            "invalid value 'soon' for '--retention-ms <N>'",
         ),
-        (&["inspect", "x", "--frobnicate"][..], "unknown option"),
-        (&["frobnicate"][..], "unknown command 'frobnicate'"),
+        (
+            &["inspect", "x", "--frobnicate"][..],
+            "unexpected argument '--frobnicate'",
+        ),
+        (&["frobnicate"][..], "unrecognized subcommand 'frobnicate'"),
+        (
+            &["inspect", "x", "--sink", "s"][..],
+            "--sink is for a PostgreSQL destination",
+        ),
     ] {
         let o = twopc(args);
         assert_eq!(o.status.code(), Some(2), "{args:?}");

@@ -1,4 +1,4 @@
-//! Real-process crash test: `twopc-crash-worker` (src/bin) writes records
+//! Real-process crash test: `twopc-crash-worker` (examples/) writes records
 //! 0..N through the filesystem destination like a Flink job with a
 //! replayable source; this test SIGKILLs it at random moments, restarts it
 //! (it restores from its last recorded checkpoint exactly like Flink), and
@@ -23,6 +23,23 @@ fn env_u64(name: &str, default: u64) -> u64 {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(default)
+}
+
+/// The worker, an example of this package: `cargo test` builds examples
+/// next to the test binaries (`target/<profile>/examples/`).
+fn crash_worker() -> PathBuf {
+    let test = std::env::current_exe().expect("the test's own path");
+    let profile = test
+        .parent()
+        .and_then(Path::parent)
+        .expect("test binaries live in target/<profile>/deps");
+    let worker = profile.join("examples").join("twopc-crash-worker");
+    assert!(
+        worker.exists(),
+        "{} is missing: run this test with `cargo test -p twopc-cli` (it builds the examples)",
+        worker.display()
+    );
+    worker
 }
 
 /// splitmix64, for the parent's schedule.
@@ -72,7 +89,7 @@ impl Episode {
             .append(true)
             .open(&self.log)
             .unwrap();
-        Command::new(env!("CARGO_BIN_EXE_twopc-crash-worker"))
+        Command::new(crash_worker())
             .arg("--out")
             .arg(&self.out)
             .arg("--state")

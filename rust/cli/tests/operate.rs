@@ -473,7 +473,7 @@ fn operator_commands_reject_bad_arguments() {
                 "--after-checkpoint",
                 "1",
             ],
-            "missing --sink",
+            "required arguments were not provided:\n  --sink <S>",
         ),
         (
             vec![
@@ -484,7 +484,7 @@ fn operator_commands_reject_bad_arguments() {
                 "--after-checkpoint",
                 "1",
             ],
-            "missing --lineage",
+            "required arguments were not provided:\n  --lineage <L>",
         ),
         (
             vec![
@@ -514,7 +514,10 @@ fn operator_commands_reject_bad_arguments() {
             ],
             "--table is for a PostgreSQL destination",
         ),
-        (vec!["decide", dir, "--sink", "orders"], "missing decision"),
+        (
+            vec!["decide", dir, "--sink", "orders"],
+            "required arguments were not provided:\n  <--commit <TXN>|--abort <TXN>>",
+        ),
         (
             vec!["decide", dir, "--sink", "orders", "--commit", "nope"],
             "not a twopc transaction id",
@@ -530,7 +533,7 @@ fn operator_commands_reject_bad_arguments() {
                 "--abort",
                 "a.0.0000000000000001.1",
             ],
-            "give one decision",
+            "'--commit <TXN>' cannot be used with '--abort <TXN>'",
         ),
     ] {
         let o = twopc(&args);
@@ -804,7 +807,7 @@ fn inspect_summarises_large_histories_with_limit_and_all() {
     let o = twopc(&["inspect", out.to_str().unwrap(), "--limit", "x"]);
     assert_eq!(o.status.code(), Some(2));
     assert!(
-        stderr(&o).contains("--limit takes a number"),
+        stderr(&o).contains("invalid value 'x' for '--limit <N>'"),
         "{}",
         stderr(&o)
     );

@@ -32,4 +32,4 @@ pub use inventory::{inventory, Layout, SinkInventory};
 pub use names::{
     check_part_name, commit_record_name, parse_commit_record_name, part_name, CONTROL_DIR,
 };
-pub use staged::IoMode;
+pub use staged::{stop_writeback, IoMode};

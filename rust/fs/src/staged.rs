@@ -227,44 +227,70 @@ fn direct_or_cached(dir: &Dir, file: File, mode: IoMode) -> io::Result<Out> {
 mod writeback {
     use std::fs::File;
     use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::{Mutex, MutexGuard};
+    use std::thread::JoinHandle;
 
     use super::WritebackError;
 
     type Request = (File, WritebackError);
 
-    static QUEUE: OnceLock<Option<Mutex<SyncSender<Request>>>> = OnceLock::new();
+    /// The thread and the way to reach it; started by the first request.
+    struct Worker {
+        requests: SyncSender<Request>,
+        thread: JoinHandle<()>,
+    }
 
-    fn queue() -> Option<&'static Mutex<SyncSender<Request>>> {
-        QUEUE
-            .get_or_init(|| {
-                let (tx, rx) = sync_channel::<Request>(1);
-                std::thread::Builder::new()
-                    .name("twopc-writeback".to_string())
-                    .spawn(move || {
-                        for (file, slot) in rx {
-                            match file.sync_data() {
-                                Ok(()) => super::drop_from_page_cache(&file),
-                                Err(e) => {
-                                    let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
-                                    slot.get_or_insert(e);
-                                }
-                            }
+    static WORKER: Mutex<Option<Worker>> = Mutex::new(None);
+
+    /// The worker slot. A panic while it was locked leaves at worst no
+    /// worker (the next request starts one), so the poison flag is ignored.
+    fn worker() -> MutexGuard<'static, Option<Worker>> {
+        WORKER.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn start() -> Option<Worker> {
+        let (requests, rx) = sync_channel::<Request>(1);
+        let thread = std::thread::Builder::new()
+            .name("twopc-writeback".to_string())
+            .spawn(move || {
+                for (file, slot) in rx {
+                    match file.sync_data() {
+                        Ok(()) => super::drop_from_page_cache(&file),
+                        Err(e) => {
+                            let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
+                            slot.get_or_insert(e);
                         }
-                    })
-                    .ok()
-                    .map(|_| Mutex::new(tx))
+                    }
+                }
             })
-            .as_ref()
+            .ok()?;
+        Some(Worker { requests, thread })
+    }
+
+    /// Stops the thread, after the request it may be syncing; returns
+    /// whether one ran. Nothing is lost: prepare syncs every file itself.
+    /// A later request starts a new thread.
+    pub(crate) fn stop() -> bool {
+        let Some(Worker { requests, thread }) = worker().take() else {
+            return false;
+        };
+        drop(requests); // ends the thread's loop
+        let _ = thread.join();
+        true
     }
 
     /// Asks for `file`'s written data to be synced in the background.
     pub(super) fn request(file: &File, slot: &WritebackError) {
-        let Some(queue) = queue() else { return };
         // A second descriptor of the same open file, owned by the request.
         let Ok(dup) = file.try_clone() else { return };
-        let Ok(tx) = queue.lock() else { return };
-        match tx.try_send((dup, slot.clone())) {
+        let mut worker = worker();
+        if worker.is_none() {
+            *worker = start();
+        }
+        let Some(Worker { requests, .. }) = worker.as_ref() else {
+            return; // no thread could be started: prepare syncs everything
+        };
+        match requests.try_send((dup, slot.clone())) {
             Ok(()) | Err(TrySendError::Full(_)) | Err(TrySendError::Disconnected(_)) => {}
         }
     }
@@ -274,6 +300,14 @@ mod writeback {
     pub(super) fn fail(slot: &WritebackError, error: std::io::Error) {
         slot.lock().unwrap().get_or_insert(error);
     }
+}
+
+/// Stops the background write-back thread, if one runs; returns whether
+/// one did. For the unloading of the library that holds this code (a JVM
+/// unloads a job's copy of it when the job's class loader is released): no
+/// thread of ours may still run code of a copy that is about to be unmapped.
+pub fn stop_writeback() -> bool {
+    writeback::stop()
 }
 
 /// Tells the kernel that the file's data, already on the disk, need not stay
@@ -320,6 +354,29 @@ mod tests {
         writeback::fail(&f.writeback_error, io::Error::from_raw_os_error(5));
         let err = f.seal().unwrap_err();
         assert!(err.to_string().contains("background write-back"), "{err}");
+        let _ = std::fs::remove_dir_all(path);
+    }
+
+    /// The only test that stops the thread (tests share it): so each stop
+    /// below finds the thread its own writes started.
+    #[test]
+    fn the_write_back_thread_stops_and_starts_again_with_nothing_lost() {
+        let (path, dir) = temp("wb-stop");
+        let mut f = StagedFile::create(&dir, IoMode::Buffered).unwrap();
+        let record = vec![b'x'; 64 * 1024];
+        let per_request = WRITEBACK_EVERY / record.len() as u64 + 1;
+        for round in 0..2 {
+            for _ in 0..per_request {
+                f.write_records([&record[..]].into_iter(), false).unwrap();
+            }
+            assert!(
+                stop_writeback(),
+                "round {round}: a write-back thread was running"
+            );
+        }
+        let len = f.seal().unwrap();
+        assert_eq!(len, 2 * per_request * record.len() as u64);
+        assert_eq!(std::fs::metadata(path.join(DATA_FILE)).unwrap().len(), len);
         let _ = std::fs::remove_dir_all(path);
     }
 

@@ -565,6 +565,34 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_close<'l>(
     .resolve::<ThrowJava>()
 }
 
+/// `int release0()`: the job's class loader is being released (its release
+/// hook, registered by the writers). Closes whatever is still open and stops
+/// the background write-back thread, so that no code of this copy of the
+/// library runs when the JVM unloads it. Returns how many were still open.
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_release0<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+) -> jint {
+    env.with_env(|_env| -> BridgeResult<jint> {
+        let open = registry::remove_all();
+        if !open.is_empty() {
+            log::warn!(
+                target: "twopc::jni",
+                "closing {} native object(s) still open when the job's class loader was released \
+                 ({}); their tasks ended without closing them. Staged data stays and is resolved \
+                 by the next start from a checkpoint",
+                open.len(),
+                open.join(", ")
+            );
+        }
+        let stopped = twopc_fs::stop_writeback();
+        log::debug!(target: "twopc::jni", "library released (write-back thread stopped: {stopped})");
+        Ok(jint::try_from(open.len()).unwrap_or(jint::MAX))
+    })
+    .resolve::<ThrowJava>()
+}
+
 /// `String describeHandle(byte[] handle)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_describeHandle<'l>(

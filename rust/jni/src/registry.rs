@@ -123,6 +123,20 @@ pub(crate) fn remove(id: i64) -> BridgeResult<()> {
     Ok(())
 }
 
+/// Removes every entry, for the release of the library: returns what was
+/// still open, by kind. Calls running on them keep their references and
+/// finish first, as with [`remove`].
+pub(crate) fn remove_all() -> Vec<&'static str> {
+    let drained: Vec<Shared> = sinks().drain().map(|(_, shared)| shared).collect();
+    drained
+        .into_iter()
+        .map(|shared| match shared.lock() {
+            Ok(native) => native.kind(),
+            Err(poisoned) => poisoned.into_inner().kind(),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -241,6 +241,10 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         serializationSchema.open(RuntimeContextInitializationContextAdapters.serializationAdapter(
                 getRuntimeContext(), group -> group.addGroup("user")));
         batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+        // Once per job class loader: releases this job's copy of the native library.
+        RuntimeContext runtime = getRuntimeContext();
+        runtime.registerUserCodeClassLoaderReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
+                NativeBridge.releaseHookFor(runtime.getUserCodeClassLoader()));
     }
 
     @Override

@@ -95,6 +95,9 @@ public final class TwopcWriter<IN>
             throw e;
         }
         this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+        // Once per job class loader: releases this job's copy of the native library.
+        ctx.getUserCodeClassLoader().registerReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
+                NativeBridge.releaseHookFor(ctx.getUserCodeClassLoader().asClassLoader()));
     }
 
     /**

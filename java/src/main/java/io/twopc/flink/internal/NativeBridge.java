@@ -216,6 +216,52 @@ public final class NativeBridge {
     /** Releases a writer, committer or sink. Unknown or already closed ids throw IllegalStateException. */
     public static native void close(long id);
 
+    /** Name of the class loader release hook that {@link #releaseHookFor} makes. */
+    public static final String RELEASE_HOOK_NAME = "twopc-native-library";
+
+    /**
+     * The release hook for the job class loader {@code userCodeClassLoader}: Flink runs it when
+     * the last task of the job on this TaskManager is gone. It closes what the job's tasks left
+     * open and stops the library's background thread, so that the JVM can unload this copy of
+     * the library (a few MB each) once the class loader is collected, with no code of it still
+     * running. It does so only when this copy belongs to that class loader (the twopc jar is
+     * inside the job's jar): a copy loaded by a parent class loader (the jar in Flink's {@code
+     * lib/}) serves every job of the process and is left alone.
+     */
+    public static Runnable releaseHookFor(ClassLoader userCodeClassLoader) {
+        ClassLoader library = NativeBridge.class.getClassLoader();
+        ClassLoader system = ClassLoader.getSystemClassLoader();
+        boolean owned = library != system && !isAncestorOf(library, system)
+                && !isAncestorOf(library, userCodeClassLoader);
+        return () -> {
+            if (owned && isLoaded()) {
+                release();
+            }
+        };
+    }
+
+    /**
+     * Closes every writer, committer and sink still open in this copy of the library and stops
+     * its background thread; returns how many were open. Only for the release of the class
+     * loader (see {@link #releaseHookFor}): anything still running in it loses its sink.
+     */
+    public static int release() {
+        return release0();
+    }
+
+    private static native int release0();
+
+    /** True when {@code candidate} is {@code loader}'s parent, or the parent's parent, and so on. */
+    static boolean isAncestorOf(ClassLoader candidate, ClassLoader loader) {
+        for (ClassLoader l = loader == null ? null : loader.getParent(); l != null; l = l.getParent()) {
+            if (l == candidate) {
+                return true;
+            }
+        }
+        // The bootstrap loader (null) is everyone's ancestor.
+        return candidate == null;
+    }
+
     /** Decodes a handle into a JSON object of its fields (for tests and tools). */
     public static native String describeHandle(byte[] handle);
 

@@ -115,6 +115,143 @@ public class NativeLoaderTest {
         assertThat(loader.get()).as("class loader collected").isNull();
     }
 
+    /**
+     * The release hook (issue: one mapped library copy per job class loader in a long-lived
+     * TaskManager): in the class loader that owns its copy, it closes what a job left open, and
+     * once that loader is collected the JVM unmaps the copy. In a loader that only shares a
+     * parent's copy it does nothing.
+     */
+    @Test
+    public void aReleasedCopyIsUnmappedWithItsClassLoaderAndASharedCopyIsLeftAlone() throws Exception {
+        NativeBridge.ensureLoaded();
+        org.slf4j.LoggerFactory.getLogger(NativeLoaderTest.class).info("logging initialised");
+        long shared = openIn(NativeBridge.class, tmp.newFolder("shared"), "shared");
+        try (ChildFirst job = new ChildFirst()) {
+            // This test's copy belongs to the application class loader: a job loader under it
+            // shares the copy, and its hook must leave the open sink alone.
+            NativeBridge.releaseHookFor(job).run();
+            assertThat(NativeBridge.stats(shared)).isNotEmpty();
+        }
+        java.util.Set<String> childCopy = new java.util.TreeSet<>();
+        WeakReference<ClassLoader> loader = leaveOpenAndReleaseInChildLoader(tmp.newFolder("released"), childCopy);
+        assertThat(childCopy).as("the child's own copy").hasSize(1);
+        for (int i = 0; i < 200 && (loader.get() != null || mappedLibraryCopies().containsAll(childCopy)); i++) {
+            System.gc();
+            byte[][] pressure = new byte[64][];
+            for (int j = 0; j < pressure.length; j++) {
+                pressure[j] = new byte[64 * 1024];
+            }
+            Thread.sleep(25);
+        }
+        assertThat(loader.get()).as("class loader collected").isNull();
+        assertThat(mappedLibraryCopies()).as("library copies mapped into this process")
+                .doesNotContainAnyElementsOf(childCopy);
+        assertThat(NativeBridge.stats(shared)).isNotEmpty();
+        NativeBridge.close(shared);
+    }
+
+    private static WeakReference<ClassLoader> leaveOpenAndReleaseInChildLoader(File out, java.util.Set<String> copy)
+            throws Exception {
+        java.util.Set<String> before = mappedLibraryCopies();
+        try (ChildFirst loader = new ChildFirst()) {
+            Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+            openIn(bridge, out, "left-open");
+            copy.addAll(mappedLibraryCopies());
+            copy.removeAll(before);
+            // A buffered write past the write-back threshold starts the copy's background thread.
+            long threadsBefore = writebackThreads();
+            // On a thread of its own that ends before the release, as a Flink task thread does:
+            // a thread that called into a copy holds it mapped until the thread ends.
+            long[] writing = new long[1];
+            Throwable[] failed = new Throwable[1];
+            Thread task = new Thread(() -> {
+                try {
+                    writing[0] = openBuffered(bridge, out);
+                    byte[] handle = (byte[]) bridge.getMethod("begin", long.class).invoke(null, writing[0]);
+                    java.nio.ByteBuffer batch = java.nio.ByteBuffer.allocateDirect(1 << 20)
+                            .order(java.nio.ByteOrder.LITTLE_ENDIAN);
+                    byte[] record = new byte[4092];
+                    java.util.Arrays.fill(record, (byte) 'x');
+                    while (batch.remaining() >= 4 + record.length) {
+                        batch.putInt(record.length).put(record);
+                    }
+                    Method write = bridge.getMethod("write", long.class, byte[].class, java.nio.ByteBuffer.class,
+                            int.class);
+                    for (int i = 0; i < 6; i++) {
+                        write.invoke(null, writing[0], handle, batch, batch.position());
+                    }
+                } catch (Throwable t) {
+                    failed[0] = t;
+                }
+            }, "task");
+            task.start();
+            task.join();
+            assertThat(failed[0]).as("the task's writes").isNull();
+            // A new thread names itself once it runs: wait for that.
+            assertThat(awaitWritebackThreads(threadsBefore + 1)).as("write-back threads while writing")
+                    .isEqualTo(threadsBefore + 1);
+
+            Runnable hook = (Runnable) bridge.getMethod("releaseHookFor", ClassLoader.class).invoke(null, loader);
+            // The hook closes what the "job" left open and stops the thread; a second run
+            // finds nothing.
+            hook.run();
+            assertThat(awaitWritebackThreads(threadsBefore)).as("write-back threads after the release")
+                    .isEqualTo(threadsBefore);
+            assertThat((int) bridge.getMethod("release").invoke(null)).isZero();
+            Throwable closed = causeOf(() -> bridge.getMethod("stats", long.class).invoke(null, writing[0]));
+            assertThat(closed).isInstanceOf(IllegalStateException.class);
+            return new WeakReference<>(loader);
+        }
+    }
+
+    /** A sink writing through the page cache (so with the background write-back). */
+    private static long openBuffered(Class<?> bridge, File out) throws Exception {
+        Method open = bridge.getMethod("openSink", String.class, String.class, int.class, int.class, int.class,
+                long.class, String.class, long.class, byte[][].class, byte[][].class);
+        String config = NativeTestSupport.fsConfig(new File(out, "buffered"), "buffered", 3_600_000L)
+                .replace("\"ioMode\":\"AUTO\"", "\"ioMode\":\"BUFFERED\"");
+        assertThat(config).contains("BUFFERED");
+        return (long) open.invoke(null, config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                new byte[0][], new byte[0][]);
+    }
+
+    /** The number of write-back threads once it is {@code expected}, or after 10 s. */
+    private static long awaitWritebackThreads(long expected) throws Exception {
+        long deadline = System.nanoTime() + 10_000_000_000L;
+        long count = writebackThreads();
+        while (count != expected && System.nanoTime() < deadline) {
+            Thread.sleep(10);
+            count = writebackThreads();
+        }
+        return count;
+    }
+
+    /** Threads of this process named as the library's write-back thread. */
+    private static long writebackThreads() throws java.io.IOException {
+        try (java.util.stream.Stream<java.nio.file.Path> tasks = java.nio.file.Files.list(Paths.get("/proc/self/task"))) {
+            return tasks.filter(t -> {
+                try {
+                    return new String(java.nio.file.Files.readAllBytes(t.resolve("comm")),
+                            java.nio.charset.StandardCharsets.UTF_8).trim().equals("twopc-writeback");
+                } catch (java.io.IOException e) {
+                    return false; // the thread ended meanwhile
+                }
+            }).count();
+        }
+    }
+
+    /** Paths of the twopc library files mapped into this process (each copy has its own name). */
+    private static java.util.Set<String> mappedLibraryCopies() throws java.io.IOException {
+        java.util.Set<String> copies = new java.util.TreeSet<>();
+        for (String line : java.nio.file.Files.readAllLines(Paths.get("/proc/self/maps"))) {
+            int at = line.indexOf('/');
+            if (at >= 0 && line.contains("twopc-jni-")) {
+                copies.add(line.substring(at));
+            }
+        }
+        return copies;
+    }
+
     private static WeakReference<ClassLoader> useInChildLoader(File out) throws Exception {
         try (ChildFirst loader = new ChildFirst()) {
             Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
