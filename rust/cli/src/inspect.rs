@@ -14,7 +14,7 @@ use twopc_core::destination::StagedState;
 use twopc_core::ids::TransactionId;
 use twopc_fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
 
-use crate::timefmt::duration;
+use twopc_core::timefmt::duration;
 
 /// Progress lines go to stderr every this many items.
 const PROGRESS_EVERY: u64 = 1000;
@@ -83,6 +83,38 @@ pub struct SinkReport {
     pub problems: Vec<String>,
     /// Leftovers of interrupted atomic writes in the sink's tmp directory.
     pub scratch_files: Vec<String>,
+    /// Changes made by hand (`twopc reconcile --apply`, `twopc decide`),
+    /// counted; the latest of them listed (all with `--all`).
+    pub operations_total: usize,
+    pub operations: Vec<OperationEntry>,
+}
+
+/// One entry of a sink's operations log.
+#[derive(Debug, Serialize)]
+pub struct OperationEntry {
+    pub at_ms: u64,
+    pub command: String,
+    pub transaction: Option<String>,
+    pub what: String,
+    pub by: String,
+}
+
+/// The latest `limit` entries of an operations log (all for `None`).
+fn operation_entries(
+    records: &[twopc_core::destination::OperationRecord],
+    limit: Option<usize>,
+) -> Vec<OperationEntry> {
+    let skip = limit.map_or(0, |l| records.len().saturating_sub(l));
+    records[skip..]
+        .iter()
+        .map(|r| OperationEntry {
+            at_ms: r.at_ms,
+            command: r.command.clone(),
+            transaction: r.transaction.as_ref().map(|t| t.to_string()),
+            what: r.what.clone(),
+            by: r.by.clone(),
+        })
+        .collect()
 }
 
 #[derive(Debug, Serialize)]
@@ -673,6 +705,8 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             expired,
             problems,
             scratch_files,
+            operations_total: inv.operations.len(),
+            operations: operation_entries(&inv.operations, opts.limit),
         },
         attention,
         notes,
@@ -713,7 +747,7 @@ fn lost_findings(
                     n.subtask,
                     n.run,
                     n.records,
-                    crate::timefmt::utc(n.found_at_ms),
+                    twopc_core::timefmt::utc(n.found_at_ms),
                     n.evidence
                 )
             })
@@ -1026,6 +1060,9 @@ pub fn inspect_destination(
     let staged_all = dest
         .staged()
         .map_err(fail("listing prepared transactions"))?;
+    let operations = dest
+        .operations()
+        .map_err(fail("reading the operations log"))?;
     let name = sink.as_str();
     let mut attention = Vec::new();
     let lost = dest
@@ -1185,6 +1222,8 @@ pub fn inspect_destination(
             expired: Vec::new(),
             problems: Vec::new(),
             scratch_files: Vec::new(),
+            operations_total: operations.len(),
+            operations: operation_entries(&operations, opts.limit),
         }],
         unreferenced_files: Vec::new(),
         attention,

@@ -9,7 +9,6 @@ mod cli;
 mod inspect;
 mod operate;
 mod render;
-mod timefmt;
 
 use std::ffi::OsString;
 use std::io::{self, Write};

@@ -220,7 +220,7 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
     if plan.transactions.is_empty() && a.apply {
         // Nothing left to remove; notes of lost transactions in the range
         // may remain from an interrupted earlier apply.
-        operator::reconcile_apply(&mut dest, &plan, |_| {})?;
+        operator::reconcile_apply(&mut dest, &SystemClock, &operator_identity(), &plan, |_| {})?;
     }
     if plan.transactions.is_empty() {
         out.push_str(&format!(
@@ -267,12 +267,13 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
         return Ok((EXIT_ATTENTION, out));
     }
     let mut removed = Vec::new();
-    let result = operator::reconcile_apply(&mut dest, &plan, |c| {
-        removed.push(format!(
-            "  removed {} (checkpoint {}, subtask {}, {} records)\n",
-            c.transaction, c.checkpoint, c.subtask, c.records
-        ))
-    });
+    let result =
+        operator::reconcile_apply(&mut dest, &SystemClock, &operator_identity(), &plan, |c| {
+            removed.push(format!(
+                "  removed {} (checkpoint {}, subtask {}, {} records)\n",
+                c.transaction, c.checkpoint, c.subtask, c.records
+            ))
+        });
     out.push_str(&format!(
         "sink '{}': removing output committed after checkpoint {} of lineage {}:\n",
         a.sink, a.after, a.lineage
@@ -349,6 +350,22 @@ fn describe_target(t: &Target) -> String {
     }
 }
 
+/// Who runs the command, for the destination's operations log: the user
+/// and host as the environment names them, and this tool's version.
+fn operator_identity() -> String {
+    let user = ["USER", "LOGNAME"]
+        .iter()
+        .find_map(|v| std::env::var(v).ok().filter(|u| !u.is_empty()))
+        .unwrap_or_else(|| "unknown user".to_string());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .unwrap_or_else(|| "unknown host".to_string());
+    format!("{user}@{host} (twopc {})", env!("CARGO_PKG_VERSION"))
+}
+
 /// Runs `twopc decide`.
 pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     let mut dest = open(&a.target, &a.sink, false)?;
@@ -367,6 +384,7 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
         &a.transaction,
         a.decision,
         RetryPolicy::default(),
+        &operator_identity(),
     )?;
     let txn = &a.transaction;
     let what = match decided {

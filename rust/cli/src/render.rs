@@ -3,7 +3,7 @@
 use std::fmt::Write;
 
 use crate::inspect::{Finding, Report, SinkReport};
-use crate::timefmt::{duration, utc};
+use twopc_core::timefmt::{duration, utc};
 
 /// A left-aligned table; the last column is not padded.
 struct Table {
@@ -208,6 +208,30 @@ fn sink(report: &Report, s: &SinkReport, out: &mut String) {
         let mut t = Table::new(&["TRANSACTION", "EXPIRED AT"]);
         for e in &s.expired {
             t.row(vec![e.transaction.clone(), utc(e.expired_at_ms)]);
+        }
+        t.render("    ", out);
+    }
+
+    if s.operations_total > 0 {
+        let _ = writeln!(
+            out,
+            "\n  Changes made by hand: {}{}",
+            s.operations_total,
+            if s.operations.len() < s.operations_total {
+                format!(", the latest {}", s.operations.len())
+            } else {
+                String::new()
+            }
+        );
+        let mut t = Table::new(&["AT", "COMMAND", "TRANSACTION", "WHAT", "BY"]);
+        for o in &s.operations {
+            t.row(vec![
+                utc(o.at_ms),
+                o.command.clone(),
+                o.transaction.clone().unwrap_or_else(|| "-".to_string()),
+                o.what.clone(),
+                o.by.clone(),
+            ]);
         }
         t.render("    ", out);
     }

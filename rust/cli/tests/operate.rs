@@ -29,15 +29,16 @@ fn prepare_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> Transaction
 }
 
 /// Every file under `dir` with its contents: a snapshot to compare. The
-/// owner lock files are left out: every command holds them while it runs,
-/// and writes its claim there.
+/// owner lock files are left out (every command holds them while it runs,
+/// and writes its claim there), and so is the operations log (every change
+/// by hand, and every decision asked for, adds to it; checked on its own).
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut todo = vec![dir.to_path_buf()];
     while let Some(d) = todo.pop() {
         for e in fs::read_dir(&d).unwrap() {
             let p = e.unwrap().path();
-            if p.ends_with("owners") {
+            if p.ends_with("owners") || p.ends_with("operations") {
                 continue;
             }
             if p.is_dir() {
@@ -169,6 +170,20 @@ fn reconcile_apply_removes_later_output_and_is_idempotent() {
     assert!(part(&t.out, &t.h[0]).exists());
     assert!(!part(&t.out, &t.h[1]).exists());
     assert!(!part(&t.out, &t.h[2]).exists());
+    // The operations log has each removal (written before it) and the end.
+    let log = operations(&t.out);
+    assert_eq!(log.len(), 3, "{log:?}");
+    assert_eq!(log[0]["command"], "reconcile");
+    assert_eq!(log[0]["transaction"], t.h[1].transaction.as_str());
+    assert!(log[1]["what"]
+        .as_str()
+        .unwrap()
+        .contains("removing the output of transaction"));
+    assert!(log[2]["what"]
+        .as_str()
+        .unwrap()
+        .starts_with("removed the output of 2 transactions"));
+    assert!(log[2]["by"].as_str().unwrap().contains('@'), "{log:?}");
 
     // Again: nothing left to remove, nothing changed.
     let before = snapshot(&t.out);
@@ -359,6 +374,23 @@ fn decide_commit_of_a_prepared_leftover() {
         stdout(&o)
     );
     assert_eq!(fs::read_to_string(part(&t.out, &p)).unwrap(), "x\ny\n");
+    // The request went into the operations log first, then the outcome.
+    let log = operations(&t.out);
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log[0]["what"], "commit requested");
+    assert_eq!(log[1]["what"], "commit: committed, output visible");
+    assert_eq!(log[1]["transaction"], p.transaction.as_str());
+    // A damaged entry is reported, not taken for a record.
+    let dir = t.out.join("_twopc/orders/operations");
+    fs::write(dir.join("00000000000000000001-damaged"), b"\xff\x00garbage").unwrap();
+    let (_, v) = inspect_json(&t.out);
+    assert!(
+        v["sinks"][0]["problems"]
+            .to_string()
+            .contains("is not a readable record of the operations log"),
+        "{v}"
+    );
+    fs::remove_file(dir.join("00000000000000000001-damaged")).unwrap();
     // Again: already committed, nothing changed.
     let before = snapshot(&t.out);
     let again = decide(&t, "--commit", p.transaction.as_str());
@@ -617,6 +649,17 @@ fn inspect_json(out: &Path) -> (i32, serde_json::Value) {
     let v: serde_json::Value = serde_json::from_slice(&o.stdout)
         .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
     (o.status.code().unwrap(), v)
+}
+
+/// The sink's operations log, as `twopc inspect --all` lists it.
+fn operations(out: &Path) -> Vec<serde_json::Value> {
+    let o = twopc(&["inspect", out.to_str().unwrap(), "--json", "--all"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
+    let sink = &v["sinks"][0];
+    let entries = sink["operations"].as_array().unwrap().clone();
+    assert_eq!(sink["operations_total"], entries.len());
+    entries
 }
 
 fn findings(v: &serde_json::Value, kind: &str) -> Vec<String> {

@@ -104,6 +104,19 @@ impl Pg {
             .get(0)
     }
 
+    /// The sink's operations log, as `twopc` wrote it (rendered records).
+    fn operations(&mut self) -> Vec<String> {
+        self.admin
+            .query(
+                "SELECT record FROM public.twopc_operations WHERE sink_id = $1 ORDER BY at_ms, id",
+                &[&self.sink],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    }
+
     fn prepared_xacts(&mut self) -> Vec<String> {
         self.admin
             .query(
@@ -275,6 +288,25 @@ fn decide_postgres_commit_and_abort_of_prepared_leftovers() {
     let o = pg.twopc("decide", &["--abort", drop_it.transaction.as_str()]);
     assert_eq!(o.status.code(), Some(0));
     assert!(stdout(&o).contains("nothing changed"), "{}", stdout(&o));
+
+    // Every decision is in the operations log: the request, then the outcome.
+    let log = pg.operations();
+    assert_eq!(log.len(), 8, "{log:#?}");
+    assert!(log[0].contains("what=commit requested"), "{}", log[0]);
+    assert!(
+        log[1].contains("what=commit: committed, output visible")
+            && log[1].contains(&format!("transaction={}", keep.transaction)),
+        "{}",
+        log[1]
+    );
+    assert!(
+        log[5].contains("what=abort: aborted, staged data removed"),
+        "{}",
+        log[5]
+    );
+    let o = pg.twopc("inspect", &["--json", "--all"]);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    assert_eq!(v["sinks"][0]["operations_total"], 8, "{v}");
 }
 
 fn open_subtask(pg: &Pg, run: &str, subtask: u32, parallelism: u32) -> Sink {

@@ -176,11 +176,12 @@ impl Committer {
                 let wait_ms = self.retry.backoff_ms(attempt);
                 log::warn!(
                     "{}: commit of transaction {} (checkpoint {}) attempt {attempt}/{} has an \
-                     unknown outcome ({e}); retrying by id in {wait_ms} ms",
+                     unknown outcome ({e}); retrying by id in {}",
                     self.scope,
                     handle.transaction,
                     prepared.checkpoint,
-                    self.retry.max_attempts
+                    self.retry.max_attempts,
+                    crate::timefmt::exact(wait_ms)
                 );
                 Ok(CommitStep::RetryAfter {
                     wait_ms,

@@ -3,6 +3,7 @@
 
 use crate::error::ConfigError;
 use crate::ids::{RunId, SinkId};
+use crate::timefmt::exact;
 
 /// Which subtask this is, of which sink, in which run.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -205,11 +206,15 @@ pub fn validate_retention(
         .saturating_add(restart_allowance_ms);
     if retention_ms < needed {
         return Err(ConfigError::new(format!(
-            "staged-transaction retention of {retention_ms} ms is shorter than two checkpoint \
-             intervals ({checkpoint_interval_ms} ms each) plus the restart allowance of \
-             {restart_allowance_ms} ms = {needed} ms: a normal restart would find its prepared \
-             transactions expired and stop with data loss. Raise the retention to at least \
-             {needed} ms, or checkpoint more often"
+            "staged-transaction retention of {} is shorter than two checkpoint intervals ({} \
+             each) plus the restart allowance of {} = {}: a normal restart would find its \
+             prepared transactions expired and stop with data loss. Raise the retention to at \
+             least {}, or checkpoint more often",
+            exact(retention_ms),
+            exact(checkpoint_interval_ms),
+            exact(restart_allowance_ms),
+            exact(needed),
+            exact(needed)
         )));
     }
     Ok(())
@@ -222,7 +227,7 @@ mod tests {
     #[test]
     fn retention_shorter_than_a_restart_is_rejected() {
         let err = validate_retention(10_000, 10_000, 60_000).unwrap_err();
-        assert!(err.message().contains("at least 80000 ms"), "{err}");
+        assert!(err.message().contains("at least 80s"), "{err}");
         validate_retention(80_000, 10_000, 60_000).unwrap();
         assert!(validate_retention(1_000_000, 0, 0).is_err());
     }

@@ -208,6 +208,60 @@ impl LostNote {
     }
 }
 
+/// A change an operator made by hand (`twopc reconcile --apply`, `twopc
+/// decide`), kept by the destination next to the output it changed, so
+/// that what was done by hand, when and from where stays known. Written
+/// before the change (what is about to be done) and after it (the outcome).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct OperationRecord {
+    pub at_ms: u64,
+    /// `reconcile` or `decide`.
+    pub command: String,
+    /// The transaction changed, when one is.
+    pub transaction: Option<TransactionId>,
+    /// What is done or was done, in words.
+    pub what: String,
+    /// Who did it: user and host, as the tool found them.
+    pub by: String,
+}
+
+impl OperationRecord {
+    /// Plain `key=value` lines, one record per file or row.
+    pub fn render(&self) -> String {
+        let line = |s: &str| s.replace(['\n', '\r'], " ");
+        format!(
+            "at_ms={}\ncommand={}\ntransaction={}\nwhat={}\nby={}\n",
+            self.at_ms,
+            line(&self.command),
+            self.transaction
+                .as_ref()
+                .map(|t| t.to_string())
+                .unwrap_or_default(),
+            line(&self.what),
+            line(&self.by)
+        )
+    }
+
+    /// Reads [`OperationRecord::render`]'s text back; `None` when damaged.
+    pub fn parse(text: &str) -> Option<OperationRecord> {
+        let field = |key: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+        };
+        let transaction = match field("transaction")? {
+            "" => None,
+            t => Some(TransactionId::parse(t)?.id),
+        };
+        Some(OperationRecord {
+            at_ms: field("at_ms")?.parse().ok()?,
+            command: field("command")?.to_string(),
+            transaction,
+            what: field("what")?.to_string(),
+            by: field("by").unwrap_or_default().to_string(),
+        })
+    }
+}
+
 /// One sink's view of a destination, used by one subtask.
 ///
 /// Implementations must make `commit` and `abort` repeatable by transaction
@@ -286,6 +340,18 @@ pub trait Destination {
         _checkpoint: CheckpointId,
     ) -> Result<u64, DestinationError> {
         Ok(0)
+    }
+
+    /// Keeps `record` durably, in order of calls. A destination that
+    /// keeps no such log answers `Ok`; the directory and PostgreSQL ones
+    /// keep it.
+    fn record_operation(&mut self, _record: &OperationRecord) -> Result<(), DestinationError> {
+        Ok(())
+    }
+
+    /// Every operation record of this sink, oldest first (for tools).
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        Ok(Vec::new())
     }
 
     /// Every subtask index of this sink that some run ever claimed here
@@ -377,6 +443,12 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     ) -> Result<u64, DestinationError> {
         (**self).clear_lost(lineage, checkpoint)
     }
+    fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
+        (**self).record_operation(record)
+    }
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        (**self).operations()
+    }
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
         (**self).lineages()
     }
@@ -398,6 +470,30 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
 #[cfg(test)]
 mod lost_note_tests {
     use super::*;
+
+    #[test]
+    fn an_operation_record_reads_back_and_keeps_to_one_line_per_field() {
+        let record = OperationRecord {
+            at_ms: 1_700_000_000_000,
+            command: "decide".to_string(),
+            transaction: TransactionId::parse("orders.1.00000000000000ab.7").map(|p| p.id),
+            what: "commit by hand:\nrequested".to_string(),
+            by: "ops@host".to_string(),
+        };
+        let text = record.render();
+        assert_eq!(text.lines().count(), 5, "{text}");
+        let back = OperationRecord::parse(&text).unwrap();
+        assert_eq!(back.what, "commit by hand: requested");
+        assert_eq!(back.transaction, record.transaction);
+        let none = OperationRecord {
+            transaction: None,
+            what: "commit by hand: requested".to_string(),
+            ..record
+        };
+        assert_eq!(OperationRecord::parse(&none.render()).unwrap(), none);
+        assert_eq!(OperationRecord::parse("at_ms=x\ncommand=a\n"), None);
+        assert_eq!(OperationRecord::parse("garbage"), None);
+    }
 
     #[test]
     fn a_lost_note_reads_back_and_keeps_to_one_line_per_field() {

@@ -22,6 +22,7 @@ pub mod records;
 pub mod recovery;
 pub mod sink;
 pub mod state;
+pub mod timefmt;
 pub mod writer;
 pub mod writer_session;
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use crate::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
+    OperationRecord, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use crate::error::{DestinationError, DestinationErrorKind};
 use crate::handle::TransactionHandle;
@@ -67,6 +67,7 @@ struct Store {
     owners: BTreeMap<(SinkId, u32), (u64, OwnerClaim)>,
     lineages: BTreeMap<(SinkId, LineageId), LineageRecord>,
     runs: BTreeMap<(SinkId, RunId), LineageId>,
+    operations: Vec<(SinkId, OperationRecord)>,
 }
 
 /// Tells destination views apart, for ownership.
@@ -415,6 +416,23 @@ impl Destination for MemoryDestination {
             .keys()
             .filter(|(sink, _)| *sink == self.sink)
             .map(|(_, subtask)| *subtask)
+            .collect())
+    }
+
+    fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
+        let sink = self.sink.clone();
+        self.store.lock().operations.push((sink, record.clone()));
+        Ok(())
+    }
+
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        Ok(self
+            .store
+            .lock()
+            .operations
+            .iter()
+            .filter(|(sink, _)| *sink == self.sink)
+            .map(|(_, r)| r.clone())
             .collect())
     }
 

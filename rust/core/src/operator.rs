@@ -22,7 +22,8 @@ use crate::clock::Clock;
 use crate::committer::{CommitOutcome, Committer};
 use crate::config::RetryPolicy;
 use crate::destination::{
-    AbortStatus, CommittedTransaction, Destination, OwnerClaim, Ownership, StagedState,
+    AbortStatus, CommittedTransaction, Destination, OperationRecord, OwnerClaim, Ownership,
+    StagedState,
 };
 use crate::error::{DestinationError, SinkScope, TwopcError};
 use crate::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
@@ -206,12 +207,32 @@ pub fn reconcile_plan<D: Destination>(
 /// Removes the output and commit record of every transaction of `plan`,
 /// calling `done` after each. Stops at the first failure; what was removed
 /// stays removed and a repeat lists only the rest.
-pub fn reconcile_apply<D: Destination>(
+pub fn reconcile_apply<D: Destination, C: Clock>(
     dest: &mut D,
+    clock: &C,
+    by: &str,
     plan: &ReconcilePlan,
     mut done: impl FnMut(&CommittedTransaction),
 ) -> Result<(), OperatorError> {
     for c in &plan.transactions {
+        // Logged before the removal: a removal is never missing from the log.
+        log_operation(
+            dest,
+            &plan.sink,
+            OperationRecord {
+                at_ms: clock.now_ms(),
+                command: "reconcile".to_string(),
+                transaction: Some(c.transaction.clone()),
+                what: format!(
+                    "removing the output of transaction {} (checkpoint {}, {} records) committed \
+                     after checkpoint {} of lineage {}",
+                    c.transaction, c.checkpoint, c.records, plan.after, plan.lineage
+                ),
+                by: by.to_string(),
+            },
+            "The transactions listed before it are removed, this one is not; run the same \
+             command again once the log can be written.",
+        )?;
         log::warn!(
             "twopc sink '{}': reconcile after checkpoint {} of lineage {}: removing the output of \
              transaction {} (checkpoint {}, {} records)",
@@ -241,7 +262,38 @@ pub fn reconcile_apply<D: Destination>(
         ),
         "The output is removed; run the same command again to clear the notes.",
     ))?;
-    Ok(())
+    log_operation(
+        dest,
+        &plan.sink,
+        OperationRecord {
+            at_ms: clock.now_ms(),
+            command: "reconcile".to_string(),
+            transaction: None,
+            what: format!(
+                "removed the output of {} transactions committed after checkpoint {} of lineage \
+                 {}",
+                plan.transactions.len(),
+                plan.after,
+                plan.lineage
+            ),
+            by: by.to_string(),
+        },
+        "The output is removed; only the log's closing entry is missing.",
+    )
+}
+
+/// Writes `record` to the destination's operations log.
+fn log_operation<D: Destination>(
+    dest: &mut D,
+    sink: &SinkId,
+    record: OperationRecord,
+    consequence: &'static str,
+) -> Result<(), OperatorError> {
+    dest.record_operation(&record).map_err(dest_err(
+        sink,
+        format!("writing the operations log ({})", record.what),
+        consequence,
+    ))
 }
 
 /// An operator's decision on a staged transaction.
@@ -267,9 +319,64 @@ pub enum Decided {
     NothingStaged,
 }
 
+impl Decided {
+    /// In words, for the operations log.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Decided::Committed => "committed, output visible",
+            Decided::CommittedEmpty => "committed, it held no records",
+            Decided::AlreadyCommitted => "already committed, nothing changed",
+            Decided::Aborted => "aborted, staged data removed",
+            Decided::NothingStaged => "nothing staged under that id, nothing changed",
+        }
+    }
+}
+
 /// Commits or aborts one staged transaction of `sink` by hand (see the
-/// module docs for what is refused).
+/// module docs for what is refused). The destination's operations log gets
+/// the request before anything is done, and the outcome after, as `by`.
+#[allow(clippy::too_many_arguments)]
 pub fn decide<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    sink: &SinkId,
+    txn: &TransactionId,
+    decision: Decision,
+    retry: RetryPolicy,
+    by: &str,
+) -> Result<Decided, OperatorError> {
+    let record = |what: String| OperationRecord {
+        at_ms: clock.now_ms(),
+        command: "decide".to_string(),
+        transaction: Some(txn.clone()),
+        what,
+        by: by.to_string(),
+    };
+    let verb = match decision {
+        Decision::Commit => "commit",
+        Decision::Abort => "abort",
+    };
+    log_operation(
+        dest,
+        sink,
+        record(format!("{verb} requested")),
+        "Nothing was changed.",
+    )?;
+    let result = decide_now(dest, clock, sink, txn, decision, retry);
+    let outcome = match &result {
+        Ok(decided) => format!("{verb}: {}", decided.describe()),
+        Err(e) => format!("{verb} not done: {e}"),
+    };
+    log_operation(
+        dest,
+        sink,
+        record(outcome),
+        "The command's output says what was done; only the log's entry of the outcome is missing.",
+    )?;
+    result
+}
+
+fn decide_now<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
     sink: &SinkId,

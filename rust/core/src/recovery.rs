@@ -291,10 +291,11 @@ fn wait_for_run_lineage<D: Destination, C: Clock>(
         if clock.now_ms() >= deadline {
             log::warn!(
                 "{}: checkpoint {checkpoint} gave this subtask no state of the sink, and no \
-                 subtask recorded run {}'s lineage within {wait} ms: the sink has no state in \
-                 the checkpoint, and starts as a fresh start would",
+                 subtask recorded run {}'s lineage within {}: the sink has no state in the \
+                 checkpoint, and starts as a fresh start would",
                 ctx.scope(),
-                ctx.run
+                ctx.run,
+                crate::timefmt::exact(wait)
             );
             return Ok(None);
         }
@@ -657,8 +658,7 @@ pub(crate) fn expire_stale<D: Destination>(
             continue;
         }
         log::warn!(
-            "{}: staged transaction {} ({}) is older than the retention of {retention_ms} ms; \
-             removing it",
+            "{}: staged transaction {} ({}) is older than the retention of {}; removing it",
             ctx.scope(),
             s.transaction,
             match &s.state {
@@ -668,7 +668,8 @@ pub(crate) fn expire_stale<D: Destination>(
                 ),
                 StagedState::PreparedUnreadable { .. } => "prepared, handle unreadable".to_string(),
                 StagedState::Open | StagedState::Committing(_) => "open".to_string(),
-            }
+            },
+            crate::timefmt::exact(retention_ms)
         );
         dest.expire(&s.transaction, now_ms)
             .map_err(|source| TwopcError::Destination {

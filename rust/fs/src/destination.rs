@@ -13,6 +13,7 @@
 //!     lineages/<lineage>                       how a lineage began
 //!     runs/<run>                               the lineage a run writes in
 //!     lost/<txn-id>                            note of a transaction found LOST
+//!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
 //!     trash/<txn-id>.<nonce>/...               claimed for removal
 //!     tmp/                                     scratch for atomic writes
 //! ```
@@ -48,7 +49,7 @@ use std::sync::Arc;
 
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    LostNote, OwnerClaim, Ownership, StagedTransaction,
+    LostNote, OperationRecord, OwnerClaim, Ownership, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition,
@@ -67,6 +68,29 @@ use crate::staged::{IoMode, StagedFile};
 
 /// Largest lost note read back (they are a few hundred bytes).
 pub(crate) const LOST_NOTE_LIMIT: u64 = 64 * 1024;
+
+/// The operations log of `dir`, oldest first, and the names of entries that
+/// are not readable records (damaged, or not ours), for `twopc inspect`.
+pub(crate) fn read_operations(
+    dir: &Dir,
+) -> Result<(Vec<OperationRecord>, Vec<String>), DestinationError> {
+    let mut names = dir
+        .names_of(EntryKind::File)
+        .map_err(io_err("listing", dir.path()))?;
+    names.sort();
+    let (mut records, mut damaged) = (Vec::new(), Vec::new());
+    for name in names {
+        let parsed = dir
+            .read_file(&name, LOST_NOTE_LIMIT)
+            .map_err(io_err("reading", &dir.child(&name)))?
+            .and_then(|bytes| OperationRecord::parse(&String::from_utf8_lossy(&bytes)));
+        match parsed {
+            Some(r) => records.push(r),
+            None => damaged.push(dir.child(&name).display().to_string()),
+        }
+    }
+    Ok((records, damaged))
+}
 
 /// How records are laid out in output files.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
@@ -146,6 +170,7 @@ struct SinkDirs {
     lineages: Dir,
     runs: Dir,
     lost: Dir,
+    operations: Dir,
 }
 
 impl SinkDirs {
@@ -162,6 +187,7 @@ impl SinkDirs {
             lineages: sink_dir.ensure_dir(names::LINEAGES)?,
             runs: sink_dir.ensure_dir(names::RUNS)?,
             lost: sink_dir.ensure_dir(names::LOST)?,
+            operations: sink_dir.ensure_dir(names::OPERATIONS)?,
         })
     }
 }
@@ -271,8 +297,8 @@ impl FsDestination {
     fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
         if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
             return Ok(format!(
-                "its staged data was removed by retention cleanup at {at} ms since the epoch \
-                 (tombstone {})",
+                "its staged data was removed by retention cleanup at {} (tombstone {})",
+                twopc_core::timefmt::utc(at),
                 self.dirs.expired.child(txn.as_str()).display()
             ));
         }
@@ -578,9 +604,9 @@ impl FsDestination {
             if !present.is_some_and(|s| s.kind == EntryKind::File) {
                 return Ok(CommitStatus::Missing {
                     evidence: format!(
-                        "it was committed at {} ms since the epoch, but its output {} is gone: it \
-                         was removed after the commit",
-                        record.committed_at_ms,
+                        "it was committed at {}, but its output {} is gone: it was removed \
+                         after the commit",
+                        twopc_core::timefmt::utc(record.committed_at_ms),
                         self.output.child(file).display()
                     ),
                 });
@@ -954,6 +980,29 @@ impl Destination for FsDestination {
             }
         }
         Ok(out)
+    }
+
+    fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
+        let dir = &self.dirs.operations;
+        // Sortable by time; the nonce keeps two records of one millisecond apart.
+        let name = format!(
+            "{:020}-{:016x}",
+            record.at_ms,
+            twopc_core::ids::random_u64()
+        );
+        dir.write_atomically(
+            &self.dirs.tmp,
+            &name,
+            record.render().as_bytes(),
+            false,
+            IoStep::Note,
+        )
+        .map_err(|e| DestinationError::io("writing the operations log", &dir.child(&name), e))
+    }
+
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        let (records, _) = read_operations(&self.dirs.operations)?;
+        Ok(records)
     }
 
     fn clear_lost(

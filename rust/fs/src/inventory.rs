@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use twopc_core::destination::{LineageRecord, LostNote, StagedTransaction};
+use twopc_core::destination::{LineageRecord, LostNote, OperationRecord, StagedTransaction};
 use twopc_core::error::DestinationError;
 use twopc_core::ids::{SinkId, TransactionId};
 
@@ -94,6 +94,7 @@ impl Layout {
             expired: sub(names::EXPIRED)?,
             lineages: sub(names::LINEAGES)?,
             lost: sub(names::LOST)?,
+            operations: sub(names::OPERATIONS)?,
             root,
         })
     }
@@ -131,6 +132,7 @@ struct SinkDirsView {
     expired: Option<Dir>,
     lineages: Option<Dir>,
     lost: Option<Dir>,
+    operations: Option<Dir>,
 }
 
 fn open_optional(parent: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
@@ -157,6 +159,9 @@ pub struct SinkInventory {
     pub lineages: Vec<LineageRecord>,
     /// Transactions the committer found LOST (see `LostNote`).
     pub lost: Vec<LostNote>,
+    /// Changes made by hand (`twopc reconcile --apply`, `twopc decide`),
+    /// oldest first.
+    pub operations: Vec<OperationRecord>,
     /// Problems found: names that are not ours, records that fail their
     /// checks, unreadable files.
     pub problems: Vec<String>,
@@ -250,6 +255,20 @@ pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> 
                 Err(e) => problems.push(format!("cannot list {}: {e}", dir.path().display())),
             }
         }
+        let mut operations = Vec::new();
+        if let Some(dir) = &v.operations {
+            match crate::destination::read_operations(dir) {
+                Ok((records, damaged)) => {
+                    operations = records;
+                    problems.extend(
+                        damaged
+                            .into_iter()
+                            .map(|d| format!("{d} is not a readable record of the operations log")),
+                    );
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+        }
         lost.sort_by(|a, b| {
             (a.lineage, a.checkpoint, &a.transaction).cmp(&(
                 b.lineage,
@@ -264,6 +283,7 @@ pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> 
             expired,
             lineages,
             lost,
+            operations,
             problems,
         });
     }

@@ -17,6 +17,7 @@ pub(crate) const OWNERS: &str = "owners";
 pub(crate) const LINEAGES: &str = "lineages";
 pub(crate) const RUNS: &str = "runs";
 pub(crate) const LOST: &str = "lost";
+pub(crate) const OPERATIONS: &str = "operations";
 
 /// Files inside a transaction's directory.
 pub(crate) const DATA_FILE: &str = "data";

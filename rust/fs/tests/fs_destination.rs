@@ -128,7 +128,7 @@ fn missing_staged_data_is_reported_with_its_cause() {
     match d.commit(&expired, 5).unwrap() {
         CommitStatus::Missing { evidence } => {
             assert!(
-                evidence.contains("retention") && evidence.contains("1234"),
+                evidence.contains("retention") && evidence.contains("1970-01-01 00:00:01 UTC"),
                 "{evidence}"
             )
         }

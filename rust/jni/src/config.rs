@@ -17,6 +17,7 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
+use twopc_core::timefmt::exact;
 
 use serde::Deserialize;
 use twopc_core::config::{validate_retention, FreshStartPolicy, RetryPolicy, RewindPolicy};
@@ -236,8 +237,9 @@ impl SinkConfig {
         }
         if s.commit_initial_backoff_ms > s.commit_max_backoff_ms {
             return Err(config_error(format!(
-                "the initial commit back-off ({} ms) exceeds the maximum back-off ({} ms)",
-                s.commit_initial_backoff_ms, s.commit_max_backoff_ms
+                "the initial commit back-off ({}) exceeds the maximum back-off ({})",
+                exact(s.commit_initial_backoff_ms),
+                exact(s.commit_max_backoff_ms)
             )));
         }
         if s.checkpoint_interval_ms > 0 {

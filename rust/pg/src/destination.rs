@@ -105,7 +105,7 @@ use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    LostNote, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
+    LostNote, OperationRecord, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition, TwopcError,
@@ -461,14 +461,16 @@ impl PgDestination {
 
     fn lost_table_exists(&mut self) -> Result<bool, DestinationError> {
         let name = self.control_tables.lost.clone();
-        Ok(self
-            .control
-            .run("looking up the lost-transaction table", |c| {
-                Ok(
-                    c.query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])?
-                        .get(0),
-                )
-            })?)
+        self.table_exists(&name)
+    }
+
+    fn table_exists(&mut self, name: &str) -> Result<bool, DestinationError> {
+        Ok(self.control.run("looking up a control table", |c| {
+            Ok(
+                c.query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&name])?
+                    .get(0),
+            )
+        })?)
     }
 
     /// The target table, quoted.
@@ -1839,6 +1841,60 @@ impl Destination for PgDestination {
         Ok(rows
             .iter()
             .filter_map(|r| LostNote::parse(&r.get::<_, String>(0)))
+            .collect())
+    }
+
+    fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
+        if !self.table_exists(&self.control_tables.operations.clone())? {
+            // Created by the first change made by hand, when the user may.
+            let ddl = self.control_tables.operations_ddl();
+            let created = self.control.run("creating the operations log table", |c| {
+                if let Err(e) = c.batch_execute(&ddl) {
+                    let _ = c.batch_execute("ROLLBACK");
+                    return Err(e.into());
+                }
+                Ok(())
+            });
+            if let Err(f) = created {
+                return Err(self.err(
+                    DestinationErrorKind::NotPermitted,
+                    format!(
+                        "{} does not exist and could not be created ({}); create it as in the \
+                         sink's DDL (or run the command as a user who may), then repeat the \
+                         command",
+                        self.control_tables.operations, f.error
+                    ),
+                ));
+            }
+        }
+        let sql = format!(
+            "INSERT INTO {} (sink_id, at_ms, record) VALUES ($1, $2, $3)",
+            self.control_tables.operations
+        );
+        let sink = self.sink.as_str().to_string();
+        let at = to_i64(record.at_ms, "time of the operation")?;
+        let text = record.render();
+        self.control.run("writing the operations log", |c| {
+            Ok(c.execute(&sql, &[&sink, &at, &text])?)
+        })?;
+        Ok(())
+    }
+
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        if !self.table_exists(&self.control_tables.operations.clone())? {
+            return Ok(Vec::new());
+        }
+        let sql = format!(
+            "SELECT record FROM {} WHERE sink_id = $1 ORDER BY at_ms, id",
+            self.control_tables.operations
+        );
+        let sink = self.sink.as_str().to_string();
+        let rows = self.control.run("reading the operations log", |c| {
+            Ok(c.query(&sql, &[&sink])?)
+        })?;
+        Ok(rows
+            .iter()
+            .filter_map(|r| OperationRecord::parse(&r.get::<_, String>(0)))
             .collect())
     }
 

@@ -24,6 +24,10 @@ pub const RUNS_TABLE: &str = "twopc_runs";
 /// required: a database whose tables an administrator created before it
 /// existed works without it (`twopc inspect` then cannot show such a loss).
 pub const LOST_TABLE: &str = "twopc_lost";
+/// The operations log: changes made by hand (`twopc reconcile --apply`,
+/// `twopc decide`). Optional like the lost notes; `twopc` creates it on its
+/// first change when it may.
+pub const OPERATIONS_TABLE: &str = "twopc_operations";
 
 /// Oldest server accepted: generated columns (checked below) and
 /// `to_regclass(text)` need 12.
@@ -63,6 +67,7 @@ pub(crate) struct ControlTables {
     pub lineages: String,
     pub runs: String,
     pub lost: String,
+    pub operations: String,
 }
 
 impl ControlTables {
@@ -77,6 +82,7 @@ impl ControlTables {
             lineages: q(LINEAGES_TABLE),
             runs: q(RUNS_TABLE),
             lost: q(LOST_TABLE),
+            operations: q(OPERATIONS_TABLE),
         }
     }
 
@@ -149,6 +155,12 @@ impl ControlTables {
              \x20   lineage bigint NOT NULL,\n\
              \x20   checkpoint bigint NOT NULL,\n\
              \x20   note text NOT NULL\n\
+             );\n\
+             CREATE TABLE IF NOT EXISTS {ops} (\n\
+             \x20   id bigserial PRIMARY KEY,\n\
+             \x20   sink_id text NOT NULL,\n\
+             \x20   at_ms bigint NOT NULL,\n\
+             \x20   record text NOT NULL\n\
              );\n",
             cr = self.commit_records,
             cri = quote_ident("twopc_commit_records_by_lineage"),
@@ -158,7 +170,20 @@ impl ControlTables {
             l = self.lineages,
             r = self.runs,
             lost = self.lost,
+            ops = self.operations,
         )
+    }
+}
+
+impl ControlTables {
+    /// The statement that creates the operations log alone, serialised with
+    /// every other creation of control tables.
+    pub(crate) fn operations_ddl(&self) -> String {
+        let ddl = self.ddl();
+        let ops = &ddl[ddl
+            .find(&format!("CREATE TABLE IF NOT EXISTS {} (", self.operations))
+            .expect("the DDL creates the operations table")..];
+        format!("BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {ops} COMMIT;")
     }
 }
 
@@ -610,13 +635,14 @@ fn ensure_control_tables(
             quote_ident(&control.schema)
         );
     }
-    // The table of lost-transaction notes came later: created when the
-    // user may, else left out (the sink works without it).
+    // The tables of lost-transaction notes and of the operations log came
+    // later: created when the user may, else left out (the sink works
+    // without them).
     let lost_missing: bool = client
         .query_one(
-            "SELECT to_regclass($1::text) IS NULL \
+            "SELECT (to_regclass($1::text) IS NULL OR to_regclass($3::text) IS NULL) \
                AND has_schema_privilege($2::text, 'CREATE')",
-            &[&control.lost, &control.schema],
+            &[&control.lost, &control.schema, &control.operations],
         )
         .map_err(pg("looking up the lost-transaction table"))?
         .get(0);

@@ -301,7 +301,7 @@ public class NativeBridgeTest {
         assertThatThrownBy(() -> open(out, "orders", 0, 1, 1_000L, -1, new byte[0][]))
                 .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("retention")
-                .hasMessageContaining("at least 80000 ms");
+                .hasMessageContaining("at least 80s");
         assertThatThrownBy(() -> open(out, "../etc", 0, 1, 3_600_000L, -1, new byte[0][]))
                 .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("sink id");

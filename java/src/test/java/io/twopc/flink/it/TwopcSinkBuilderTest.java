@@ -109,8 +109,8 @@ public class TwopcSinkBuilderTest {
                 .setRetention(Duration.ofSeconds(60))
                 .setCheckpointInterval(Duration.ofSeconds(30))
                 .setRestartAllowance(Duration.ofSeconds(10)));
-        assertThat(message).contains("retention of 60000 ms is shorter than two checkpoint intervals",
-                "at least 70000 ms");
+        assertThat(message).contains("retention of 1min is shorter than two checkpoint intervals",
+                "at least 70s");
         assertThat(problemOf(valid().setRetention(Duration.ZERO))).contains("retention must not be 0");
         assertThat(problemOf(valid().setRestartAllowance(Duration.ofSeconds(-1)))).contains("is negative");
         assertThat(problemOf(valid().setRetention(Duration.ofSeconds(Long.MAX_VALUE)))).contains("too large");
@@ -125,7 +125,7 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setFreshStartPolicy(null))).contains("FreshStartPolicy.ABORT_PREPARED");
         assertThat(problemOf(valid().setRecordFormat(null))).contains("RecordFormat.RAW");
         assertThat(problemOf(valid().setCommitRetryBackoff(Duration.ofSeconds(2), Duration.ofSeconds(1))))
-                .contains("the initial commit back-off (2000 ms) exceeds the maximum back-off (1000 ms)");
+                .contains("the initial commit back-off (2s) exceeds the maximum back-off (1s)");
         assertThat(problemOf(valid().setTimeoutWarningRatio(1.5))).contains("must be in [0, 1]");
     }
 

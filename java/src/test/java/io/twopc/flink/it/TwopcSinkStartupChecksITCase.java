@@ -119,7 +119,7 @@ public class TwopcSinkStartupChecksITCase {
                 b -> b.setRetention(Duration.ofSeconds(2)).setRestartAllowance(Duration.ofSeconds(1)));
 
         Throwable error = expectStoppedBy(env, TwopcConfigException.class);
-        assertThat(error.getMessage()).contains("1000 ms each", "Raise the retention to at least 3000 ms");
+        assertThat(error.getMessage()).contains("(1s each)", "Raise the retention to at least 3s");
     }
 
     /** Emits text with a line break inside, which LINES output would split into two records. */

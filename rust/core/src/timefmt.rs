@@ -1,4 +1,5 @@
-//! Wall-clock times and durations for human output, without a date crate.
+//! Wall-clock times and durations for messages and reports, without a date
+//! crate: `7d`, `10s` rather than milliseconds, as Flink's own durations read.
 
 /// `ms` since the Unix epoch as `YYYY-MM-DD HH:MM:SS UTC`.
 pub fn utc(ms: u64) -> String {
@@ -62,6 +63,27 @@ pub fn duration(ms: u64) -> String {
     }
 }
 
+/// A duration exactly, in the largest unit that divides it: `7d`, `3h`,
+/// `10min`, `185s`, `250ms` (Flink's duration syntax, so a value can be
+/// copied into a configuration). The same as the Java side's
+/// `Durations.format`.
+pub fn exact(ms: u64) -> String {
+    if ms == 0 || ms == u64::MAX {
+        return format!("{ms}ms");
+    }
+    for (unit, name) in [
+        (86_400_000, "d"),
+        (3_600_000, "h"),
+        (60_000, "min"),
+        (1_000, "s"),
+    ] {
+        if ms % unit == 0 {
+            return format!("{}{name}", ms / unit);
+        }
+    }
+    format!("{ms}ms")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -86,5 +108,15 @@ mod tests {
         assert_eq!(duration(7_800_000), "2h 10m");
         assert_eq!(duration(7 * 86_400_000), "7d");
         assert_eq!(duration(100_800_000), "1d 4h");
+    }
+
+    #[test]
+    fn formats_exact_durations() {
+        assert_eq!(exact(7 * 86_400_000), "7d");
+        assert_eq!(exact(3 * 3_600_000), "3h");
+        assert_eq!(exact(600_000), "10min");
+        assert_eq!(exact(185_000), "185s");
+        assert_eq!(exact(1_250), "1250ms");
+        assert_eq!(exact(0), "0ms");
     }
 }

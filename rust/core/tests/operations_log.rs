@@ -1,0 +1,178 @@
+//! The operations log of `twopc decide` and `twopc reconcile --apply`: each
+//! change made by hand is written to the destination's log before it is
+//! made, and a log that cannot be written stops the command before the
+//! change.
+
+use std::cell::Cell;
+
+use twopc_core::config::{RetryPolicy, SinkOptions, SubtaskContext};
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    OperationRecord, OwnerClaim, Ownership, StagedTransaction,
+};
+use twopc_core::error::{DestinationError, DestinationErrorKind};
+use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
+use twopc_core::memory::{MemoryDestination, MemoryStore};
+use twopc_core::operator::{self, Decided, Decision, OperatorError};
+use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::{Clock, SubtaskSink, TransactionHandle};
+
+#[derive(Default)]
+struct TestClock(Cell<u64>);
+impl Clock for TestClock {
+    fn now_ms(&self) -> u64 {
+        self.0.set(self.0.get() + 1);
+        self.0.get()
+    }
+    fn sleep_ms(&self, ms: u64) {
+        self.0.set(self.0.get() + ms);
+    }
+}
+
+fn sink_id() -> SinkId {
+    SinkId::new("orders").unwrap()
+}
+
+/// A run that prepared `records` for checkpoint 1 and died: a leftover.
+fn leftover(store: &MemoryStore, clock: &TestClock, records: &[&str]) -> TransactionHandle {
+    let ctx = SubtaskContext::new(sink_id(), RunId::new("run1").unwrap(), 0, 1).unwrap();
+    let (mut sink, _) = SubtaskSink::open(
+        store.destination(&sink_id()),
+        clock,
+        ctx,
+        SinkOptions::default(),
+        None,
+        Some(7),
+    )
+    .unwrap();
+    let h = sink.begin().unwrap();
+    let mut batch = Vec::new();
+    for r in records {
+        push_record(&mut batch, r.as_bytes());
+    }
+    sink.write(&h.transaction, &batch).unwrap();
+    sink.prepare(&h.transaction, 1).unwrap()
+}
+
+#[test]
+fn a_decision_is_logged_before_and_after_it_is_carried_out() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let h = leftover(&store, &clock, &["a", "b"]);
+    let mut dest = store.destination(&sink_id());
+    let decided = operator::decide(
+        &mut dest,
+        &clock,
+        &sink_id(),
+        &h.transaction,
+        Decision::Commit,
+        RetryPolicy::default(),
+        "ops@host",
+    )
+    .unwrap();
+    assert_eq!(decided, Decided::Committed);
+    let log = dest.operations().unwrap();
+    assert_eq!(log.len(), 2, "{log:?}");
+    assert_eq!(log[0].what, "commit requested");
+    assert_eq!(log[1].what, "commit: committed, output visible");
+    assert!(log
+        .iter()
+        .all(|r| r.transaction.as_ref() == Some(&h.transaction)
+            && r.by == "ops@host"
+            && r.command == "decide"));
+    assert!(log[0].at_ms < log[1].at_ms);
+    assert_eq!(store.visible_records().len(), 2);
+}
+
+/// The memory destination, with an operations log that cannot be written.
+struct LogFails(MemoryDestination);
+
+impl Destination for LogFails {
+    fn begin(&mut self, h: &TransactionHandle) -> Result<(), DestinationError> {
+        self.0.begin(h)
+    }
+    fn write(&mut self, t: &TransactionId, b: RecordBatch<'_>) -> Result<(), DestinationError> {
+        self.0.write(t, b)
+    }
+    fn prepare(&mut self, h: &TransactionHandle) -> Result<(), DestinationError> {
+        self.0.prepare(h)
+    }
+    fn commit(
+        &mut self,
+        h: &TransactionHandle,
+        now: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        self.0.commit(h, now)
+    }
+    fn abort(&mut self, t: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        self.0.abort(t)
+    }
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        self.0.staged()
+    }
+    fn committed_after(
+        &mut self,
+        l: LineageId,
+        c: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        self.0.committed_after(l, c)
+    }
+    fn retract(&mut self, c: &CommittedTransaction) -> Result<(), DestinationError> {
+        self.0.retract(c)
+    }
+    fn expire(&mut self, t: &TransactionId, now: u64) -> Result<(), DestinationError> {
+        self.0.expire(t, now)
+    }
+    fn claim_ownership(&mut self, c: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        self.0.claim_ownership(c)
+    }
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        self.0.lineages()
+    }
+    fn record_lineage(&mut self, r: &LineageRecord) -> Result<(), DestinationError> {
+        self.0.record_lineage(r)
+    }
+    fn record_run_lineage(&mut self, run: &RunId, l: LineageId) -> Result<(), DestinationError> {
+        self.0.record_run_lineage(run, l)
+    }
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        self.0.run_lineage(run)
+    }
+    fn record_operation(&mut self, _r: &OperationRecord) -> Result<(), DestinationError> {
+        Err(DestinationError::new(
+            DestinationErrorKind::Unavailable,
+            "the disk is full",
+        ))
+    }
+}
+
+#[test]
+fn a_log_that_cannot_be_written_stops_the_command_before_the_change() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let h = leftover(&store, &clock, &["a"]);
+    let mut dest = LogFails(store.destination(&sink_id()));
+    for decision in [Decision::Commit, Decision::Abort] {
+        let err = operator::decide(
+            &mut dest,
+            &clock,
+            &sink_id(),
+            &h.transaction,
+            decision,
+            RetryPolicy::default(),
+            "ops@host",
+        )
+        .unwrap_err();
+        assert!(matches!(err, OperatorError::Destination { .. }), "{err}");
+        let message = err.to_string();
+        assert!(
+            message.contains("writing the operations log")
+                && message.contains("Nothing was changed"),
+            "{message}"
+        );
+    }
+    // Still prepared, still invisible.
+    assert!(store.visible_records().is_empty());
+    let staged = dest.staged().unwrap();
+    assert!(staged
+        .iter()
+        .any(|s| s.transaction == h.transaction && s.is_prepared()));
+}
