@@ -96,7 +96,7 @@ pub struct PgCli {
 
 #[derive(Args, Debug)]
 pub struct InspectCli {
-    /// An output directory, or a postgres:// URL (with --sink).
+    /// An output directory, or a postgres:// URL.
     pub destination: PathBuf,
     /// Print one JSON document to stdout instead of tables.
     #[arg(long)]
@@ -121,7 +121,8 @@ pub struct InspectCli {
     /// List every committed transaction.
     #[arg(long)]
     pub all: bool,
-    /// For a PostgreSQL destination: the sink to inspect.
+    /// For a PostgreSQL destination: the sink to inspect [default: every
+    /// sink the control tables know].
     #[arg(long, value_name = "S")]
     pub sink: Option<String>,
     #[command(flatten)]
@@ -228,12 +229,6 @@ impl InspectCli {
             .map(str::to_string);
         let postgres = match url {
             Some(url) => {
-                if self.sink.is_none() {
-                    return Err(
-                        "missing --sink: a PostgreSQL destination is inspected one sink at a time"
-                            .to_string(),
-                    );
-                }
                 if self.pg.transaction_id_column.is_some() {
                     return Err("--transaction-id-column is for reconcile, not inspect".to_string());
                 }

@@ -83,6 +83,43 @@ fn print_out(s: &str, code: u8) -> u8 {
     }
 }
 
+/// `twopc inspect postgres://...` without `--sink`: every sink the control
+/// tables know, one report.
+fn inspect_every_pg_sink(
+    pg: &operate::PgTarget,
+    opts: &InspectOptions,
+) -> Result<Report, inspect::InspectError> {
+    let fail = |f: operate::Failed| inspect::InspectError(f.message);
+    // Only the control tables are read: any sink id opens them.
+    let lister = twopc_core::SinkId::new("twopc-inspect").expect("a valid sink id");
+    let sinks = operate::open_pg(pg, &lister, false)
+        .map_err(fail)?
+        .sink_ids()
+        .map_err(|e| inspect::InspectError(format!("listing the sinks failed: {e}")))?;
+    let destination = twopc_pg::redact_url(&pg.url);
+    let mut merged: Option<Report> = None;
+    for sink in &sinks {
+        let mut dest = operate::open_pg(pg, sink, false).map_err(fail)?;
+        let report = inspect::inspect_destination(&mut dest, sink, &destination, opts)?;
+        merged = Some(match merged {
+            None => report,
+            Some(mut all) => {
+                all.needs_attention |= report.needs_attention;
+                all.sinks.extend(report.sinks);
+                all.attention.extend(report.attention);
+                all.notes.extend(report.notes);
+                all
+            }
+        });
+    }
+    merged.ok_or_else(|| {
+        inspect::InspectError(format!(
+            "{destination} has twopc control tables in schema {} but no sink has used them yet",
+            pg.control_schema
+        ))
+    })
+}
+
 fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
     let result = match (&opts.postgres, &opts.sink) {
         (Some(pg), Some(sink)) => {
@@ -97,6 +134,7 @@ fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
                 Err(f) => Err(inspect::InspectError(f.message)),
             }
         }
+        (Some(pg), None) => inspect_every_pg_sink(pg, opts),
         _ => inspect::inspect(opts),
     };
     let report: Report = match result {

@@ -373,6 +373,28 @@ fn inspect_postgres_flags_a_partly_visible_checkpoint_and_decide_resolves_it() {
         "{}",
         stdout(&o)
     );
+
+    // Without --sink: every sink of the database, this one and another.
+    let other = Pg::new(&url, "in2");
+    let mut s = other.open("run1", FreshStartPolicy::Fail);
+    commit(&mut s, 0..2, 1);
+    drop(s);
+    let o = Command::new(env!("CARGO_BIN_EXE_twopc"))
+        .args(["inspect", &pg.url, "--json"])
+        .env_remove("RUST_LOG")
+        .env("PGPASSWORD", &pg.password)
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
+    let sinks: Vec<&serde_json::Value> = v["sinks"].as_array().unwrap().iter().collect();
+    for (name, records) in [(&pg.sink, 10), (&other.sink, 2)] {
+        let found = sinks
+            .iter()
+            .find(|s| s["sink"] == name.as_str())
+            .unwrap_or_else(|| panic!("sink {name} missing from {v:#}"));
+        assert_eq!(found["committed_records"], records, "{found:#}");
+    }
 }
 
 /// Checkpoint 2's transaction of subtask 1 is rolled back by an

@@ -464,6 +464,28 @@ impl PgDestination {
         self.table_exists(&name)
     }
 
+    /// Every sink with a trace in the control tables (a lineage, a commit
+    /// record, a prepared handle or an owner), for `twopc inspect` of a whole
+    /// database.
+    pub fn sink_ids(&mut self) -> Result<Vec<SinkId>, DestinationError> {
+        let t = &self.control_tables;
+        let sql = format!(
+            "SELECT sink_id FROM {} UNION SELECT sink_id FROM {} UNION SELECT sink_id FROM {} \
+             UNION SELECT sink_id FROM {} ORDER BY 1",
+            t.lineages, t.commit_records, t.prepared, t.owners
+        );
+        let rows = self
+            .control
+            .run("listing the sinks of the control tables", |c| {
+                Ok(c.query(&sql, &[])?)
+            })?;
+        // A row that is no sink id of ours was not written by twopc: left out.
+        Ok(rows
+            .iter()
+            .filter_map(|r| SinkId::new(r.get::<_, String>(0)).ok())
+            .collect())
+    }
+
     fn table_exists(&mut self, name: &str) -> Result<bool, DestinationError> {
         Ok(self.control.run("looking up a control table", |c| {
             Ok(
