@@ -1881,10 +1881,16 @@ impl Destination for PgDestination {
                 return Err(self.err(
                     DestinationErrorKind::NotPermitted,
                     format!(
-                        "{} does not exist and could not be created ({}); create it as in the \
-                         sink's DDL (or run the command as a user who may), then repeat the \
-                         command",
-                        self.control_tables.operations, f.error
+                        "{} does not exist and could not be created ({}); have it created (`{}`, \
+                         with INSERT and SELECT for this user), or run the command as a user \
+                         who may create it, then repeat the command",
+                        self.control_tables.operations,
+                        f.error,
+                        self.control_tables
+                            .operations_create()
+                            .split_whitespace()
+                            .collect::<Vec<_>>()
+                            .join(" ")
                     ),
                 ));
             }

@@ -179,11 +179,20 @@ impl ControlTables {
     /// The statement that creates the operations log alone, serialised with
     /// every other creation of control tables.
     pub(crate) fn operations_ddl(&self) -> String {
+        format!(
+            "BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {} COMMIT;",
+            self.operations_create()
+        )
+    }
+
+    /// The `CREATE TABLE` of the operations log, for an administrator.
+    pub(crate) fn operations_create(&self) -> String {
         let ddl = self.ddl();
-        let ops = &ddl[ddl
+        ddl[ddl
             .find(&format!("CREATE TABLE IF NOT EXISTS {} (", self.operations))
-            .expect("the DDL creates the operations table")..];
-        format!("BEGIN; SELECT pg_advisory_xact_lock({DDL_LOCK_KEY}); {ops} COMMIT;")
+            .expect("the DDL creates the operations table")..]
+            .trim()
+            .to_string()
     }
 }
 
@@ -691,4 +700,28 @@ fn ensure_control_tables(
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_operations_log_can_be_created_alone_and_is_in_the_full_ddl() {
+        let t = ControlTables::new("ops schema");
+        let create = t.operations_create();
+        assert!(
+            create.starts_with("CREATE TABLE IF NOT EXISTS \"ops schema\".\"twopc_operations\" ("),
+            "{create}"
+        );
+        assert!(create.ends_with(");"), "{create}");
+        assert!(create.contains("record text NOT NULL"), "{create}");
+        assert!(t.ddl().contains(&create));
+        let ddl = t.operations_ddl();
+        assert!(
+            ddl.starts_with("BEGIN; SELECT pg_advisory_xact_lock("),
+            "{ddl}"
+        );
+        assert!(ddl.ends_with(" COMMIT;"), "{ddl}");
+    }
 }
