@@ -1060,9 +1060,12 @@ pub fn inspect_destination(
     let staged_all = dest
         .staged()
         .map_err(fail("listing prepared transactions"))?;
-    let operations = dest
-        .operations()
-        .map_err(fail("reading the operations log"))?;
+    // The log is for people, not for the findings: a user who may not read
+    // it still gets the rest of the report.
+    let (operations, operations_note) = match dest.operations() {
+        Ok(o) => (o, None),
+        Err(e) => (Vec::new(), Some(e.to_string())),
+    };
     let name = sink.as_str();
     let mut attention = Vec::new();
     let lost = dest
@@ -1183,6 +1186,13 @@ pub fn inspect_destination(
                  policy APPEND)",
                 lineages.len()
             ),
+        ));
+    }
+    if let Some(why) = operations_note {
+        notes.push(Finding::new(
+            "operations-log-unreadable",
+            Some(name),
+            format!("the operations log of sink '{name}' cannot be read: {why}"),
         ));
     }
 

@@ -262,7 +262,9 @@ pub fn reconcile_apply<D: Destination, C: Clock>(
         ),
         "The output is removed; run the same command again to clear the notes.",
     ))?;
-    log_operation(
+    // The removals stand whether or not the closing entry reaches the log
+    // (each was logged before it was made).
+    if let Err(e) = log_operation(
         dest,
         &plan.sink,
         OperationRecord {
@@ -279,7 +281,10 @@ pub fn reconcile_apply<D: Destination, C: Clock>(
             by: by.to_string(),
         },
         "The output is removed; only the log's closing entry is missing.",
-    )
+    ) {
+        log::warn!("{e}");
+    }
+    Ok(())
 }
 
 /// Writes `record` to the destination's operations log.
@@ -367,12 +372,16 @@ pub fn decide<D: Destination, C: Clock>(
         Ok(decided) => format!("{verb}: {}", decided.describe()),
         Err(e) => format!("{verb} not done: {e}"),
     };
-    log_operation(
+    // The decision stands whether or not its outcome reaches the log: say so
+    // rather than hide what was done behind the log's failure.
+    if let Err(e) = log_operation(
         dest,
         sink,
         record(outcome),
-        "The command's output says what was done; only the log's entry of the outcome is missing.",
-    )?;
+        "The decision was carried out as reported; only the log's entry of its outcome is missing.",
+    ) {
+        log::warn!("{e}");
+    }
     result
 }
 

@@ -83,8 +83,9 @@ fn a_decision_is_logged_before_and_after_it_is_carried_out() {
     assert_eq!(store.visible_records().len(), 2);
 }
 
-/// The memory destination, with an operations log that cannot be written.
-struct LogFails(MemoryDestination);
+/// The memory destination, with an operations log that takes `.1` more
+/// entries and then cannot be written.
+struct LogFails(MemoryDestination, usize);
 
 impl Destination for LogFails {
     fn begin(&mut self, h: &TransactionHandle) -> Result<(), DestinationError> {
@@ -137,7 +138,14 @@ impl Destination for LogFails {
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         self.0.run_lineage(run)
     }
-    fn record_operation(&mut self, _r: &OperationRecord) -> Result<(), DestinationError> {
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        self.0.operations()
+    }
+    fn record_operation(&mut self, r: &OperationRecord) -> Result<(), DestinationError> {
+        if self.1 > 0 {
+            self.1 -= 1;
+            return self.0.record_operation(r);
+        }
         Err(DestinationError::new(
             DestinationErrorKind::Unavailable,
             "the disk is full",
@@ -149,7 +157,7 @@ impl Destination for LogFails {
 fn a_log_that_cannot_be_written_stops_the_command_before_the_change() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
     let h = leftover(&store, &clock, &["a"]);
-    let mut dest = LogFails(store.destination(&sink_id()));
+    let mut dest = LogFails(store.destination(&sink_id()), 0);
     for decision in [Decision::Commit, Decision::Abort] {
         let err = operator::decide(
             &mut dest,
@@ -175,4 +183,27 @@ fn a_log_that_cannot_be_written_stops_the_command_before_the_change() {
     assert!(staged
         .iter()
         .any(|s| s.transaction == h.transaction && s.is_prepared()));
+}
+
+#[test]
+fn a_decision_carried_out_is_reported_even_when_its_outcome_cannot_be_logged() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let h = leftover(&store, &clock, &["a", "b", "c"]);
+    // The request is logged; the outcome's entry fails.
+    let mut dest = LogFails(store.destination(&sink_id()), 1);
+    let decided = operator::decide(
+        &mut dest,
+        &clock,
+        &sink_id(),
+        &h.transaction,
+        Decision::Commit,
+        RetryPolicy::default(),
+        "ops@host",
+    )
+    .unwrap();
+    assert_eq!(decided, Decided::Committed);
+    assert_eq!(store.visible_records().len(), 3);
+    let log = dest.operations().unwrap();
+    assert_eq!(log.len(), 1);
+    assert_eq!(log[0].what, "commit requested");
 }

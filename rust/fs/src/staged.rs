@@ -226,9 +226,11 @@ fn direct_or_cached(dir: &Dir, file: File, mode: IoMode) -> io::Result<Out> {
 /// ([`drop_from_page_cache`]).
 mod writeback {
     use std::fs::File;
+    use std::sync::atomic::{AtomicBool, Ordering};
     use std::sync::mpsc::{sync_channel, SyncSender, TrySendError};
     use std::sync::{Mutex, MutexGuard};
     use std::thread::JoinHandle;
+    use std::time::{Duration, Instant};
 
     use super::WritebackError;
 
@@ -241,6 +243,9 @@ mod writeback {
     }
 
     static WORKER: Mutex<Option<Worker>> = Mutex::new(None);
+    /// Set by [`stop`]: no thread is started again in this process (or this
+    /// copy of the library), so none can outlive its release.
+    static STOPPED: AtomicBool = AtomicBool::new(false);
 
     /// The worker slot. A panic while it was locked leaves at worst no
     /// worker (the next request starts one), so the poison flag is ignored.
@@ -267,14 +272,36 @@ mod writeback {
         Some(Worker { requests, thread })
     }
 
-    /// Stops the thread, after the request it may be syncing; returns
-    /// whether one ran. Nothing is lost: prepare syncs every file itself.
-    /// A later request starts a new thread.
-    pub(crate) fn stop() -> bool {
-        let Some(Worker { requests, thread }) = worker().take() else {
+    /// Stops the thread for good (later requests are ignored: prepare syncs
+    /// every file itself, so nothing is lost). Waits up to `wait` for a sync
+    /// under way to finish; returns whether a thread ran and has ended.
+    ///
+    /// The wait polls instead of blocking on a channel: a blocking receive
+    /// gives the calling thread a thread-local with a destructor in this
+    /// library, and glibc then keeps the library mapped for as long as that
+    /// thread lives, which, for a JVM thread, defeats the release.
+    pub(crate) fn stop(wait: Duration) -> bool {
+        let worker = {
+            let mut slot = worker();
+            STOPPED.store(true, Ordering::SeqCst);
+            slot.take()
+        };
+        let Some(Worker { requests, thread }) = worker else {
             return false;
         };
         drop(requests); // ends the thread's loop
+        let deadline = Instant::now() + wait;
+        while !thread.is_finished() {
+            if Instant::now() >= deadline {
+                log::warn!(
+                    "the background write-back thread is still syncing a file after {}; it \
+                     ends when that sync returns",
+                    twopc_core::timefmt::exact(wait.as_millis() as u64)
+                );
+                return false;
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
         let _ = thread.join();
         true
     }
@@ -284,6 +311,9 @@ mod writeback {
         // A second descriptor of the same open file, owned by the request.
         let Ok(dup) = file.try_clone() else { return };
         let mut worker = worker();
+        if STOPPED.load(Ordering::SeqCst) {
+            return;
+        }
         if worker.is_none() {
             *worker = start();
         }
@@ -302,12 +332,15 @@ mod writeback {
     }
 }
 
-/// Stops the background write-back thread, if one runs; returns whether
-/// one did. For the unloading of the library that holds this code (a JVM
-/// unloads a job's copy of it when the job's class loader is released): no
-/// thread of ours may still run code of a copy that is about to be unmapped.
-pub fn stop_writeback() -> bool {
-    writeback::stop()
+/// Stops the background write-back thread for good, if one runs, waiting
+/// up to `wait` for a sync under way; returns whether one ran and ended.
+/// Later writes go without background write-back (prepare still syncs
+/// everything). For the unloading of the library that holds this code (a
+/// JVM unloads a job's copy of it when the job's class loader is released):
+/// no thread of ours may still run code of a copy that is about to be
+/// unmapped, and none may start after.
+pub fn stop_writeback(wait: std::time::Duration) -> bool {
+    writeback::stop(wait)
 }
 
 /// Tells the kernel that the file's data, already on the disk, need not stay
@@ -357,10 +390,10 @@ mod tests {
         let _ = std::fs::remove_dir_all(path);
     }
 
-    /// The only test that stops the thread (tests share it): so each stop
-    /// below finds the thread its own writes started.
+    /// The only test that stops the thread (tests share it, and a stop is
+    /// for good): so the stop below finds the thread its own writes started.
     #[test]
-    fn the_write_back_thread_stops_and_starts_again_with_nothing_lost() {
+    fn the_write_back_thread_stops_for_good_with_nothing_lost() {
         let (path, dir) = temp("wb-stop");
         let mut f = StagedFile::create(&dir, IoMode::Buffered).unwrap();
         let record = vec![b'x'; 64 * 1024];
@@ -369,9 +402,12 @@ mod tests {
             for _ in 0..per_request {
                 f.write_records([&record[..]].into_iter(), false).unwrap();
             }
-            assert!(
-                stop_writeback(),
-                "round {round}: a write-back thread was running"
+            // The first round started the thread; after the stop, writes
+            // start none.
+            assert_eq!(
+                stop_writeback(std::time::Duration::from_secs(10)),
+                round == 0,
+                "round {round}"
             );
         }
         let len = f.seal().unwrap();

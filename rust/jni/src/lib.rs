@@ -586,7 +586,9 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_release0<'l>(
                 open.join(", ")
             );
         }
-        let stopped = twopc_fs::stop_writeback();
+        // Bounded: the hook runs on a TaskManager thread that must not hang
+        // on a stuck disk. A thread still syncing then ends on its own.
+        let stopped = twopc_fs::stop_writeback(std::time::Duration::from_secs(10));
         log::debug!(target: "twopc::jni", "library released (write-back thread stopped: {stopped})");
         Ok(jint::try_from(open.len()).unwrap_or(jint::MAX))
     })

@@ -104,7 +104,7 @@ pub(crate) fn open(role: Role, args: OpenArgs) -> BridgeResult<i64> {
             dest,
         })),
     };
-    let id = registry::insert(native);
+    let id = registry::insert(native)?;
     log::debug!(
         target: "twopc::jni",
         "{}: {role:?} open ({}) as native #{id}",

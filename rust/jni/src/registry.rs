@@ -13,7 +13,7 @@
 //! registry lock is held only to look an id up, never during I/O.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use twopc_core::{CommitterSession, Destination, SubtaskSink, SystemClock, WriterSession};
@@ -91,10 +91,24 @@ fn unknown(id: i64) -> BridgeError {
     ))
 }
 
-pub(crate) fn insert(native: Native) -> i64 {
+/// Set by [`remove_all`]: this copy of the library is being released with
+/// its class loader, and opens nothing more.
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+pub(crate) fn insert(native: Native) -> BridgeResult<i64> {
+    let mut sinks = sinks();
+    // Checked under the registry lock, so nothing is inserted after
+    // remove_all drained the map.
+    if RELEASED.load(Ordering::SeqCst) {
+        return Err(BridgeError::illegal_state(
+            "this copy of the twopc native library was released with its job's class loader \
+             (the job left this TaskManager); it opens no sink any more. The task is being \
+             cancelled; Flink restarts it with a new class loader",
+        ));
+    }
     let id = mint_id();
-    sinks().insert(id, Arc::new(Mutex::new(native)));
-    id
+    sinks.insert(id, Arc::new(Mutex::new(native)));
+    Ok(id)
 }
 
 /// Runs `f` on the object `id`, holding its lock.
@@ -123,16 +137,22 @@ pub(crate) fn remove(id: i64) -> BridgeResult<()> {
     Ok(())
 }
 
-/// Removes every entry, for the release of the library: returns what was
-/// still open, by kind. Calls running on them keep their references and
-/// finish first, as with [`remove`].
+/// Removes every entry and refuses new ones, for the release of the
+/// library: returns what was still open, by kind ("busy" for one a call is
+/// still using). It never waits for a call: one still running keeps its own
+/// reference, finishes, and drops the object then, as with [`remove`].
 pub(crate) fn remove_all() -> Vec<&'static str> {
-    let drained: Vec<Shared> = sinks().drain().map(|(_, shared)| shared).collect();
+    let drained: Vec<Shared> = {
+        let mut sinks = sinks();
+        RELEASED.store(true, Ordering::SeqCst);
+        sinks.drain().map(|(_, shared)| shared).collect()
+    };
     drained
         .into_iter()
-        .map(|shared| match shared.lock() {
+        .map(|shared| match shared.try_lock() {
             Ok(native) => native.kind(),
-            Err(poisoned) => poisoned.into_inner().kind(),
+            Err(std::sync::TryLockError::Poisoned(p)) => p.into_inner().kind(),
+            Err(std::sync::TryLockError::WouldBlock) => "busy",
         })
         .collect()
 }

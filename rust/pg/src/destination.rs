@@ -464,15 +464,14 @@ impl PgDestination {
         self.table_exists(&name)
     }
 
-    /// Every sink with a trace in the control tables (a lineage, a commit
-    /// record, a prepared handle or an owner), for `twopc inspect` of a whole
-    /// database.
+    /// Every transactional sink with output in the control tables (a
+    /// commit record or a prepared handle), for `twopc inspect` of a whole
+    /// database. Idempotent-mode sinks keep neither, and are not listed.
     pub fn sink_ids(&mut self) -> Result<Vec<SinkId>, DestinationError> {
         let t = &self.control_tables;
         let sql = format!(
-            "SELECT sink_id FROM {} UNION SELECT sink_id FROM {} UNION SELECT sink_id FROM {} \
-             UNION SELECT sink_id FROM {} ORDER BY 1",
-            t.lineages, t.commit_records, t.prepared, t.owners
+            "SELECT sink_id FROM {} UNION SELECT sink_id FROM {} ORDER BY 1",
+            t.commit_records, t.prepared
         );
         let rows = self
             .control
@@ -1920,9 +1919,23 @@ impl Destination for PgDestination {
         let rows = self.control.run("reading the operations log", |c| {
             Ok(c.query(&sql, &[&sink])?)
         })?;
+        // A row that does not read as a record is shown as such, not dropped.
         Ok(rows
             .iter()
-            .filter_map(|r| OperationRecord::parse(&r.get::<_, String>(0)))
+            .map(|r| {
+                let text: String = r.get(0);
+                OperationRecord::parse(&text).unwrap_or_else(|| OperationRecord {
+                    at_ms: 0,
+                    command: "unreadable".to_string(),
+                    transaction: None,
+                    what: format!(
+                        "a row of {} that is not a record of twopc: {:?}",
+                        self.control_tables.operations,
+                        text.chars().take(80).collect::<String>()
+                    ),
+                    by: String::new(),
+                })
+            })
             .collect())
     }
 

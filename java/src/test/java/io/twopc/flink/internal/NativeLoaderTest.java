@@ -200,6 +200,17 @@ public class NativeLoaderTest {
             assertThat((int) bridge.getMethod("release").invoke(null)).isZero();
             Throwable closed = causeOf(() -> bridge.getMethod("stats", long.class).invoke(null, writing[0]));
             assertThat(closed).isInstanceOf(IllegalStateException.class);
+            // A released copy opens nothing more (a task the release raced with fails cleanly).
+            // Asked on a thread that ends, like the task's: a live thread that called into a
+            // copy keeps it mapped (glibc keeps a library whose thread-local destructors are
+            // pending).
+            Throwable[] refused = new Throwable[1];
+            Thread late = new Thread(() -> refused[0] = causeOf(() -> openIn(bridge, out, "after-release")),
+                    "late-task");
+            late.start();
+            late.join();
+            assertThat(refused[0]).isInstanceOf(IllegalStateException.class)
+                    .hasMessageContaining("was released with its job's class loader");
             return new WeakReference<>(loader);
         }
     }
