@@ -156,6 +156,13 @@ pub struct CommittedTransaction {
     pub committed_at_ms: u64,
 }
 
+/// The value of `key` in `key=value` lines (the text of lost notes and
+/// operation records).
+fn key_value_field<'a>(text: &'a str, key: &str) -> Option<&'a str> {
+    text.lines()
+        .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
+}
+
 /// A durable note that a transaction of a completed checkpoint was found
 /// LOST (neither staged nor committed when its commit came), written by
 /// the committer before it stops the job, so that tools can show the
@@ -191,10 +198,7 @@ impl LostNote {
 
     /// Reads [`LostNote::render`]'s text back; `None` when incomplete.
     pub fn parse(text: &str) -> Option<LostNote> {
-        let field = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-        };
+        let field = |key: &str| key_value_field(text, key);
         Some(LostNote {
             transaction: TransactionId::parse(field("transaction")?)?.id,
             lineage: LineageId(u64::from_str_radix(field("lineage")?, 16).ok()?),
@@ -244,10 +248,7 @@ impl OperationRecord {
 
     /// Reads [`OperationRecord::render`]'s text back; `None` when damaged.
     pub fn parse(text: &str) -> Option<OperationRecord> {
-        let field = |key: &str| {
-            text.lines()
-                .find_map(|l| l.strip_prefix(key)?.strip_prefix('='))
-        };
+        let field = |key: &str| key_value_field(text, key);
         let transaction = match field("transaction")? {
             "" => None,
             t => Some(TransactionId::parse(t)?.id),

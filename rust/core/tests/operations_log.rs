@@ -54,21 +54,30 @@ fn leftover(store: &MemoryStore, clock: &TestClock, records: &[&str]) -> Transac
     sink.prepare(&h.transaction, 1).unwrap()
 }
 
+/// `twopc decide` of `txn` as operator "ops@host".
+fn decide<D: Destination>(
+    dest: &mut D,
+    clock: &TestClock,
+    txn: &TransactionId,
+    decision: Decision,
+) -> Result<Decided, OperatorError> {
+    operator::decide(
+        dest,
+        clock,
+        &sink_id(),
+        txn,
+        decision,
+        RetryPolicy::default(),
+        "ops@host",
+    )
+}
+
 #[test]
 fn a_decision_is_logged_before_and_after_it_is_carried_out() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
     let h = leftover(&store, &clock, &["a", "b"]);
     let mut dest = store.destination(&sink_id());
-    let decided = operator::decide(
-        &mut dest,
-        &clock,
-        &sink_id(),
-        &h.transaction,
-        Decision::Commit,
-        RetryPolicy::default(),
-        "ops@host",
-    )
-    .unwrap();
+    let decided = decide(&mut dest, &clock, &h.transaction, Decision::Commit).unwrap();
     assert_eq!(decided, Decided::Committed);
     let log = dest.operations().unwrap();
     assert_eq!(log.len(), 2, "{log:?}");
@@ -159,16 +168,7 @@ fn a_log_that_cannot_be_written_stops_the_command_before_the_change() {
     let h = leftover(&store, &clock, &["a"]);
     let mut dest = LogFails(store.destination(&sink_id()), 0);
     for decision in [Decision::Commit, Decision::Abort] {
-        let err = operator::decide(
-            &mut dest,
-            &clock,
-            &sink_id(),
-            &h.transaction,
-            decision,
-            RetryPolicy::default(),
-            "ops@host",
-        )
-        .unwrap_err();
+        let err = decide(&mut dest, &clock, &h.transaction, decision).unwrap_err();
         assert!(matches!(err, OperatorError::Destination { .. }), "{err}");
         let message = err.to_string();
         assert!(
@@ -191,16 +191,7 @@ fn a_decision_carried_out_is_reported_even_when_its_outcome_cannot_be_logged() {
     let h = leftover(&store, &clock, &["a", "b", "c"]);
     // The request is logged; the outcome's entry fails.
     let mut dest = LogFails(store.destination(&sink_id()), 1);
-    let decided = operator::decide(
-        &mut dest,
-        &clock,
-        &sink_id(),
-        &h.transaction,
-        Decision::Commit,
-        RetryPolicy::default(),
-        "ops@host",
-    )
-    .unwrap();
+    let decided = decide(&mut dest, &clock, &h.transaction, Decision::Commit).unwrap();
     assert_eq!(decided, Decided::Committed);
     assert_eq!(store.visible_records().len(), 3);
     let log = dest.operations().unwrap();

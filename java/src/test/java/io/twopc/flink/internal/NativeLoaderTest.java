@@ -217,13 +217,10 @@ public class NativeLoaderTest {
 
     /** A sink writing through the page cache (so with the background write-back). */
     private static long openBuffered(Class<?> bridge, File out) throws Exception {
-        Method open = bridge.getMethod("openSink", String.class, String.class, int.class, int.class, int.class,
-                long.class, String.class, long.class, byte[][].class, byte[][].class);
         String config = NativeTestSupport.fsConfig(new File(out, "buffered"), "buffered", 3_600_000L)
                 .replace("\"ioMode\":\"AUTO\"", "\"ioMode\":\"BUFFERED\"");
         assertThat(config).contains("BUFFERED");
-        return (long) open.invoke(null, config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
-                new byte[0][], new byte[0][]);
+        return openWith(bridge, config);
     }
 
     /** The number of write-back threads once it is {@code expected}, or after 10 s. */
@@ -338,10 +335,14 @@ public class NativeLoaderTest {
 
     /** Opens a sink through another class loader's copy of {@link NativeBridge}. */
     private static long openIn(Class<?> bridge, File out, String sinkId) throws Exception {
+        return openWith(bridge, NativeTestSupport.fsConfig(out, sinkId, 3_600_000L));
+    }
+
+    private static long openWith(Class<?> bridge, String config) throws Exception {
         Method open = bridge.getMethod("openSink", String.class, String.class, int.class, int.class, int.class,
                 long.class, String.class, long.class, byte[][].class, byte[][].class);
-        return (long) open.invoke(null, NativeTestSupport.fsConfig(out, sinkId, 3_600_000L), NativeTestSupport.RUN_ID,
-                0, 1, 0, 10_000L, null, -1L, new byte[0][], new byte[0][]);
+        return (long) open.invoke(null, config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L,
+                new byte[0][], new byte[0][]);
     }
 
     private interface Call {
