@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::clock::Clock;
 use crate::committer::{CommitOutcome, CommitStep, Committer};
 use crate::config::{SinkOptions, SubtaskContext};
-use crate::destination::Destination;
+use crate::destination::{Compaction, Destination};
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, TransactionId};
@@ -44,6 +44,8 @@ pub struct CommitterStats {
     pub expired: u64,
     pub housekeeping_failures: u64,
     pub last_committed_checkpoint: Option<CheckpointId>,
+    /// Commit records folded into history segments by this committer.
+    pub history_folded: u64,
 }
 
 pub struct CommitterSession {
@@ -63,6 +65,10 @@ pub struct CommitterSession {
     /// Handles received or restored and not yet committed.
     protected: HashSet<TransactionId>,
     last_expiry_scan_ms: u64,
+    /// Commits since the last compaction of the history; `None` until the
+    /// first one, which runs at the first completed checkpoint (a job that
+    /// restarts often still keeps its history bounded).
+    commits_since_compaction: Option<u64>,
     stats: CommitterStats,
 }
 
@@ -80,6 +86,7 @@ impl CommitterSession {
             writers: BTreeMap::new(),
             protected: HashSet::new(),
             last_expiry_scan_ms: 0,
+            commits_since_compaction: None,
             stats: CommitterStats::default(),
         }
     }
@@ -179,6 +186,9 @@ impl CommitterSession {
             }
         };
         self.protected.remove(&handle.transaction);
+        if let Some(n) = &mut self.commits_since_compaction {
+            *n += 1;
+        }
         match outcome {
             CommitOutcome::Committed => self.stats.committed += 1,
             CommitOutcome::AlreadyCommitted => self.stats.already_committed += 1,
@@ -255,6 +265,12 @@ impl CommitterSession {
                 )),
             }
         }
+        if let Err(e) = self.compact_if_due(dest) {
+            report.failures.push(format!(
+                "compacting the commit history after checkpoint {checkpoint} failed (tried again \
+                 after the next commits): {e}"
+            ));
+        }
         self.stats.housekeeping_failures += report.failures.len() as u64;
         for f in &report.failures {
             log::warn!("{}: {f}", self.ctx.scope());
@@ -287,6 +303,36 @@ impl CommitterSession {
         self.cleanup_due = false;
         self.stats.lingering_aborted += aborted.len() as u64;
         Ok(aborted)
+    }
+
+    /// Folds older commit records into segments, at the first completed
+    /// checkpoint and then every `history.every_commits` commits. A busy
+    /// compaction (another subtask's) counts as done.
+    pub fn compact_if_due<D: Destination>(
+        &mut self,
+        dest: &mut D,
+    ) -> Result<Compaction, crate::error::DestinationError> {
+        let policy = self.options.history;
+        let due = match self.commits_since_compaction {
+            _ if policy.every_commits == 0 => false,
+            None => true,
+            Some(n) => n >= policy.every_commits,
+        };
+        if !due {
+            return Ok(Compaction::default());
+        }
+        self.commits_since_compaction = Some(0);
+        let done = dest.compact_history(&policy)?;
+        self.stats.history_folded += done.folded;
+        if done.folded > 0 {
+            log::info!(
+                "{}: folded {} commit records into {} history segment(s)",
+                self.ctx.scope(),
+                done.folded,
+                done.segments
+            );
+        }
+        Ok(done)
     }
 
     /// Runs the retention cleanup if the scan interval has passed.

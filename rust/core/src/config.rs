@@ -1,6 +1,7 @@
 //! Options of a sink and their validation. Everything is checked when the
 //! sink is built, with messages that say what to change.
 
+use crate::destination::HistoryPolicy;
 use crate::error::ConfigError;
 use crate::ids::{RunId, SinkId};
 use crate::timefmt::exact;
@@ -168,6 +169,8 @@ pub struct SinkOptions {
     /// (after the parallelism grew) waits for another subtask to record the
     /// run's lineage at the destination.
     pub lineage_wait_ms: u64,
+    /// How the commit history is kept bounded (see [`HistoryPolicy`]).
+    pub history: HistoryPolicy,
 }
 
 impl Default for SinkOptions {
@@ -180,6 +183,7 @@ impl Default for SinkOptions {
             expiry_scan_interval_ms: 60_000,
             owner_wait_ms: 10_000,
             lineage_wait_ms: 120_000,
+            history: HistoryPolicy::default(),
         }
     }
 }

@@ -263,6 +263,86 @@ impl OperationRecord {
     }
 }
 
+/// How much of a sink's commit history stays as one record per
+/// transaction. Commit records are kept forever (a restore of an old
+/// savepoint must still find what was committed after it), so older ones
+/// are folded into per-lineage segments: a few large files or rows
+/// instead of one per transaction, holding the same facts, so rewind
+/// detection, a repeated commit, `twopc reconcile` and `twopc inspect`
+/// read them as before.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HistoryPolicy {
+    /// The latest checkpoints of each lineage whose records stay single:
+    /// the ones a repeated commit or a recent rewind looks up.
+    pub keep_checkpoints: u64,
+    /// Fold only when at least this many records lie behind the
+    /// watermark, so that segments are few and large.
+    pub min_segment: usize,
+    /// At most this many records per segment (bounds what one read of a
+    /// segment costs).
+    pub max_segment: usize,
+    /// A committer compacts after this many of its commits (and once after
+    /// its start); 0 turns compaction off.
+    pub every_commits: u64,
+}
+
+impl Default for HistoryPolicy {
+    fn default() -> Self {
+        HistoryPolicy {
+            keep_checkpoints: 16,
+            min_segment: 1024,
+            max_segment: 8192,
+            every_commits: 256,
+        }
+    }
+}
+
+/// What one compaction did.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Compaction {
+    /// Commit records folded into segments.
+    pub folded: u64,
+    /// Segments written.
+    pub segments: u64,
+    /// True when another process or subtask was compacting: nothing done.
+    pub busy: bool,
+}
+
+/// The committed output of one run in one lineage, summed: what tools
+/// show without reading every record of a long history.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HistoryTally {
+    pub lineage: LineageId,
+    pub run: RunId,
+    pub transactions: u64,
+    pub records: u64,
+    pub first_checkpoint: CheckpointId,
+    pub last_checkpoint: CheckpointId,
+}
+
+/// Sums committed transactions per lineage and run (into `tallies`).
+pub fn tally(tallies: &mut Vec<HistoryTally>, c: &CommittedTransaction) {
+    match tallies
+        .iter_mut()
+        .find(|t| t.lineage == c.lineage && t.run == c.run)
+    {
+        Some(t) => {
+            t.transactions += 1;
+            t.records += c.records;
+            t.first_checkpoint = t.first_checkpoint.min(c.checkpoint);
+            t.last_checkpoint = t.last_checkpoint.max(c.checkpoint);
+        }
+        None => tallies.push(HistoryTally {
+            lineage: c.lineage,
+            run: c.run.clone(),
+            transactions: 1,
+            records: c.records,
+            first_checkpoint: c.checkpoint,
+            last_checkpoint: c.checkpoint,
+        }),
+    }
+}
+
 /// One sink's view of a destination, used by one subtask.
 ///
 /// Implementations must make `commit` and `abort` repeatable by transaction
@@ -353,6 +433,27 @@ pub trait Destination {
     /// Every operation record of this sink, oldest first (for tools).
     fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
         Ok(Vec::new())
+    }
+
+    /// Folds commit records behind `policy`'s watermark into segments
+    /// (repeatable; safe next to running commits, rewinds and other
+    /// compactions). A destination that keeps no history answers `Ok`.
+    fn compact_history(&mut self, _policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        Ok(Compaction::default())
+    }
+
+    /// The whole committed history summed per lineage and run. The
+    /// default reads every record; a destination that compacts answers
+    /// from its segments' summaries, in time that does not grow with the
+    /// history.
+    fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        let mut out = Vec::new();
+        for l in self.lineages()? {
+            for c in self.committed_after(l.lineage, 0)? {
+                tally(&mut out, &c);
+            }
+        }
+        Ok(out)
     }
 
     /// Every subtask index of this sink that some run ever claimed here
@@ -449,6 +550,12 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
         (**self).operations()
+    }
+    fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        (**self).compact_history(policy)
+    }
+    fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        (**self).history_tallies()
     }
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
         (**self).lineages()

@@ -32,6 +32,8 @@ pub enum PayloadKind {
     Manifest = 2,
     /// A writer's own state (lineage, open transactions), see `state`.
     WriterState = 3,
+    /// A segment of compacted commit history, see `history`.
+    HistorySegment = 4,
 }
 
 pub fn seal(kind: PayloadKind, body: &[u8]) -> Vec<u8> {

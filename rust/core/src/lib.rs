@@ -14,6 +14,7 @@ pub mod destination;
 pub mod envelope;
 pub mod error;
 pub mod handle;
+pub mod history;
 pub mod ids;
 #[cfg(feature = "testing")]
 pub mod memory;
