@@ -265,6 +265,7 @@ impl SinkConfig {
             expiry_scan_interval_ms: s.expiry_scan_interval_ms,
             owner_wait_ms: s.owner_wait_ms,
             lineage_wait_ms: s.lineage_wait_ms,
+            history: Default::default(),
         };
         let destination = match doc.destination {
             DestinationSection::Filesystem(f) => DestinationSpec::Filesystem(fs_options(f)?),
