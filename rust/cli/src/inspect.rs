@@ -12,7 +12,7 @@ use std::path::{Path, PathBuf};
 use serde::Serialize;
 use twopc_core::destination::StagedState;
 use twopc_core::ids::TransactionId;
-use twopc_fs::{inventory, Layout, SinkInventory, CONTROL_DIR};
+use twopc_fs::{Layout, SinkInventory, CONTROL_DIR};
 
 use twopc_core::timefmt::duration;
 
@@ -34,6 +34,10 @@ pub struct InspectOptions {
     pub sink: Option<String>,
     pub postgres: Option<crate::operate::PgTarget>,
 }
+
+/// Checkpoints per lineage whose commit records a summary (no `--all`) of
+/// a destination without a directory inventory reads.
+const RECENT_CHECKPOINTS: u64 = 64;
 
 /// Committed transactions listed per sink unless `--limit` or `--all`.
 pub const DEFAULT_LIMIT: usize = 20;
@@ -183,7 +187,7 @@ pub struct VisibleFile {
 pub struct Finding {
     /// Stable, machine-readable: `problem`, `commit-unfinished`,
     /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
-    /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`,
+    /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`, `history-summarised`,
     /// `open-past-retention`, `output-changed`, `unreferenced-file`,
     /// `scratch-files`, `unknown-entry`.
     pub kind: &'static str,
@@ -296,7 +300,15 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
         }
     }
 
-    let inventories = inventory(out).map_err(|e| {
+    // By default the committed history is read to a bounded depth: the
+    // single records and the history segments' names (see twopc_fs's
+    // `history`); `--all` reads and checks every record.
+    let depth = if opts.limit.is_none() {
+        twopc_fs::Depth::Full
+    } else {
+        twopc_fs::Depth::Summary
+    };
+    let inventories = twopc_fs::inventory_with(out, depth).map_err(|e| {
         let stray: Vec<String> = control_entries
             .iter()
             .filter(|(n, d)| !d && twopc_core::ids::SinkId::new(n.as_str()).is_ok())
@@ -332,7 +344,22 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
         sinks.push(report);
     }
 
-    let unreferenced = unreferenced_files(opts, &referenced)?;
+    // Which visible files no record references can only be told with
+    // every record at hand.
+    let folded_unread = inventories
+        .iter()
+        .any(|inv| !inv.full && !inv.segments.is_empty());
+    let unreferenced = if folded_unread {
+        notes.push(Finding::new(
+            "history-summarised",
+            None,
+            "older commit records are folded into history segments and were counted from              their names, not read: their output files were not checked, nor was the output              directory searched for files no record references. `twopc inspect --all` reads              and checks all of it"
+                .to_string(),
+        ));
+        Vec::new()
+    } else {
+        unreferenced_files(opts, &referenced)?
+    };
     for u in &unreferenced {
         let mut message = format!(
             "{} ({} bytes) is visible output that no commit record references: it was written \
@@ -419,9 +446,17 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             committed_at_ms: c.committed_at_ms,
         });
     }
-    let committed_total = committed.len();
-    let committed_records = committed.iter().map(|c| c.records).sum();
-    let lineages = summarise(&committed);
+    let mut committed_total = committed.len();
+    let mut committed_records: u64 = committed.iter().map(|c| c.records).sum();
+    let mut lineages = summarise(&committed);
+    if !inv.full {
+        // The folded history, from the segments' names.
+        for seg in &inv.segments {
+            committed_total += seg.transactions as usize;
+            committed_records += seg.records;
+            add_folded(&mut lineages, seg);
+        }
+    }
     if let Some(limit) = opts.limit {
         if committed.len() > limit {
             committed.sort_by(|a, b| {
@@ -912,6 +947,82 @@ pub(crate) fn prepared_finding(
     }
 }
 
+/// Adds a history segment's tally (from its name) to the counts per
+/// lineage and run.
+fn add_folded(lineages: &mut Vec<LineageEntry>, seg: &twopc_fs::SegmentName) {
+    let lineage = seg.lineage.to_string();
+    let at = match lineages.iter().position(|l| l.lineage == lineage) {
+        Some(i) => i,
+        None => {
+            lineages.push(LineageEntry {
+                lineage,
+                transactions: 0,
+                records: 0,
+                first_checkpoint: seg.first,
+                last_checkpoint: seg.last,
+                runs: Vec::new(),
+            });
+            lineages.sort_by(|a, b| a.lineage.cmp(&b.lineage));
+            lineages
+                .iter()
+                .position(|l| l.lineage == seg.lineage.to_string())
+                .expect("just added")
+        }
+    };
+    let l = &mut lineages[at];
+    l.transactions += seg.transactions;
+    l.records += seg.records;
+    l.first_checkpoint = l.first_checkpoint.min(seg.first);
+    l.last_checkpoint = l.last_checkpoint.max(seg.last);
+    let run = seg.run.to_string();
+    match l.runs.iter_mut().find(|r| r.run == run) {
+        Some(r) => {
+            r.transactions += seg.transactions;
+            r.records += seg.records;
+            r.first_checkpoint = r.first_checkpoint.min(seg.first);
+            r.last_checkpoint = r.last_checkpoint.max(seg.last);
+        }
+        None => {
+            l.runs.push(RunEntry {
+                run,
+                transactions: seg.transactions,
+                records: seg.records,
+                first_checkpoint: seg.first,
+                last_checkpoint: seg.last,
+            });
+            l.runs
+                .sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
+        }
+    }
+}
+
+/// Counts per lineage and run, from a destination's tallies.
+fn summarise_tallies(tallies: &[twopc_core::destination::HistoryTally]) -> Vec<LineageEntry> {
+    let mut by: BTreeMap<String, Vec<RunEntry>> = BTreeMap::new();
+    for t in tallies {
+        by.entry(t.lineage.to_string()).or_default().push(RunEntry {
+            run: t.run.to_string(),
+            transactions: t.transactions,
+            records: t.records,
+            first_checkpoint: t.first_checkpoint,
+            last_checkpoint: t.last_checkpoint,
+        });
+    }
+    by.into_iter()
+        .map(|(lineage, mut runs)| {
+            runs.sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
+            LineageEntry {
+                lineage,
+                transactions: runs.iter().map(|r| r.transactions).sum(),
+                records: runs.iter().map(|r| r.records).sum(),
+                first_checkpoint: runs.iter().map(|r| r.first_checkpoint).min().unwrap_or(0),
+                last_checkpoint: runs.iter().map(|r| r.last_checkpoint).max().unwrap_or(0),
+                runs,
+            }
+        })
+        .collect()
+}
+
 /// Counts per lineage and run.
 fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
     let mut by: BTreeMap<&str, BTreeMap<&str, RunEntry>> = BTreeMap::new();
@@ -1036,11 +1147,31 @@ pub fn inspect_destination(
         }
     };
     let lineages = dest.lineages().map_err(fail("listing lineages"))?;
+    let lost = dest
+        .lost_notes()
+        .map_err(fail("reading notes of lost transactions"))?;
+    // By default only the latest checkpoints' records are read (and those
+    // of checkpoints a lost note names); the counts come from the
+    // destination's tallies, in time that does not grow with the history.
+    // `--all` reads every record.
     let mut committed = Vec::new();
     for l in &lineages {
         // Flink numbers checkpoints from 1.
+        let from = match opts.limit {
+            None => 0,
+            Some(_) => {
+                let recent = l
+                    .last_checkpoint
+                    .unwrap_or_default()
+                    .saturating_sub(RECENT_CHECKPOINTS);
+                lost.iter()
+                    .filter(|n| n.lineage == l.lineage)
+                    .map(|n| n.checkpoint.saturating_sub(1))
+                    .fold(recent, u64::min)
+            }
+        };
         for c in dest
-            .committed_after(l.lineage, 0)
+            .committed_after(l.lineage, from)
             .map_err(fail("reading commit records"))?
         {
             committed.push(CommittedEntry {
@@ -1068,9 +1199,6 @@ pub fn inspect_destination(
     };
     let name = sink.as_str();
     let mut attention = Vec::new();
-    let lost = dest
-        .lost_notes()
-        .map_err(fail("reading notes of lost transactions"))?;
     let mut notes = Vec::new();
     let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
     for c in &committed {
@@ -1196,9 +1324,22 @@ pub fn inspect_destination(
         ));
     }
 
-    let committed_total = committed.len();
-    let committed_records = committed.iter().map(|c| c.records).sum();
-    let summary = summarise(&committed);
+    let (committed_total, committed_records, summary) = if opts.limit.is_none() {
+        (
+            committed.len(),
+            committed.iter().map(|c| c.records).sum(),
+            summarise(&committed),
+        )
+    } else {
+        let tallies = dest
+            .history_tallies()
+            .map_err(fail("summing the committed history"))?;
+        (
+            tallies.iter().map(|t| t.transactions as usize).sum(),
+            tallies.iter().map(|t| t.records).sum(),
+            summarise_tallies(&tallies),
+        )
+    };
     if let Some(limit) = opts.limit {
         if committed.len() > limit {
             committed.sort_by(|a, b| {

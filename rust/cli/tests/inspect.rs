@@ -475,3 +475,68 @@ fn output_of_several_lineages_needs_attention_unless_appended() {
         }
     }
 }
+
+/// A long history, folded by the committer's own housekeeping: the default
+/// report counts every transaction from the segments' names without
+/// reading them (and says so), `--all` reads and checks each one.
+#[test]
+fn a_folded_history_is_counted_whole_and_read_whole_with_all() {
+    let (_dir, out, clock) = output("folded");
+    let opts = SinkOptions {
+        history: twopc_core::destination::HistoryPolicy {
+            keep_checkpoints: 3,
+            min_segment: 5,
+            max_segment: 8,
+            every_commits: 5,
+        },
+        ..SinkOptions::default()
+    };
+    let mut s = orders(&out, &clock, opts, None);
+    for cp in 1..=40 {
+        commit_one(&mut s, &["x", "y"], cp);
+        s.checkpoint_completed(cp).unwrap();
+    }
+    let history = out.join("_twopc/orders/history");
+    let segments = fs::read_dir(&history).unwrap().count();
+    assert!(segments >= 4, "{segments} segments");
+    let singles = fs::read_dir(out.join("_twopc/orders/committed"))
+        .unwrap()
+        .count();
+    assert!(singles < 15, "{singles} single records left");
+
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 0, "{v}");
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["committed_total"], 40);
+    assert_eq!(sink["committed_records"], 80);
+    assert_eq!(sink["lineages"][0]["transactions"], 40);
+    assert_eq!(sink["lineages"][0]["runs"][0]["transactions"], 40);
+    assert_eq!(sink["lineages"][0]["first_checkpoint"], 1);
+    assert_eq!(sink["lineages"][0]["last_checkpoint"], 40);
+    assert!(
+        v["notes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|n| n["kind"] == "history-summarised"),
+        "{v}"
+    );
+
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 0, "{v}");
+    let sink = &v["sinks"][0];
+    assert_eq!(sink["committed_total"], 40);
+    assert_eq!(sink["committed"].as_array().unwrap().len(), 40);
+    assert!(!v["notes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .any(|n| n["kind"] == "history-summarised"));
+
+    // A folded file removed by hand shows with --all.
+    let victim = sink["committed"][2]["file"].as_str().unwrap().to_string();
+    fs::remove_file(out.join(&victim)).unwrap();
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 1, "{v}");
+    assert!(v["attention"].to_string().contains(&victim), "{v}");
+}

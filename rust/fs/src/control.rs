@@ -44,6 +44,9 @@ pub enum ControlFile {
     Prepared(PreparedMarker),
     Committed(CommitRecord),
     Lineage(LineageRecord),
+    /// Commit records of one lineage and run folded together (see
+    /// `history`); each one is checked as a single record is.
+    Segment(Vec<CommitRecord>),
 }
 
 /// Control files are small; anything larger is not ours.
@@ -58,6 +61,11 @@ pub fn decode_control_file(bytes: &[u8]) -> Result<ControlFile, HandleError> {
         ControlFile::Prepared(m) => m.handle.validate()?,
         ControlFile::Committed(c) => c.handle.validate()?,
         ControlFile::Lineage(_) => {}
+        ControlFile::Segment(records) => {
+            for r in records {
+                r.handle.validate()?;
+            }
+        }
     }
     Ok(file)
 }

@@ -14,6 +14,8 @@
 //!     runs/<run>                               the lineage a run writes in
 //!     lost/<txn-id>                            note of a transaction found LOST
 //!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
+//!     history/<lineage>.<first>.<last>...      commit records folded together (see `history`)
+//!     history.lock                             held while the history is rewritten
 //!     trash/<txn-id>.<nonce>/...               claimed for removal
 //!     tmp/                                     scratch for atomic writes
 //! ```
@@ -48,8 +50,9 @@ use std::path::Path;
 use std::sync::Arc;
 
 use twopc_core::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    LostNote, OperationRecord, OwnerClaim, Ownership, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Compaction, Destination, HistoryPolicy,
+    HistoryTally, LineageRecord, LineageSummary, LostNote, OperationRecord, OwnerClaim, Ownership,
+    StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition,
@@ -61,6 +64,7 @@ use twopc_core::records::{preview, RecordBatch};
 use crate::control::{encode, CommitRecord, ControlFile, PreparedMarker};
 use crate::dir::{Dir, EntryKind};
 use crate::faults::{FaultHook, IoFaults, IoStep};
+use crate::history::{self, History, SegmentName};
 use crate::names::{self, part_name, CONTROL_DIR, DATA_FILE, PREPARED_FILE};
 use crate::ownership;
 use crate::scan::{io_err, Reader};
@@ -171,6 +175,9 @@ struct SinkDirs {
     runs: Dir,
     lost: Dir,
     operations: Dir,
+    history: Dir,
+    /// `_twopc/<sink>/` itself (for the history lock).
+    sink_dir: Dir,
 }
 
 impl SinkDirs {
@@ -188,6 +195,8 @@ impl SinkDirs {
             runs: sink_dir.ensure_dir(names::RUNS)?,
             lost: sink_dir.ensure_dir(names::LOST)?,
             operations: sink_dir.ensure_dir(names::OPERATIONS)?,
+            history: sink_dir.ensure_dir(names::HISTORY)?,
+            sink_dir,
         })
     }
 }
@@ -282,8 +291,51 @@ impl FsDestination {
         }
     }
 
+    /// A commit record by name: the single record, or else the one folded
+    /// into a history segment (in that order; see `history`).
     fn read_commit_record(&self, name: &str) -> Result<Option<CommitRecord>, DestinationError> {
-        self.reader().read_commit_record(&self.dirs.committed, name)
+        if let Some(r) = self
+            .reader()
+            .read_commit_record(&self.dirs.committed, name)?
+        {
+            return Ok(Some(r));
+        }
+        let Some((lineage, checkpoint, txn)) = names::parse_commit_record_name(name) else {
+            return Ok(None);
+        };
+        self.history().find(lineage, checkpoint, &txn)
+    }
+
+    fn history(&self) -> History<'_> {
+        History {
+            dir: &self.dirs.history,
+            tmp: Some(&self.dirs.tmp),
+            reader: self.reader(),
+        }
+    }
+
+    /// Single commit records of `lineage` after `checkpoint` and folded
+    /// ones, each once.
+    fn records_after(
+        &self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommitRecord>, DestinationError> {
+        let (loose, _) = self
+            .reader()
+            .scan_commit_records(Some(&self.dirs.committed), |l, c| {
+                l == lineage && c > checkpoint
+            })?;
+        let mut by_txn: std::collections::BTreeMap<TransactionId, CommitRecord> = self
+            .history()
+            .after(lineage, checkpoint)?
+            .into_iter()
+            .map(|r| (r.handle.transaction.clone(), r))
+            .collect();
+        for r in loose {
+            by_txn.insert(r.handle.transaction.clone(), r);
+        }
+        Ok(by_txn.into_values().collect())
     }
 
     fn open_txn_dir(&self, dir: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
@@ -331,6 +383,21 @@ impl FsDestination {
     }
 
     /// Every commit record of this sink, checked.
+    /// Every commit record of this sink, single or folded, each once.
+    pub fn all_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
+        let mut by_txn: std::collections::BTreeMap<TransactionId, CommitRecord> = self
+            .history()
+            .collect(|_| true)?
+            .into_iter()
+            .map(|r| (r.handle.transaction.clone(), r))
+            .collect();
+        for r in self.commit_records()? {
+            by_txn.insert(r.handle.transaction.clone(), r);
+        }
+        Ok(by_txn.into_values().collect())
+    }
+
+    /// The single (not yet folded) commit records of this sink.
     pub fn commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
         Ok(self
             .reader()
@@ -653,6 +720,63 @@ impl FsDestination {
 /// atomic write; younger ones may belong to another subtask writing now.
 const STALE_SCRATCH_MS: u64 = 3600 * 1000;
 
+impl FsDestination {
+    /// The transactions among `loose` that a history segment holds too:
+    /// only the segments whose name covers one of them are read (none,
+    /// unless a compaction was interrupted).
+    fn folded_among(
+        &self,
+        loose: &[CommitRecord],
+    ) -> Result<std::collections::BTreeSet<TransactionId>, DestinationError> {
+        let history = self.history();
+        let (segments, _) = history.list()?;
+        let covering: Vec<&SegmentName> = segments
+            .iter()
+            .filter(|s| {
+                loose.iter().any(|r| {
+                    let h = &r.handle;
+                    let c = h.checkpoint().unwrap_or_default();
+                    h.lineage == s.lineage && h.run == s.run && s.first <= c && c <= s.last
+                })
+            })
+            .collect();
+        let mut out = std::collections::BTreeSet::new();
+        for seg in covering {
+            for r in history.read(seg)?.unwrap_or_default() {
+                out.insert(r.handle.transaction);
+            }
+        }
+        Ok(out)
+    }
+
+    /// Removes a retracted transaction from the history segments, under the
+    /// history lock (see `history`). Nothing to do, and no lock taken, when
+    /// no segment covers its checkpoint.
+    fn retract_folded(&self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        let covering = |h: &History<'_>| -> Result<bool, DestinationError> {
+            Ok(h.list()?.0.iter().any(|s| {
+                s.lineage == committed.lineage
+                    && s.first <= committed.checkpoint
+                    && committed.checkpoint <= s.last
+            }))
+        };
+        let history = self.history();
+        if !covering(&history)? {
+            return Ok(());
+        }
+        let _lock = history::lock(&self.dirs.sink_dir, true).map_err(io_err(
+            "locking",
+            &self.dirs.sink_dir.child(names::HISTORY_LOCK),
+        ))?;
+        history.remove(
+            committed.lineage,
+            committed.checkpoint,
+            &committed.transaction,
+        )?;
+        Ok(())
+    }
+}
+
 fn now_ms() -> u64 {
     std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -858,12 +982,11 @@ impl Destination for FsDestination {
         lineage: LineageId,
         checkpoint: CheckpointId,
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
-        let (records, _) = self
-            .reader()
-            .scan_commit_records(Some(&self.dirs.committed), |l, c| {
-                l == lineage && c > checkpoint
-            })?;
-        Ok(records.iter().map(CommitRecord::view).collect())
+        Ok(self
+            .records_after(lineage, checkpoint)?
+            .iter()
+            .map(CommitRecord::view)
+            .collect())
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
@@ -873,7 +996,9 @@ impl Destination for FsDestination {
             &committed.transaction,
         );
         let Some(record) = self.read_commit_record(&name)? else {
-            return Ok(()); // already retracted
+            // Already retracted (a folded copy may still be on its way
+            // out: see `retract_folded`).
+            return self.retract_folded(committed);
         };
         // `read_commit_record` checked the file name: a single component,
         // this transaction's output name, so nothing else can be removed.
@@ -896,7 +1021,12 @@ impl Destination for FsDestination {
         let dir = &self.dirs.committed;
         dir.unlink(&name)
             .map_err(io_err("removing", &dir.child(&name)))?;
-        dir.sync().map_err(io_err("syncing directory", dir.path()))
+        dir.sync()
+            .map_err(io_err("syncing directory", dir.path()))?;
+        // Folded too (a compaction interrupted before it removed the single
+        // record, or one that read it before the unlink above and writes
+        // its segment now: the lock waits for it).
+        self.retract_folded(committed)
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
@@ -1049,6 +1179,8 @@ impl Destination for FsDestination {
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        // Counts from the single records' names and the segments' names;
+        // records are read only for each lineage's latest checkpoint.
         let dir = &self.dirs.committed;
         let mut by: std::collections::BTreeMap<LineageId, (u64, CheckpointId)> =
             std::collections::BTreeMap::new();
@@ -1062,15 +1194,17 @@ impl Destination for FsDestination {
                 e.1 = e.1.max(c);
             }
         }
+        let (segments, _) = self.history().list()?;
+        for s in &segments {
+            let e = by.entry(s.lineage).or_insert((0, s.last));
+            e.0 += s.transactions;
+            e.1 = e.1.max(s.last);
+        }
         let records = self.reader().lineage_records(Some(&self.dirs.lineages))?;
         let mut out = Vec::new();
         for (lineage, (count, last)) in by {
             // The latest checkpoint's records name its transactions and runs.
-            let (latest, _) = self
-                .reader()
-                .scan_commit_records(Some(&self.dirs.committed), |l, c| {
-                    l == lineage && c == last
-                })?;
+            let latest = self.records_after(lineage, last.saturating_sub(1))?;
             let mut runs = Vec::new();
             for r in &latest {
                 if !runs.contains(&r.handle.run) {
@@ -1088,6 +1222,86 @@ impl Destination for FsDestination {
                 runs,
                 record: records.iter().find(|r| r.lineage == lineage).cloned(),
             });
+        }
+        Ok(out)
+    }
+
+    fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        let policy = history::effective(policy);
+        let Some(_lock) = history::lock(&self.dirs.sink_dir, false).map_err(io_err(
+            "locking",
+            &self.dirs.sink_dir.child(names::HISTORY_LOCK),
+        ))?
+        else {
+            return Ok(Compaction {
+                busy: true,
+                ..Compaction::default()
+            });
+        };
+        // Cheap check first: enough single records to fold at all?
+        let dir = &self.dirs.committed;
+        let loose_names = dir
+            .names_of(EntryKind::File)
+            .map_err(io_err("listing", dir.path()))?;
+        if loose_names.len() < policy.min_segment.max(1) {
+            return Ok(Compaction::default());
+        }
+        let mut loose = self.commit_records()?;
+        // Single records a segment holds already (a compaction stopped
+        // between writing its segment and removing them) just go.
+        let folded = self.folded_among(&loose)?;
+        if !folded.is_empty() {
+            for r in loose
+                .iter()
+                .filter(|r| folded.contains(&r.handle.transaction))
+            {
+                let h = &r.handle;
+                let name = names::commit_record_name(
+                    h.lineage,
+                    h.checkpoint().unwrap_or_default(),
+                    &h.transaction,
+                );
+                dir.unlink(&name)
+                    .map_err(io_err("removing", &dir.child(&name)))?;
+            }
+            dir.sync()
+                .map_err(io_err("syncing directory", dir.path()))?;
+            loose.retain(|r| !folded.contains(&r.handle.transaction));
+        }
+        let views: Vec<CommittedTransaction> = loose.iter().map(CommitRecord::view).collect();
+        let mut done = Compaction::default();
+        for group in twopc_core::history::plan_compaction(&views, &policy) {
+            let records: Vec<CommitRecord> = group.iter().map(|&i| loose[i].clone()).collect();
+            self.history().write(&records)?;
+            for r in &records {
+                let h = &r.handle;
+                let name = names::commit_record_name(
+                    h.lineage,
+                    h.checkpoint().unwrap_or_default(),
+                    &h.transaction,
+                );
+                dir.unlink(&name)
+                    .map_err(io_err("removing", &dir.child(&name)))?;
+            }
+            dir.sync()
+                .map_err(io_err("syncing directory", dir.path()))?;
+            done.folded += records.len() as u64;
+            done.segments += 1;
+        }
+        Ok(done)
+    }
+
+    fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        let mut out = Vec::new();
+        self.history().tallies(&mut out)?;
+        // A record both single and folded (an interrupted compaction) is
+        // counted once.
+        let loose = self.commit_records()?;
+        let folded = self.folded_among(&loose)?;
+        for r in loose {
+            if !folded.contains(&r.handle.transaction) {
+                twopc_core::destination::tally(&mut out, &r.view());
+            }
         }
         Ok(out)
     }

@@ -12,6 +12,7 @@ use twopc_core::ids::{SinkId, TransactionId};
 use crate::control::CommitRecord;
 use crate::dir::{Dir, EntryKind};
 use crate::faults::FaultHook;
+use crate::history::{History, SegmentName};
 use crate::names::{self, CONTROL_DIR};
 use crate::scan::{io_err, Reader};
 
@@ -95,20 +96,32 @@ impl Layout {
             lineages: sub(names::LINEAGES)?,
             lost: sub(names::LOST)?,
             operations: sub(names::OPERATIONS)?,
+            history: sub(names::HISTORY)?,
             root,
         })
     }
 
-    /// Every commit record of this sink, checked.
+    /// Every commit record of this sink, single or folded, checked, each
+    /// once.
     pub fn read_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
         let v = self.open()?;
         let reader = Reader {
             sink: &self.sink,
             output: &self.output,
         };
-        Ok(reader
+        let loose = reader
             .scan_commit_records(v.committed.as_ref(), |_, _| true)?
-            .0)
+            .0;
+        let folded = match &v.history {
+            Some(dir) => History {
+                dir,
+                tmp: None,
+                reader,
+            }
+            .collect(|_| true)?,
+            None => Vec::new(),
+        };
+        Ok(merge(loose, folded))
     }
 
     /// Staged and claimed transactions, and names there that are not this
@@ -133,6 +146,7 @@ struct SinkDirsView {
     lineages: Option<Dir>,
     lost: Option<Dir>,
     operations: Option<Dir>,
+    history: Option<Dir>,
 }
 
 fn open_optional(parent: &Dir, name: &str) -> Result<Option<Dir>, DestinationError> {
@@ -147,11 +161,39 @@ fn open_optional(parent: &Dir, name: &str) -> Result<Option<Dir>, DestinationErr
     }
 }
 
+/// Single records and folded ones, each transaction once.
+fn merge(loose: Vec<CommitRecord>, folded: Vec<CommitRecord>) -> Vec<CommitRecord> {
+    let mut by_txn: BTreeMap<TransactionId, CommitRecord> = folded
+        .into_iter()
+        .map(|r| (r.handle.transaction.clone(), r))
+        .collect();
+    for r in loose {
+        by_txn.insert(r.handle.transaction.clone(), r);
+    }
+    by_txn.into_values().collect()
+}
+
+/// How much of the committed history an inventory reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Depth {
+    /// The single (recent) commit records, and the history segments by
+    /// name only: time that does not grow with the history.
+    Summary,
+    /// Every commit record, folded ones too, each segment checked.
+    Full,
+}
+
 /// Everything `twopc inspect` reports about one sink.
 #[derive(Clone, Debug)]
 pub struct SinkInventory {
     pub sink: SinkId,
+    /// Commit records: with [`Depth::Full`] all of them, with
+    /// [`Depth::Summary`] only those not folded into a history segment.
     pub committed: Vec<CommitRecord>,
+    /// The history segments, by name (what each holds, summed).
+    pub segments: Vec<SegmentName>,
+    /// True when `committed` holds the folded records too.
+    pub full: bool,
     pub staged: Vec<StagedTransaction>,
     /// Expired transaction ids and when.
     pub expired: BTreeMap<String, u64>,
@@ -167,8 +209,15 @@ pub struct SinkInventory {
     pub problems: Vec<String>,
 }
 
-/// Reads the whole state of every sink in an output directory.
+/// Reads the whole state of every sink in an output directory, every
+/// commit record included.
 pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> {
+    inventory_with(output, Depth::Full)
+}
+
+/// Reads the state of every sink in an output directory, the committed
+/// history to `depth`.
+pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>, DestinationError> {
     let mut out = Vec::new();
     for sink in Layout::sinks_in(output)? {
         let layout = Layout::new(output, &sink);
@@ -192,6 +241,43 @@ pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> 
                 Vec::new()
             }
         };
+        let mut segments = Vec::new();
+        let mut committed = committed;
+        if let Some(dir) = &v.history {
+            let history = History {
+                dir,
+                tmp: None,
+                reader: Reader {
+                    sink: &sink,
+                    output,
+                },
+            };
+            match history.list() {
+                Ok((names, foreign)) => {
+                    segments = names;
+                    problems.extend(
+                        foreign
+                            .into_iter()
+                            .map(|f| format!("{f} is not a history segment of this sink")),
+                    );
+                }
+                Err(e) => problems.push(e.to_string()),
+            }
+            let folded = match depth {
+                Depth::Full => {
+                    let mut all = Vec::new();
+                    for seg in &segments {
+                        match history.read(seg) {
+                            Ok(records) => all.extend(records.unwrap_or_default()),
+                            Err(e) => problems.push(e.to_string()),
+                        }
+                    }
+                    all
+                }
+                Depth::Summary => Vec::new(),
+            };
+            committed = merge(committed, folded);
+        }
         for c in &committed {
             if let Some(f) = &c.file {
                 let present = v.root.stat(f).ok().flatten();
@@ -279,6 +365,8 @@ pub fn inventory(output: &Path) -> Result<Vec<SinkInventory>, DestinationError> 
         out.push(SinkInventory {
             sink,
             committed,
+            segments,
+            full: depth == Depth::Full,
             staged,
             expired,
             lineages,

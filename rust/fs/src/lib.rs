@@ -19,6 +19,7 @@ mod dir;
 #[cfg(target_os = "linux")]
 mod direct_io;
 pub mod faults;
+mod history;
 mod inventory;
 mod names;
 mod ownership;
@@ -28,7 +29,8 @@ mod staged;
 pub use control::{committed_view, decode_control_file, CommitRecord, ControlFile, PreparedMarker};
 pub use destination::{FsDestination, FsOptions, RecordFormat};
 pub use faults::{IoFaults, IoStep, IoTiming};
-pub use inventory::{inventory, Layout, SinkInventory};
+pub use history::SegmentName;
+pub use inventory::{inventory, inventory_with, Depth, Layout, SinkInventory};
 pub use names::{
     check_part_name, commit_record_name, parse_commit_record_name, part_name, CONTROL_DIR,
 };

@@ -18,6 +18,9 @@ pub(crate) const LINEAGES: &str = "lineages";
 pub(crate) const RUNS: &str = "runs";
 pub(crate) const LOST: &str = "lost";
 pub(crate) const OPERATIONS: &str = "operations";
+pub(crate) const HISTORY: &str = "history";
+/// Lock file (in `_twopc/<sink>/`) held while the history is rewritten.
+pub(crate) const HISTORY_LOCK: &str = "history.lock";
 
 /// Files inside a transaction's directory.
 pub(crate) const DATA_FILE: &str = "data";

@@ -381,9 +381,18 @@ fn main() {
         memory_first + memory_n,
         fs_first + fs_n
     );
+    let with_history =
+        sim::backend::FS_RUNS_WITH_HISTORY.load(std::sync::atomic::Ordering::Relaxed);
+    println!("simulation: {with_history} filesystem schedules ended with folded commit history");
     // Checked only at full size: a small replay run need not reach it all.
     let gaps = if memory_n >= DEFAULT_MEMORY_SCHEDULES && fs_n >= DEFAULT_FS_SCHEDULES {
-        required_coverage(&memory, &fs)
+        let mut gaps = required_coverage(&memory, &fs);
+        if with_history < fs_n / 10 {
+            gaps.push(format!(
+                "only {with_history} of {fs_n} filesystem schedules folded commit history"
+            ));
+        }
+        gaps
     } else {
         Vec::new()
     };

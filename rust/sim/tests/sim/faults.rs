@@ -305,6 +305,20 @@ impl<D: Destination> Destination for FaultyDestination<D> {
         let id = self.scan_id.clone();
         self.call(Operation::Scan, &id, |d| d.run_lineage(run))
     }
+    fn compact_history(
+        &mut self,
+        policy: &twopc_core::destination::HistoryPolicy,
+    ) -> Result<twopc_core::destination::Compaction, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.compact_history(policy))
+    }
+
+    fn history_tallies(
+        &mut self,
+    ) -> Result<Vec<twopc_core::destination::HistoryTally>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Scan, &id, |d| d.history_tallies())
+    }
 }
 
 /// The plan's I/O faults for the filesystem destination, switched on once a

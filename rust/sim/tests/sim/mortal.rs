@@ -135,4 +135,16 @@ impl<D: Destination> Destination for Mortal<D> {
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         self.call(|d| d.run_lineage(run))
     }
+    fn compact_history(
+        &mut self,
+        policy: &twopc_core::destination::HistoryPolicy,
+    ) -> Result<twopc_core::destination::Compaction, DestinationError> {
+        self.call(|d| d.compact_history(policy))
+    }
+
+    fn history_tallies(
+        &mut self,
+    ) -> Result<Vec<twopc_core::destination::HistoryTally>, DestinationError> {
+        self.call(|d| d.history_tallies())
+    }
 }

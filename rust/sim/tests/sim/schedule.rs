@@ -279,6 +279,10 @@ pub struct Schedule {
     /// Filesystem only: I/O of the staged data through direct I/O where
     /// possible, or through the page cache.
     pub buffered_io: bool,
+    /// Filesystem only: fold commit records into history segments at every
+    /// chance (keep one checkpoint single, segments of one or two), so
+    /// that rewinds, repeated commits and recovery meet folded records.
+    pub compact_history: bool,
     /// Set for a scripted scenario: every rate above is zero and the
     /// script decides instead.
     pub script: Option<Script>,
@@ -331,6 +335,7 @@ impl Schedule {
             intruder_rate: 0.0,
             intruder_budget: 0,
             buffered_io: false,
+            compact_history: false,
             script: None,
             topology: Topology::SinkFunction,
         };
@@ -393,6 +398,8 @@ impl Schedule {
                 },
             };
         }
+        // Drawn last of all, so that every shape above stays the same.
+        s.compact_history = fs && r.chance(0.5);
         s
     }
 
@@ -433,6 +440,7 @@ impl Schedule {
             intruder_rate: 0.0,
             intruder_budget: 0,
             buffered_io: false,
+            compact_history: false,
             script: Some(script),
             topology: Topology::SinkFunction,
         }
@@ -455,6 +463,14 @@ impl Schedule {
             },
             ..SinkOptions::default()
         };
+        if self.compact_history {
+            o.history = twopc_core::destination::HistoryPolicy {
+                keep_checkpoints: 1,
+                min_segment: 1,
+                max_segment: 2,
+                every_commits: 1,
+            };
+        }
         if self.short_retention {
             o.retention_ms = 2_000;
             o.expiry_scan_interval_ms = 200;
@@ -509,7 +525,11 @@ impl Schedule {
             self.intruder_budget,
             self.intruder_rate,
             self.buffered_io,
-        )
+        ) + if self.compact_history {
+            ", history compacted at every chance"
+        } else {
+            ""
+        }
     }
 }
 

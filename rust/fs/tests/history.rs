@@ -1,0 +1,340 @@
+//! The bounded commit history: older commit records folded into history
+//! segments. Whatever was folded, every reader answers as before: rewind
+//! detection, a repeated commit, a retraction, the lineage summary and the
+//! tallies; an interrupted or failing compaction loses nothing and counts
+//! nothing twice; two compactions, or a compaction and a retraction,
+//! racing leave every record exactly once; a damaged segment is an error
+//! naming it, never a silent gap.
+
+mod common;
+
+use std::fs;
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use twopc_core::destination::{CommitStatus, Destination, HistoryPolicy, HistoryTally};
+use twopc_core::error::DestinationErrorKind;
+use twopc_core::ids::LineageId;
+use twopc_fs::{inventory_with, Depth, FsDestination, IoMode, IoStep, IoTiming, Layout};
+
+fn policy() -> HistoryPolicy {
+    HistoryPolicy {
+        keep_checkpoints: 2,
+        min_segment: 3,
+        max_segment: 4,
+        every_commits: 1,
+    }
+}
+
+/// Commits transactions `from..=to`, one per checkpoint (checkpoint =
+/// sequence), one record each.
+fn commit_range(d: &mut FsDestination, from: u64, to: u64) {
+    for seq in from..=to {
+        let h = stage(d, seq, seq, &["r"]);
+        assert_eq!(d.commit(&h, 1_000 + seq).unwrap(), CommitStatus::Committed);
+    }
+}
+
+fn committed_seqs(d: &mut FsDestination, after: u64) -> Vec<u64> {
+    let mut v: Vec<u64> = d
+        .committed_after(LineageId(7), after)
+        .unwrap()
+        .iter()
+        .map(|c| c.checkpoint)
+        .collect();
+    v.sort();
+    v
+}
+
+fn count_files(dir: &std::path::Path) -> usize {
+    fs::read_dir(dir).map(|d| d.count()).unwrap_or(0)
+}
+
+fn history_dir(t: &TempDir) -> std::path::PathBuf {
+    t.0.join("_twopc").join("clicks").join("history")
+}
+
+fn committed_dir(t: &TempDir) -> std::path::PathBuf {
+    t.0.join("_twopc").join("clicks").join("committed")
+}
+
+fn sorted(mut t: Vec<HistoryTally>) -> Vec<HistoryTally> {
+    t.sort_by(|a, b| (a.lineage, &a.run).cmp(&(b.lineage, &b.run)));
+    t
+}
+
+#[test]
+fn folded_records_answer_every_reader_as_before() {
+    let t = TempDir::fast("history-fold");
+    let mut d = dest(&t.0);
+    commit_range(&mut d, 1, 20);
+    let before_after = committed_seqs(&mut d, 0);
+    let before_lineages = d.lineages().unwrap();
+    let before_tallies = sorted(d.history_tallies().unwrap());
+    assert_eq!(count_files(&committed_dir(&t)), 20);
+
+    let done = d.compact_history(&policy()).unwrap();
+    // Checkpoints 1..=18 are behind the watermark (20 - 2), in segments of
+    // at most 4.
+    assert_eq!(done.folded, 18);
+    assert_eq!(done.segments, 5);
+    assert_eq!(count_files(&committed_dir(&t)), 2);
+    assert_eq!(count_files(&history_dir(&t)), 5);
+
+    assert_eq!(committed_seqs(&mut d, 0), before_after);
+    assert_eq!(committed_seqs(&mut d, 9), (10..=20).collect::<Vec<_>>());
+    assert_eq!(d.lineages().unwrap(), before_lineages);
+    assert_eq!(sorted(d.history_tallies().unwrap()), before_tallies);
+    assert_eq!(before_tallies[0].transactions, 20);
+
+    // A repeated commit of a folded transaction is "already committed";
+    // one the destination never had, in the folded range, is LOST.
+    assert_eq!(
+        d.commit(&handle(5, Some(5), &["r"]), 9_999).unwrap(),
+        CommitStatus::AlreadyCommitted
+    );
+    assert!(matches!(
+        d.commit(&handle(500, Some(5), &["r"]), 9_999).unwrap(),
+        CommitStatus::Missing { .. }
+    ));
+    // Its output removed by hand: not "already committed".
+    fs::remove_file(part(&t.0, 6)).unwrap();
+    assert!(matches!(
+        d.commit(&handle(6, Some(6), &["r"]), 9_999).unwrap(),
+        CommitStatus::Missing { .. }
+    ));
+
+    // Compacting again folds nothing more (too few behind the watermark).
+    assert_eq!(d.compact_history(&policy()).unwrap().folded, 0);
+    // The full inventory sees every record; the summary reads none of the
+    // folded ones but has their tallies in the segment names.
+    let full = &inventory_with(&t.0, Depth::Full).unwrap()[0];
+    assert_eq!(full.committed.len(), 20);
+    let summary = &inventory_with(&t.0, Depth::Summary).unwrap()[0];
+    assert_eq!(summary.committed.len(), 2);
+    assert_eq!(
+        summary.segments.iter().map(|s| s.transactions).sum::<u64>(),
+        18
+    );
+    assert_eq!(
+        Layout::new(&t.0, &sink())
+            .read_commit_records()
+            .unwrap()
+            .len(),
+        20
+    );
+}
+
+#[test]
+fn a_retracted_folded_transaction_is_gone_from_output_and_history() {
+    let t = TempDir::fast("history-retract");
+    let mut d = dest(&t.0);
+    commit_range(&mut d, 1, 10);
+    d.compact_history(&policy()).unwrap();
+    let later = d.committed_after(LineageId(7), 4).unwrap();
+    let five = later.iter().find(|c| c.checkpoint == 5).unwrap().clone();
+    assert!(part(&t.0, 5).exists());
+    d.retract(&five).unwrap();
+    assert!(!part(&t.0, 5).exists());
+    assert!(!committed_seqs(&mut d, 0).contains(&5));
+    assert_eq!(committed_seqs(&mut d, 0).len(), 9);
+    // Repeatable.
+    d.retract(&five).unwrap();
+    // Every transaction of one segment retracted: the segment goes.
+    let before = count_files(&history_dir(&t));
+    for c in d.committed_after(LineageId(7), 0).unwrap() {
+        if c.checkpoint <= 4 {
+            d.retract(&c).unwrap();
+        }
+    }
+    assert_eq!(count_files(&history_dir(&t)), before - 1);
+    assert_eq!(committed_seqs(&mut d, 0), vec![6, 7, 8, 9, 10]);
+    assert_eq!(
+        sorted(d.history_tallies().unwrap())[0].transactions,
+        5,
+        "tallies follow the retractions"
+    );
+}
+
+#[test]
+fn a_failing_or_interrupted_compaction_loses_nothing_and_counts_nothing_twice() {
+    for step in [
+        IoStep::CommitRecord,
+        IoStep::Remove,
+        IoStep::DirSync,
+        IoStep::List,
+        IoStep::Read,
+    ] {
+        for timing in [IoTiming::Before, IoTiming::After] {
+            let t = TempDir::fast("history-faults");
+            {
+                let mut d = dest(&t.0);
+                commit_range(&mut d, 1, 12);
+            }
+            let (mut d, faults) = faulty(&t.0, IoMode::Buffered);
+            faults.arm(step, timing, 28 /* ENOSPC */);
+            let first = d.compact_history(&policy());
+            if faults.fired() {
+                assert!(
+                    first.is_err(),
+                    "{step:?} {timing:?}: the failure is reported"
+                );
+            }
+            // Whatever the failure left, every record is there once.
+            assert_eq!(
+                committed_seqs(&mut d, 0),
+                (1..=12).collect::<Vec<_>>(),
+                "{step:?} {timing:?}"
+            );
+            let tallies = d.history_tallies().unwrap();
+            assert_eq!(tallies[0].transactions, 12, "{step:?} {timing:?}");
+            assert_eq!(d.lineages().unwrap()[0].committed, 12 + leftover_dups(&t));
+            // The next compaction finishes the job.
+            d.compact_history(&policy()).unwrap();
+            assert_eq!(count_files(&committed_dir(&t)), 2, "{step:?} {timing:?}");
+            assert_eq!(committed_seqs(&mut d, 0), (1..=12).collect::<Vec<_>>());
+            assert_eq!(d.lineages().unwrap()[0].committed, 12);
+            assert_eq!(
+                d.commit(&handle(3, Some(3), &["r"]), 9_999).unwrap(),
+                CommitStatus::AlreadyCommitted
+            );
+        }
+    }
+}
+
+/// Single records that a segment holds as well (an interrupted
+/// compaction): the lineage summary counts them twice until the next
+/// compaction removes them, which is all it is for (a fresh start's check
+/// and a tool's count).
+fn leftover_dups(t: &TempDir) -> u64 {
+    let full = &inventory_with(&t.0, Depth::Full).unwrap()[0];
+    let summary = &inventory_with(&t.0, Depth::Summary).unwrap()[0];
+    let folded: u64 = summary.segments.iter().map(|s| s.transactions).sum();
+    summary.committed.len() as u64 + folded - full.committed.len() as u64
+}
+
+#[test]
+fn compactions_and_retractions_racing_keep_every_record_once() {
+    for round in 0..40 {
+        let t = TempDir::fast("history-race");
+        let mut d = dest(&t.0);
+        commit_range(&mut d, 1, 30);
+        // Half folded already, so the retractions hit segments too.
+        d.compact_history(&HistoryPolicy {
+            keep_checkpoints: 15,
+            ..policy()
+        })
+        .unwrap();
+        let victims: Vec<_> = d
+            .committed_after(LineageId(7), 0)
+            .unwrap()
+            .into_iter()
+            .filter(|c| c.checkpoint % 3 == 0)
+            .collect();
+        let barrier = Arc::new(Barrier::new(3));
+        let path = t.0.clone();
+        let mut threads = Vec::new();
+        for who in 0..2 {
+            let (b, p) = (barrier.clone(), path.clone());
+            threads.push(std::thread::spawn(move || {
+                let mut d = dest(&p);
+                b.wait();
+                let _ = who;
+                d.compact_history(&policy()).unwrap()
+            }));
+        }
+        let (b, p) = (barrier.clone(), path.clone());
+        let retractor = std::thread::spawn(move || {
+            let mut d = dest(&p);
+            b.wait();
+            for v in &victims {
+                d.retract(v).unwrap();
+            }
+        });
+        let done: Vec<_> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        retractor.join().unwrap();
+        assert!(
+            done.iter().filter(|c| c.busy).count() <= 1,
+            "round {round}: {done:?}"
+        );
+        let expected: Vec<u64> = (1..=30).filter(|c| c % 3 != 0).collect();
+        assert_eq!(committed_seqs(&mut d, 0), expected, "round {round}");
+        let full = &inventory_with(&t.0, Depth::Full).unwrap()[0];
+        assert!(
+            full.problems.is_empty(),
+            "round {round}: {:?}",
+            full.problems
+        );
+        for c in 1..=30u64 {
+            assert_eq!(part(&t.0, c).exists(), c % 3 != 0, "round {round}, {c}");
+        }
+        d.compact_history(&policy()).unwrap();
+        assert_eq!(
+            d.history_tallies().unwrap()[0].transactions,
+            expected.len() as u64,
+            "round {round}"
+        );
+    }
+}
+
+#[test]
+fn a_damaged_or_forged_segment_is_an_error_naming_it() {
+    let t = TempDir::fast("history-hostile");
+    let mut d = dest(&t.0);
+    commit_range(&mut d, 1, 10);
+    d.compact_history(&policy()).unwrap();
+    let hist = history_dir(&t);
+    let mut names: Vec<String> = fs::read_dir(&hist)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    let first = hist.join(&names[0]);
+    let good = fs::read(&first).unwrap();
+    let expect_corrupt = |d: &mut FsDestination, what: &str| {
+        let e = d.committed_after(LineageId(7), 0).unwrap_err();
+        assert_eq!(e.kind, DestinationErrorKind::Corrupt, "{what}: {e}");
+        assert!(e.message.contains("history"), "{what}: {e}");
+        let e = d
+            .commit(&handle(2, Some(2), &["r"]), 9_999)
+            .expect_err(what);
+        assert_eq!(e.kind, DestinationErrorKind::Corrupt, "{what}: {e}");
+    };
+    // Every flipped byte and every cut.
+    for i in (0..good.len()).step_by(7) {
+        let mut b = good.clone();
+        b[i] ^= 0x5a;
+        fs::write(&first, &b).unwrap();
+        expect_corrupt(&mut d, &format!("byte {i} flipped"));
+    }
+    for cut in [0, 1, 11, good.len() / 2, good.len() - 1] {
+        fs::write(&first, &good[..cut]).unwrap();
+        expect_corrupt(&mut d, &format!("cut at {cut}"));
+    }
+    // A name that lies about what the segment holds.
+    fs::write(&first, &good).unwrap();
+    let lying = names[0].replacen(".1.", ".2.", 1);
+    assert_ne!(lying, names[0]);
+    fs::rename(&first, hist.join(&lying)).unwrap();
+    expect_corrupt(&mut d, "a lying name");
+    fs::rename(hist.join(&lying), &first).unwrap();
+    // Another segment's content under this name.
+    let second = fs::read(hist.join(&names[1])).unwrap();
+    fs::write(&first, &second).unwrap();
+    expect_corrupt(&mut d, "another segment's content");
+    // A link where a segment belongs.
+    fs::remove_file(&first).unwrap();
+    std::os::unix::fs::symlink(hist.join(&names[1]), &first).unwrap();
+    expect_corrupt(&mut d, "a link");
+    fs::remove_file(&first).unwrap();
+    fs::write(&first, &good).unwrap();
+    // A stray file is not ours: the sink ignores it, inspect reports it.
+    fs::write(hist.join("notes.txt"), b"hello").unwrap();
+    assert_eq!(committed_seqs(&mut d, 0), (1..=10).collect::<Vec<_>>());
+    let inv = &inventory_with(&t.0, Depth::Summary).unwrap()[0];
+    assert!(
+        inv.problems.iter().any(|p| p.contains("notes.txt")),
+        "{:?}",
+        inv.problems
+    );
+}
