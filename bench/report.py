@@ -310,6 +310,43 @@ def plot_jni(jni, path):
     return True
 
 
+def history_section(json_dir):
+    """The commit-history benchmark (`bash scripts/bench.sh --history`), if
+    its figures are next to results.json."""
+    path = os.path.join(json_dir, "history.json")
+    if not os.path.exists(path):
+        return []
+    with open(path) as f:
+        rows = json.load(f)
+    out = ["## Commit history: open, recover and inspect against its length", "",
+           "From `bash scripts/bench.sh --history` (figures in [`bench/history.json`](bench/history.json)): "
+           "one subtask commits one transaction per checkpoint through the real protocol, the "
+           "committer's housekeeping after each checkpoint; then, median of 5: *open + recover* is "
+           "the restore from the last checkpoint (ownership, rewind detection, the recovery commit "
+           "of its handle found already committed), *fresh-start check* the lineage summary every "
+           "fresh start reads, *inspect* the `twopc inspect --json` binary at its default depth. "
+           "*folded* is the default (older commit records folded into history segments); *single* "
+           "keeps one commit record per transaction forever (compaction off), as releases before "
+           "this one did. Built on tmpfs: it measures the history's cost, not the disk.", "",
+           "| history | transactions | control files | open + recover (ms) | fresh-start check (ms) | inspect (ms) |",
+           "|---|---:|---:|---:|---:|---:|"]
+    for r in rows:
+        out.append(f"| {r['history']} | {fmt_int(r['transactions'])} | {fmt_int(r['control_files'])} | "
+                   f"{r['open_recover_ms']:.2f} | {r['fresh_start_check_ms']:.2f} | {r['inspect_ms']:.2f} |")
+    out.append("")
+    for mode in ["folded", "single"]:
+        rs = [r for r in rows if r["history"] == mode]
+        if len(rs) < 2:
+            continue
+        a, b = rs[0], rs[-1]
+        out.append(f"* {mode}: from {fmt_int(a['transactions'])} to {fmt_int(b['transactions'])} "
+                   f"transactions, open + recover ×{b['open_recover_ms'] / a['open_recover_ms']:.1f}, "
+                   f"fresh-start check ×{b['fresh_start_check_ms'] / a['fresh_start_check_ms']:.1f}, "
+                   f"inspect ×{b['inspect_ms'] / a['inspect_ms']:.1f}")
+    out.append("")
+    return out
+
+
 def main():
     src, md_path = sys.argv[1], sys.argv[2]
     with open(src) as f:
@@ -550,6 +587,9 @@ def main():
     if plot_sweep(res, os.path.join(plot_dir, "sweep.png")):
         w(img("sweep.png"))
         w("")
+
+    for line in history_section(plot_dir):
+        w(line)
 
     # Targets.
     w("## Targets")

@@ -10,6 +10,8 @@
 #                                   docs/bench/results.json
 #   bash scripts/bench.sh --quick   small runs (under 5 minutes); writes the
 #                                   same report to build/bench/quick/
+#   bash scripts/bench.sh --history only the commit-history benchmark (about a
+#                                   minute): docs/bench/history.json
 #
 # Installs what it needs when run as root on Debian (a JDK, Gradle,
 # PostgreSQL, matplotlib), or says what to install. Starts a throw-away
@@ -26,17 +28,34 @@ cd "$(dirname "$0")/.."
 . scripts/setup.sh
 
 QUICK=""
+HISTORY=""
 for arg in "$@"; do
     case "$arg" in
     --quick) QUICK="--quick" ;;
+    --history) HISTORY=1 ;;
     *)
-        say "usage: bash scripts/bench.sh [--quick]"
+        say "usage: bash scripts/bench.sh [--quick] [--history]"
         exit 2
         ;;
     esac
 done
 
 ensure_rust
+
+# --history: only the commit-history benchmark (open-and-recover, the
+# fresh-start check and inspect against 10^2..10^5 committed transactions,
+# folded and single; about a minute, 10^2..10^4 with --quick).
+if [ -n "$HISTORY" ]; then
+    cargo build --release --locked -p twopc-cli --bin twopc --example history-bench
+    if [ -n "$QUICK" ]; then
+        mkdir -p build/bench/quick
+        HISTORY_JSON=build/bench/quick/history.json
+    else
+        HISTORY_JSON=docs/bench/history.json
+    fi
+    "${CARGO_TARGET_DIR:-target}/release/examples/history-bench" $QUICK --json "$HISTORY_JSON"
+    exit 0
+fi
 ensure_java
 ensure_gradle
 

@@ -290,9 +290,9 @@ impl Default for HistoryPolicy {
     fn default() -> Self {
         HistoryPolicy {
             keep_checkpoints: 16,
-            min_segment: 1024,
-            max_segment: 8192,
-            every_commits: 256,
+            min_segment: 256,
+            max_segment: 4096,
+            every_commits: 128,
         }
     }
 }
@@ -304,6 +304,8 @@ pub struct Compaction {
     pub folded: u64,
     /// Segments written.
     pub segments: u64,
+    /// Small segments merged into larger ones (removed).
+    pub merged: u64,
     /// True when another process or subtask was compacting: nothing done.
     pub busy: bool,
 }

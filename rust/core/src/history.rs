@@ -138,6 +138,54 @@ pub fn plan_compaction(loose: &[CommittedTransaction], policy: &HistoryPolicy) -
     groups
 }
 
+/// A segment as a destination lists it, for [`plan_merge`].
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SegmentInfo {
+    pub lineage: LineageId,
+    pub run: RunId,
+    pub first: CheckpointId,
+    pub transactions: u64,
+}
+
+/// Which small segments to merge, so that the number of segments grows
+/// with the history divided by `max_segment`, not by what one compaction
+/// folds: per lineage and run, segments under half of `max_segment`, in
+/// checkpoint order, grouped while the sum stays within `max_segment`;
+/// only groups of two or more. Returns groups of indices into `segments`.
+pub fn plan_merge(segments: &[SegmentInfo], policy: &HistoryPolicy) -> Vec<Vec<usize>> {
+    use std::collections::BTreeMap;
+    let max = policy.max_segment.max(1) as u64;
+    let mut small: BTreeMap<(LineageId, &RunId), Vec<usize>> = BTreeMap::new();
+    for (i, s) in segments.iter().enumerate() {
+        if s.transactions < max / 2 {
+            small.entry((s.lineage, &s.run)).or_default().push(i);
+        }
+    }
+    let mut groups = Vec::new();
+    for (_, mut idx) in small {
+        idx.sort_by_key(|&i| segments[i].first);
+        let mut group: Vec<usize> = Vec::new();
+        let mut sum = 0;
+        for i in idx {
+            let n = segments[i].transactions;
+            if sum + n > max && !group.is_empty() {
+                if group.len() > 1 {
+                    groups.push(std::mem::take(&mut group));
+                } else {
+                    group.clear();
+                }
+                sum = 0;
+            }
+            group.push(i);
+            sum += n;
+        }
+        if group.len() > 1 {
+            groups.push(group);
+        }
+    }
+    groups
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -179,6 +227,35 @@ mod tests {
             b[i] ^= 0x41;
             assert!(decode_segment(&b, &sink, None).is_err(), "byte {i}");
         }
+    }
+
+    #[test]
+    fn small_segments_merge_per_lineage_and_run_within_the_bound() {
+        let seg = |lineage, run: &str, first, transactions| SegmentInfo {
+            lineage: LineageId(lineage),
+            run: RunId::new(run).unwrap(),
+            first,
+            transactions,
+        };
+        let policy = HistoryPolicy {
+            max_segment: 10,
+            ..HistoryPolicy::default()
+        };
+        let segments = vec![
+            seg(1, "a", 30, 3),
+            seg(1, "a", 10, 4),
+            seg(1, "a", 20, 4),
+            seg(1, "a", 40, 9), // not small: stays
+            seg(1, "b", 50, 2), // alone in its run: stays
+            seg(2, "a", 60, 1),
+            seg(2, "a", 70, 1),
+        ];
+        let groups = plan_merge(&segments, &policy);
+        assert_eq!(groups, vec![vec![1, 2], vec![5, 6]]);
+        for g in &groups {
+            assert!(g.iter().map(|&i| segments[i].transactions).sum::<u64>() <= 10);
+        }
+        assert!(plan_merge(&segments[3..5], &policy).is_empty());
     }
 
     #[test]

@@ -749,6 +749,50 @@ impl FsDestination {
         Ok(out)
     }
 
+    /// Merges small segments (see `plan_merge`); the caller holds the
+    /// history lock. The merged segment is written before the small ones
+    /// go, as in a compaction. Returns how many went.
+    fn merge_segments(&self, policy: &HistoryPolicy) -> Result<u64, DestinationError> {
+        let history = self.history();
+        let (segments, _) = history.list()?;
+        let infos: Vec<twopc_core::history::SegmentInfo> = segments
+            .iter()
+            .map(|s| twopc_core::history::SegmentInfo {
+                lineage: s.lineage,
+                run: s.run.clone(),
+                first: s.first,
+                transactions: s.transactions,
+            })
+            .collect();
+        let mut merged = 0;
+        for group in twopc_core::history::plan_merge(&infos, policy) {
+            let mut by_txn = std::collections::BTreeMap::new();
+            for &i in &group {
+                for r in history.read(&segments[i])?.unwrap_or_default() {
+                    by_txn.insert(r.handle.transaction.clone(), r);
+                }
+            }
+            let mut records: Vec<CommitRecord> = by_txn.into_values().collect();
+            records.sort_by_key(|r| r.handle.checkpoint());
+            if !records.is_empty() {
+                history.write(&records)?;
+            }
+            for &i in &group {
+                let name = segments[i].render();
+                self.dirs
+                    .history
+                    .unlink(&name)
+                    .map_err(io_err("removing", &self.dirs.history.child(&name)))?;
+            }
+            self.dirs
+                .history
+                .sync()
+                .map_err(io_err("syncing directory", self.dirs.history.path()))?;
+            merged += group.len() as u64;
+        }
+        Ok(merged)
+    }
+
     /// Removes a retracted transaction from the history segments, under the
     /// history lock (see `history`). Nothing to do, and no lock taken, when
     /// no segment covers its checkpoint.
@@ -1288,6 +1332,7 @@ impl Destination for FsDestination {
             done.folded += records.len() as u64;
             done.segments += 1;
         }
+        done.merged = self.merge_segments(&policy)?;
         Ok(done)
     }
 
