@@ -173,9 +173,16 @@ impl SinkConfig {
                 text.len()
             )));
         }
-        let version = serde_json::from_str::<serde_json::Value>(text)
-            .ok()
+        let value = serde_json::from_str::<serde_json::Value>(text).ok();
+        let version = value
+            .as_ref()
             .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        // The sink id, when it can be read, names the sink in errors the
+        // document's shape causes (a job may have several sinks).
+        let named = value
+            .as_ref()
+            .and_then(|v| v.get("sink")?.get("sinkId")?.as_str())
+            .and_then(|id| SinkId::new(id).ok());
         match version {
             Some(v) if v == u64::from(CONFIG_VERSION) => {}
             Some(v) => {
@@ -191,15 +198,25 @@ impl SinkConfig {
                 ))
             }
         }
-        let doc: Document = serde_json::from_str(text)
-            .map_err(|e| config_error(format!("the sink configuration is not valid: {e}")))?;
+        let doc: Document = serde_json::from_str(text).map_err(|e| {
+            config_error(match &named {
+                Some(sink) => format!("sink '{sink}': the sink configuration is not valid: {e}"),
+                None => format!("the sink configuration is not valid: {e}"),
+            })
+        })?;
         debug_assert_eq!(doc.version, CONFIG_VERSION);
         Self::from_document(doc)
     }
 
     fn from_document(doc: Document) -> Result<SinkConfig, ConfigError> {
+        let sink = SinkId::new(doc.sink.sink_id.clone())?;
+        // Every later error names the sink: a job may have several.
+        Self::from_document_of(doc, sink.clone())
+            .map_err(|e| config_error(format!("sink '{sink}': {}", e.message())))
+    }
+
+    fn from_document_of(doc: Document, sink: SinkId) -> Result<SinkConfig, ConfigError> {
         let s = doc.sink;
-        let sink = SinkId::new(s.sink_id)?;
         let instance = (s.instance.len() == 16)
             .then(|| u64::from_str_radix(&s.instance, 16).ok())
             .flatten()
@@ -293,6 +310,7 @@ impl SinkConfig {
             detected_ms
         };
         validate_retention(self.retention_ms, interval, self.restart_allowance_ms)
+            .map_err(|e| config_error(format!("sink '{}': {}", self.sink, e.message())))
     }
 
     /// A short description for log lines: no password can be in it.
@@ -332,7 +350,19 @@ impl SinkConfig {
             DestinationSpec::Postgres(options) => {
                 let mut options = (**options).clone();
                 options.password = password.map(Password::new);
-                Ok(Box::new(PgDestination::connect(options, ctx)?))
+                // A configuration the server refuses (no such table, a
+                // column missing) names the sink, as every error does.
+                let dest = PgDestination::connect(options, ctx).map_err(|e| match e {
+                    TwopcError::Config(c) if !c.message().starts_with("sink '") => {
+                        TwopcError::Config(config_error(format!(
+                            "sink '{}': {}",
+                            self.sink,
+                            c.message()
+                        )))
+                    }
+                    other => other,
+                })?;
+                Ok(Box::new(dest))
             }
         }
     }
@@ -530,7 +560,15 @@ pub(crate) mod tests {
         for (text, needle) in cases {
             let err = SinkConfig::decode(&text).unwrap_err();
             assert!(err.to_string().contains(needle), "{needle:?}: {err}");
+            // Once the sink id is known, the error names the sink.
+            if text.contains("\"orders\"") && !needle.contains("version") {
+                assert!(err.to_string().contains("sink 'orders'"), "{err}");
+            }
         }
+        let mut c = SinkConfig::decode(&fs_config("/x")).unwrap();
+        c.checkpoint_interval_ms = 0; // the detected interval counts
+        let err = c.check_interval(7 * 24 * 3600 * 1000).unwrap_err();
+        assert!(err.to_string().contains("sink 'orders'"), "{err}");
     }
 
     #[test]
