@@ -483,7 +483,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
     // records). A commit of any transaction of a checkpoint proves that
     // the checkpoint completed.
     let mut checkpoints: BTreeMap<(u64, u64), (u64, u64)> = BTreeMap::new();
-    for c in &inv.committed {
+    for c in inv.committed.iter().chain(&inv.folded_context) {
         let Some(cp) = c.handle.checkpoint() else {
             continue;
         };

@@ -533,6 +533,40 @@ fn a_folded_history_is_counted_whole_and_read_whole_with_all() {
         .iter()
         .any(|n| n["kind"] == "history-summarised"));
 
+    // A LOST note of a folded checkpoint: the default report still sees
+    // the checkpoint's other, visible, transactions.
+    let note = twopc_core::destination::LostNote {
+        transaction: twopc_core::TransactionId::compose(
+            &twopc_core::SinkId::new("orders").unwrap(),
+            1,
+            0xdead,
+            5,
+        ),
+        lineage: s.lineage(),
+        checkpoint: 5,
+        subtask: 1,
+        run: twopc_core::RunId::new("run-a").unwrap(),
+        records: 7,
+        found_at_ms: 1,
+        evidence: "removed by hand".to_string(),
+    };
+    twopc_core::Destination::record_lost(s.destination(), &note).unwrap();
+    let (code, v) = json(&out, &[]);
+    assert_eq!(code, 1, "{v}");
+    assert!(
+        v["attention"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["kind"] == "partly-visible-checkpoint"
+                && f["message"].as_str().unwrap().contains("checkpoint 5")),
+        "{v}"
+    );
+    assert_eq!(
+        v["sinks"][0]["committed_total"], 40,
+        "nothing counted twice"
+    );
+
     // A folded file removed by hand shows with --all.
     let victim = sink["committed"][2]["file"].as_str().unwrap().to_string();
     fs::remove_file(out.join(&victim)).unwrap();

@@ -194,6 +194,9 @@ pub struct SinkInventory {
     pub segments: Vec<SegmentName>,
     /// True when `committed` holds the folded records too.
     pub full: bool,
+    /// With [`Depth::Summary`]: the folded records of checkpoints a lost
+    /// note names (not in `committed`, so that nothing counts twice).
+    pub folded_context: Vec<CommitRecord>,
     pub staged: Vec<StagedTransaction>,
     /// Expired transaction ids and when.
     pub expired: BTreeMap<String, u64>,
@@ -241,7 +244,32 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
                 Vec::new()
             }
         };
+        let mut lost = Vec::new();
+        if let Some(dir) = &v.lost {
+            match dir.names_of(EntryKind::File) {
+                Ok(names) => {
+                    for name in names {
+                        match dir.read_file(&name, crate::destination::LOST_NOTE_LIMIT) {
+                            Ok(Some(bytes)) => {
+                                match LostNote::parse(&String::from_utf8_lossy(&bytes)) {
+                                    Some(n) => lost.push(n),
+                                    None => problems.push(format!(
+                                        "{} is not a readable note of a lost transaction",
+                                        dir.child(&name).display()
+                                    )),
+                                }
+                            }
+                            Ok(None) => {}
+                            Err(e) => problems
+                                .push(format!("cannot read {}: {e}", dir.child(&name).display())),
+                        }
+                    }
+                }
+                Err(e) => problems.push(format!("cannot list {}: {e}", dir.path().display())),
+            }
+        }
         let mut segments = Vec::new();
+        let mut folded_context = Vec::new();
         let mut committed = committed;
         if let Some(dir) = &v.history {
             let history = History {
@@ -274,7 +302,24 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
                     }
                     all
                 }
-                Depth::Summary => Vec::new(),
+                // The folded checkpoints a lost note names are read: the
+                // report shows what else of such a checkpoint is visible.
+                Depth::Summary => {
+                    let some = &mut folded_context;
+                    for seg in segments.iter().filter(|s| {
+                        lost.iter().any(|n| {
+                            n.lineage == s.lineage
+                                && s.first <= n.checkpoint
+                                && n.checkpoint <= s.last
+                        })
+                    }) {
+                        match history.read(seg) {
+                            Ok(records) => some.extend(records.unwrap_or_default()),
+                            Err(e) => problems.push(e.to_string()),
+                        }
+                    }
+                    Vec::new()
+                }
             };
             committed = merge(committed, folded);
         }
@@ -317,30 +362,6 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
                 Vec::new()
             }
         };
-        let mut lost = Vec::new();
-        if let Some(dir) = &v.lost {
-            match dir.names_of(EntryKind::File) {
-                Ok(names) => {
-                    for name in names {
-                        match dir.read_file(&name, crate::destination::LOST_NOTE_LIMIT) {
-                            Ok(Some(bytes)) => {
-                                match LostNote::parse(&String::from_utf8_lossy(&bytes)) {
-                                    Some(n) => lost.push(n),
-                                    None => problems.push(format!(
-                                        "{} is not a readable note of a lost transaction",
-                                        dir.child(&name).display()
-                                    )),
-                                }
-                            }
-                            Ok(None) => {}
-                            Err(e) => problems
-                                .push(format!("cannot read {}: {e}", dir.child(&name).display())),
-                        }
-                    }
-                }
-                Err(e) => problems.push(format!("cannot list {}: {e}", dir.path().display())),
-            }
-        }
         let mut operations = Vec::new();
         if let Some(dir) = &v.operations {
             match crate::destination::read_operations(dir) {
@@ -367,6 +388,7 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
             committed,
             segments,
             full: depth == Depth::Full,
+            folded_context,
             staged,
             expired,
             lineages,
