@@ -169,6 +169,19 @@ pub fn commit_record(rng: &mut Rng) -> ControlFile {
     })
 }
 
+/// A history segment of the filesystem destination: one to four commit
+/// records (each valid on its own).
+pub fn history_segment(rng: &mut Rng) -> ControlFile {
+    let n = 1 + rng.below(4) as usize;
+    let records = (0..n)
+        .map(|_| match commit_record(rng) {
+            ControlFile::Committed(r) => r,
+            _ => unreachable!("commit_record makes commit records"),
+        })
+        .collect();
+    ControlFile::Segment(records)
+}
+
 /// The parts of a commit record's file name.
 pub fn commit_record_name(rng: &mut Rng) -> (LineageId, CheckpointId, TransactionId) {
     (

@@ -184,6 +184,15 @@ pub static TARGETS: &[&dyn Target] = &[
         must_reach: &Stage::ALL,
     },
     &Codec {
+        name: "history-segment",
+        framing: Framing::Envelope,
+        valid: gen::history_segment,
+        encode: encode_control_file,
+        decode: decode_control,
+        canonical: false,
+        must_reach: &Stage::ALL,
+    },
+    &Codec {
         name: "record-batch",
         framing: Framing::LengthPrefixed,
         valid: gen::records,
@@ -252,41 +261,56 @@ fn encode_control_file(c: &ControlFile) -> Vec<u8> {
 /// handle satisfies.
 fn decode_control(b: &[u8]) -> Result<ControlFile, Stage> {
     let c = decode_control_file(b).map_err(|e| stage_of(&e))?;
-    let handle = match &c {
-        ControlFile::Prepared(m) => &m.handle,
-        ControlFile::Committed(r) => &r.handle,
-        // A lineage record carries no handle; its fields are checked by
-        // the decoder itself.
-        ControlFile::Lineage(_) => return Ok(c),
-    };
-    if let Err(e) = TransactionHandle::decode(&handle.encode()) {
-        panic!("a control file was accepted with a handle that is refused on its own: {e}");
-    }
     // The destination checks a control file against where it was found
     // before using it; found where its own contents say it belongs, it
     // must pass those checks or be refused as invalid.
     match &c {
-        ControlFile::Prepared(m) => m
-            .check(&handle.sink, &handle.transaction)
-            .map_err(|_| Stage::Validate)?,
-        ControlFile::Committed(r) => {
-            let Some(checkpoint) = handle.checkpoint() else {
-                return Err(Stage::Validate);
-            };
-            let name = commit_record_name(handle.lineage, checkpoint, &handle.transaction);
-            r.check(&handle.sink, &name).map_err(|_| Stage::Validate)?;
-            if let Some(file) = &r.file {
-                assert!(
-                    !file.is_empty()
-                        && !file.starts_with(['.', '_'])
-                        && !file.contains(['/', '\\', '\0']),
-                    "a commit record passed its checks with file name {file:?} outside the output directory's visible names"
-                );
+        ControlFile::Prepared(m) => {
+            accepted_handle(&m.handle);
+            m.check(&m.handle.sink, &m.handle.transaction)
+                .map_err(|_| Stage::Validate)?
+        }
+        ControlFile::Committed(r) => check_commit_record(r)?,
+        // Each record of a history segment passes what a single record
+        // passes.
+        ControlFile::Segment(records) => {
+            for r in records {
+                check_commit_record(r)?;
             }
         }
+        // A lineage record carries no handle; its fields are checked by
+        // the decoder itself.
         ControlFile::Lineage(_) => {}
     }
     Ok(c)
+}
+
+/// The filesystem destination builds paths from a control file's handle
+/// and file name, so whatever it accepts must satisfy what a restored
+/// handle satisfies.
+fn accepted_handle(handle: &TransactionHandle) {
+    if let Err(e) = TransactionHandle::decode(&handle.encode()) {
+        panic!("a control file was accepted with a handle that is refused on its own: {e}");
+    }
+}
+
+fn check_commit_record(r: &twopc_fs::CommitRecord) -> Result<(), Stage> {
+    let handle = &r.handle;
+    accepted_handle(handle);
+    let Some(checkpoint) = handle.checkpoint() else {
+        return Err(Stage::Validate);
+    };
+    let name = commit_record_name(handle.lineage, checkpoint, &handle.transaction);
+    r.check(&handle.sink, &name).map_err(|_| Stage::Validate)?;
+    if let Some(file) = &r.file {
+        assert!(
+            !file.is_empty()
+                && !file.starts_with(['.', '_'])
+                && !file.contains(['/', '\\', '\0']),
+            "a commit record passed its checks with file name {file:?} outside the output directory's visible names"
+        );
+    }
+    Ok(())
 }
 
 fn encode_batch(records: &Vec<Vec<u8>>) -> Vec<u8> {

@@ -46,6 +46,11 @@
 //! cleanup rolled it back). The same table answers `committed_after`
 //! (rewind detection).
 //!
+//! Older records are folded into `twopc_commit_segments` (one row per
+//! lineage, run and a few thousand transactions) so that the history read at
+//! every start stays small; every lookup above reads the segments too. See
+//! the [`history`] module.
+//!
 //! ## The prepared handle: `twopc_prepared`
 //!
 //! Recovery rules need, for each prepared transaction, the run and
@@ -97,6 +102,8 @@
 //! 42704 and no record → `Missing`. A still-running earlier attempt answers
 //! "busy" (55000), which is again `Err` and retried.
 
+mod history;
+
 use std::collections::VecDeque;
 use std::io::Write;
 use std::sync::Arc;
@@ -104,8 +111,9 @@ use std::sync::Arc;
 use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    LostNote, OperationRecord, OwnerClaim, OwnerInfo, Ownership, StagedState, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Compaction, Destination, HistoryPolicy,
+    HistoryTally, LineageRecord, LineageSummary, LostNote, OperationRecord, OwnerClaim, OwnerInfo,
+    Ownership, StagedState, StagedTransaction,
 };
 use twopc_core::error::{
     ConfigError, DestinationError, DestinationErrorKind, RecordFault, RecordPosition, TwopcError,
@@ -237,6 +245,9 @@ pub struct PgDestination {
     stage_generation: Option<u64>,
     /// The ownership this destination holds (see the module docs).
     owner: Option<OwnedShare>,
+    /// The history segments' table is known to exist (see
+    /// [`history`]).
+    segments_known: bool,
 }
 
 /// The advisory lock held for one sink and subtask, and the writer session
@@ -251,8 +262,13 @@ struct OwnedShare {
 /// of a fixed tag, the control schema, the sink id and the subtask, so two
 /// sinks, or one sink in two control schemas, never share a key.
 fn owner_lock_key(control_schema: &str, sink: &SinkId, subtask: u32) -> i64 {
+    lock_key(&format!("twopc-owner\0{control_schema}\0{sink}\0{subtask}"))
+}
+
+/// An advisory lock key: the FNV-1a hash of `text`, which starts with a tag
+/// naming what it locks so that keys of different uses never meet.
+fn lock_key(text: &str) -> i64 {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
-    let text = format!("twopc-owner\0{control_schema}\0{sink}\0{subtask}");
     for b in text.bytes() {
         h ^= u64::from(b);
         h = h.wrapping_mul(0x0000_0100_0000_01b3);
@@ -353,6 +369,7 @@ impl PgDestination {
             open: None,
             stage_generation: None,
             owner: None,
+            segments_known: false,
             options,
         })
     }
@@ -455,6 +472,7 @@ impl PgDestination {
             open: None,
             stage_generation: None,
             owner: None,
+            segments_known: false,
             options,
         })
     }
@@ -468,9 +486,18 @@ impl PgDestination {
     /// commit record or a prepared handle), for `twopc inspect` of a whole
     /// database. Idempotent-mode sinks keep neither, and are not listed.
     pub fn sink_ids(&mut self) -> Result<Vec<SinkId>, DestinationError> {
+        // A sink whose every record is folded has only segments left.
+        let segments = if self.segments_exist()? {
+            format!(
+                " UNION SELECT sink_id FROM {}",
+                self.control_tables.segments
+            )
+        } else {
+            String::new()
+        };
         let t = &self.control_tables;
         let sql = format!(
-            "SELECT sink_id FROM {} UNION SELECT sink_id FROM {} ORDER BY 1",
+            "SELECT sink_id FROM {} UNION SELECT sink_id FROM {}{segments} ORDER BY 1",
             t.commit_records, t.prepared
         );
         let rows = self
@@ -1065,7 +1092,14 @@ impl PgDestination {
                 side.is_some(),
             ))
         })?;
-        if record {
+        // Not loose: it may be folded into a history segment by now (looked
+        // up after the loose record, see the history module).
+        let checkpoint = handle.prepared().map(|p| p.checkpoint);
+        let folded = match (record, checkpoint) {
+            (false, Some(cp)) => self.folded(&handle.transaction, cp)?,
+            _ => None,
+        };
+        if record || folded.is_some() {
             // An earlier commit landed (its response was lost). Finish its
             // cleanup.
             let _ = self.control.run("cleaning up after the commit", |c| {
@@ -1073,7 +1107,12 @@ impl PgDestination {
             });
             return Ok(CommitStatus::AlreadyCommitted);
         }
-        let records = &self.control_tables.commit_records;
+        let records = &format!(
+            "{} (nor any segment of {} covering checkpoint {})",
+            self.control_tables.commit_records,
+            self.control_tables.segments,
+            checkpoint.map_or("?".to_string(), |c| c.to_string())
+        );
         let evidence = match tombstone {
             Some(at) => format!(
                 "it EXPIRED: twopc's retention cleanup rolled it back (ROLLBACK PREPARED) at {at} \
@@ -1121,6 +1160,10 @@ impl PgDestination {
                 Ok(AbortStatus::Aborted)
             }
             Err(f) if f.is(UNDEFINED_OBJECT) => {
+                // Loose records only: the id names no checkpoint to find a
+                // history segment by. A folded transaction answers NotFound
+                // rather than WasCommitted; nothing is removed either way
+                // (see the history module).
                 let (committed, _) = self.control.run("looking up the commit record", |c| {
                     let committed = c.query_opt(&find_record, &[&txn.as_str()])?.is_some();
                     let removed = c.execute(&delete_side, &[&txn.as_str()])?;
@@ -1220,37 +1263,13 @@ impl PgDestination {
             Ok(c.query(&sql, &[&sink, &(lineage.0 as i64), &after])?)
         })?;
         let mut out = Vec::new();
-        for row in rows {
-            let id: String = row.get(0);
-            let Some(parsed) = TransactionId::parse(&id) else {
-                return Err(self.err(
-                    DestinationErrorKind::Corrupt,
-                    format!(
-                        "{} holds a row for {id:?}, which is not a twopc transaction id; it was \
-                         edited by hand",
-                        self.control_tables.commit_records
-                    ),
-                ));
-            };
-            out.push(CommittedTransaction {
-                transaction: parsed.id,
-                lineage,
-                checkpoint: row.get::<_, i64>(1) as u64,
-                subtask: row.get::<_, i32>(2) as u32,
-                run: RunId::new(row.get::<_, String>(5)).map_err(|e| {
-                    self.err(
-                        DestinationErrorKind::Corrupt,
-                        format!(
-                            "{} holds a row for {id} whose run_id is not a run id ({e}); it was \
-                             edited by hand",
-                            self.control_tables.commit_records
-                        ),
-                    )
-                })?,
-                records: row.get::<_, i64>(3) as u64,
-                committed_at_ms: row.get::<_, i64>(4).max(0) as u64,
-            });
+        for row in &rows {
+            let record = history::record_of(row, &self.control_tables.commit_records)
+                .map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
+            out.push(record);
         }
+        self.add_folded_after(lineage, checkpoint, &mut out)?;
+        out.sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
         Ok(out)
     }
 
@@ -1259,39 +1278,69 @@ impl PgDestination {
         committed: &CommittedTransaction,
     ) -> Result<(), DestinationError> {
         let sql = self.txn_sql().expect("transactional");
-        let delete_record = sql.delete_record.clone();
+        let (delete_record, find_record) = (sql.delete_record.clone(), sql.find_record.clone());
         let txn = committed.transaction.as_str();
         let Some(retract_rows) = sql.retract_rows.clone() else {
+            // Where its commit record is decides what "remove it" means.
+            let loose = self.control.run("looking up the commit record", |c| {
+                Ok(c.query_opt(&find_record, &[&txn])?.is_some())
+            })?;
+            let folded = if loose {
+                None
+            } else {
+                self.folded(&committed.transaction, committed.checkpoint)?
+            };
+            let record = match folded {
+                None => format!(
+                    "remove its commit record with DELETE FROM {} WHERE transaction_id = {}; and \
+                     start again",
+                    self.control_tables.commit_records,
+                    quote_literal(txn)
+                ),
+                Some(f) => format!(
+                    "remove its commit record: it is folded into the history segment with id {} \
+                     in {} (lineage {}, checkpoints {} to {}), which only twopc rewrites, so add \
+                     a text column to {} (ALTER TABLE {} ADD COLUMN twopc_txn text), set \
+                     transaction_id_column to it and start again: REPLACE_RANGE then removes the \
+                     record (this transaction's rows are gone already)",
+                    f.segment_id,
+                    self.control_tables.segments,
+                    f.lineage,
+                    f.first,
+                    f.last,
+                    self.table,
+                    self.table
+                ),
+            };
             return Err(self.err(
                 DestinationErrorKind::Rejected,
                 format!(
                     "cannot retract transaction {txn} (checkpoint {}, {} rows in {}): the table \
                      has no transaction-id column configured, so its rows cannot be told apart \
                      from other rows. Reconcile by hand: delete the rows this transaction wrote \
-                     from {} (e.g. by a business key or time range), then remove its commit \
-                     record with DELETE FROM {} WHERE transaction_id = {}; and start again. Or \
-                     set transaction_id_column to a text column the sink fills, so that \
+                     from {} (e.g. by a business key or time range), then {record}. Or set \
+                     transaction_id_column to a text column the sink fills, so that \
                      REPLACE_RANGE can do this itself",
-                    committed.checkpoint,
-                    committed.records,
-                    self.table,
-                    self.table,
-                    self.control_tables.commit_records,
-                    quote_literal(txn)
+                    committed.checkpoint, committed.records, self.table, self.table,
                 ),
             ));
         };
-        let removed = self
-            .control
-            .run("retracting a committed transaction", |c| {
-                let mut t = c.transaction()?;
-                let rows = t.execute(&retract_rows, &[&txn])?;
-                t.execute(&delete_record, &[&txn])?;
-                t.commit()?;
-                Ok(rows)
-            })?;
+        let (removed, record) = self.retract_record(committed, &retract_rows, &delete_record)?;
+        let record = match record {
+            history::RecordRemoved::Loose => "its commit record".to_string(),
+            history::RecordRemoved::Folded { id, emptied } => format!(
+                "its commit record from the history segment with id {id} in {}{}",
+                self.control_tables.segments,
+                if emptied {
+                    ", which it was the last of (the segment row went too)"
+                } else {
+                    ""
+                }
+            ),
+            history::RecordRemoved::Nothing => "no commit record (gone already)".to_string(),
+        };
         log::info!(
-            "retracted transaction {txn}: removed {removed} rows from {} and its commit record",
+            "retracted transaction {txn}: removed {removed} rows from {} and {record}",
             self.table
         );
         Ok(())
@@ -1678,11 +1727,8 @@ impl TxnSql {
                    FOR UPDATE SKIP LOCKED)"
             ),
             committed_after: format!(
-                "SELECT transaction_id, checkpoint, subtask, row_count, \
-                        (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8, \
-                        run_id \
-                 FROM {cr} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3 \
-                 ORDER BY checkpoint, transaction_id"
+                "SELECT {} FROM {cr} WHERE sink_id = $1 AND lineage = $2 AND checkpoint > $3",
+                history::RECORD_COLUMNS
             ),
             insert_tombstone: format!(
                 "INSERT INTO {e} (transaction_id, sink_id, expired_at) \
@@ -1939,6 +1985,21 @@ impl Destination for PgDestination {
             .collect())
     }
 
+    fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.compact_transactional(policy),
+            // Keeps no commit records: nothing to fold.
+            ModeSql::Idempotent(_) => Ok(Compaction::default()),
+        }
+    }
+
+    fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        match self.sql {
+            ModeSql::Transactional(_) => self.tallies_transactional(),
+            ModeSql::Idempotent(_) => Ok(Vec::new()),
+        }
+    }
+
     fn clear_lost(
         &mut self,
         lineage: LineageId,
@@ -1984,46 +2045,23 @@ impl Destination for PgDestination {
             // the same keys, so there is nothing a new run could duplicate.
             return Ok(Vec::new());
         }
-        let (cr, l) = (
-            &self.control_tables.commit_records,
-            &self.control_tables.lineages,
-        );
-        let summary_sql = format!(
-            "SELECT lineage, count(*), max(checkpoint) FROM {cr} WHERE sink_id = $1 \
-             GROUP BY lineage ORDER BY lineage"
-        );
-        let latest_sql = format!(
-            "SELECT transaction_id, run_id FROM {cr} \
-             WHERE sink_id = $1 AND lineage = $2 AND checkpoint = $3 ORDER BY transaction_id"
-        );
         let record_sql = format!(
             "SELECT run_id, (extract(epoch FROM started_at) * 1000)::int8, appended \
-             FROM {l} WHERE sink_id = $1 AND lineage = $2"
+             FROM {} WHERE sink_id = $1 AND lineage = $2",
+            self.control_tables.lineages
         );
         let sink = self.sink.as_str().to_string();
-        let rows = self.control.run("reading committed lineages", |c| {
-            let mut out = Vec::new();
-            for row in c.query(&summary_sql, &[&sink])? {
-                let (lineage, count, last): (i64, i64, i64) = (row.get(0), row.get(1), row.get(2));
-                let latest = c.query(&latest_sql, &[&sink, &lineage, &last])?;
-                let record = c.query_opt(&record_sql, &[&sink, &lineage])?;
-                out.push((lineage, count, last, latest, record));
-            }
-            Ok(out)
-        })?;
         let mut out = Vec::new();
-        for (lineage, count, last, latest, record) in rows {
+        for (lineage, count, last) in self.lineage_counts()? {
+            let latest = self.transactions_at(LineageId(lineage as u64), last)?;
+            let record = self.control.run("reading committed lineages", |c| {
+                Ok(c.query_opt(&record_sql, &[&sink, &lineage])?)
+            })?;
             let lineage = LineageId(lineage as u64);
             let mut runs: Vec<RunId> = Vec::new();
-            let mut last_transactions = Vec::new();
-            for r in latest {
-                if let Some(t) = TransactionId::parse(r.get::<_, &str>(0)) {
-                    last_transactions.push(t.id);
-                }
-                if let Ok(run) = RunId::new(r.get::<_, String>(1)) {
-                    if !runs.contains(&run) {
-                        runs.push(run);
-                    }
+            for c in &latest {
+                if !runs.contains(&c.run) {
+                    runs.push(c.run.clone());
                 }
             }
             let record = record.and_then(|r| {
@@ -2038,7 +2076,7 @@ impl Destination for PgDestination {
                 lineage,
                 committed: count.max(0) as u64,
                 last_checkpoint: Some(last.max(0) as u64),
-                last_transactions,
+                last_transactions: latest.into_iter().map(|c| c.transaction).collect(),
                 runs,
                 record,
             });
