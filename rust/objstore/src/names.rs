@@ -8,14 +8,14 @@ use twopc_core::ids::{validate_token, CheckpointId, LineageId, SinkId, Transacti
 /// by Flink's and Hadoop's readers, as in the filesystem destination).
 pub const CONTROL_DIR: &str = "_twopc";
 
-pub(crate) const PREPARED: &str = "prepared";
-pub(crate) const COMMITTED: &str = "committed";
-pub(crate) const EXPIRED: &str = "expired";
-pub(crate) const OWNERS: &str = "owners";
-pub(crate) const LINEAGES: &str = "lineages";
-pub(crate) const RUNS: &str = "runs";
-pub(crate) const LOST: &str = "lost";
-pub(crate) const OPERATIONS: &str = "operations";
+pub const PREPARED: &str = "prepared";
+pub const COMMITTED: &str = "committed";
+pub const EXPIRED: &str = "expired";
+pub const OWNERS: &str = "owners";
+pub const LINEAGES: &str = "lineages";
+pub const RUNS: &str = "runs";
+pub const LOST: &str = "lost";
+pub const OPERATIONS: &str = "operations";
 
 /// Longest part prefix and suffix (without its dot) accepted.
 pub(crate) const MAX_PREFIX_LEN: usize = 32;
