@@ -124,7 +124,11 @@ impl UploadLocation {
         let txn = &handle.transaction;
         let location = match decode(bytes) {
             Ok(ControlObject::Location(l)) => l,
-            Ok(_) => return Err(format!("the location in the handle of {txn} is not a location")),
+            Ok(_) => {
+                return Err(format!(
+                    "the location in the handle of {txn} is not a location"
+                ))
+            }
             Err(e) => return Err(format!("the location in the handle of {txn}: {e}")),
         };
         location.check(handle, layout)?;
@@ -156,12 +160,12 @@ impl UploadLocation {
                 crate::options::MAX_PARTS
             ));
         }
-        if let Some(bad) = self
-            .parts
-            .iter()
-            .find(|p| p.is_empty() || p.len() > 200 || p.chars().any(|c| c.is_control() || c == '<'))
-        {
-            return Err(format!("the handle of {txn} holds a malformed part id {bad:?}"));
+        if let Some(bad) = self.parts.iter().find(|p| {
+            p.is_empty() || p.len() > 200 || p.chars().any(|c| c.is_control() || c == '<')
+        }) {
+            return Err(format!(
+                "the handle of {txn} holds a malformed part id {bad:?}"
+            ));
         }
         if !lengths_for(handle).is_some_and(|l| l.contains(&self.bytes)) {
             return Err(format!(
@@ -185,7 +189,10 @@ fn lengths_for(handle: &TransactionHandle) -> Option<[u64; 2]> {
 
 fn check_handle(h: &TransactionHandle, sink: &SinkId, txn: &TransactionId) -> Result<(), String> {
     if &h.sink != sink {
-        return Err(format!("it belongs to sink '{}', not to sink '{sink}'", h.sink));
+        return Err(format!(
+            "it belongs to sink '{}', not to sink '{sink}'",
+            h.sink
+        ));
     }
     if &h.transaction != txn {
         return Err(format!(
@@ -215,7 +222,9 @@ impl CommitRecord {
         let h = &self.handle;
         check_handle(h, &layout.sink, &h.transaction)?;
         let Some(checkpoint) = h.checkpoint() else {
-            return Err(format!("commit record {name} holds a handle that is not prepared"));
+            return Err(format!(
+                "commit record {name} holds a handle that is not prepared"
+            ));
         };
         let expected = commit_record_name(h.lineage, checkpoint, &h.transaction);
         if name != expected {
@@ -303,13 +312,31 @@ mod tests {
         let l = layout();
         let (handle, location) = located_handle(&l);
         let bytes = handle.location().unwrap();
-        assert_eq!(UploadLocation::decode_for(bytes, &handle, &l).unwrap(), location);
+        assert_eq!(
+            UploadLocation::decode_for(bytes, &handle, &l).unwrap(),
+            location
+        );
         for forged in [
-            UploadLocation { bucket: "other".into(), ..location.clone() },
-            UploadLocation { key: "out/evil".into(), ..location.clone() },
-            UploadLocation { parts: vec![], ..location.clone() },
-            UploadLocation { bytes: 11, ..location.clone() },
-            UploadLocation { upload_id: String::new(), ..location.clone() },
+            UploadLocation {
+                bucket: "other".into(),
+                ..location.clone()
+            },
+            UploadLocation {
+                key: "out/evil".into(),
+                ..location.clone()
+            },
+            UploadLocation {
+                parts: vec![],
+                ..location.clone()
+            },
+            UploadLocation {
+                bytes: 11,
+                ..location.clone()
+            },
+            UploadLocation {
+                upload_id: String::new(),
+                ..location.clone()
+            },
         ] {
             assert!(UploadLocation::decode_for(&forged.encode(), &handle, &l).is_err());
         }
@@ -320,7 +347,10 @@ mod tests {
         for i in 0..bytes.len() {
             let mut b = bytes.to_vec();
             b[i] ^= 0x5a;
-            assert!(UploadLocation::decode_for(&b, &handle, &l).is_err(), "byte {i}");
+            assert!(
+                UploadLocation::decode_for(&b, &handle, &l).is_err(),
+                "byte {i}"
+            );
         }
     }
 }

@@ -166,7 +166,9 @@ fn config_section(name: &str) -> String {
 }
 
 fn shown(p: Option<&Path>) -> String {
-    p.map_or("(no home directory)".to_string(), |p| p.display().to_string())
+    p.map_or("(no home directory)".to_string(), |p| {
+        p.display().to_string()
+    })
 }
 
 /// The `key = value` lines of `[section]` in an INI file; `Ok(None)` when

@@ -25,8 +25,7 @@ use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::{preview, RecordBatch};
 
 use crate::control::{
-    decode, encode, CommitRecord, ControlObject, PreparedMarker, UploadLocation,
-    MAX_CONTROL_OBJECT,
+    decode, encode, CommitRecord, ControlObject, PreparedMarker, UploadLocation, MAX_CONTROL_OBJECT,
 };
 use crate::credentials::{self, CredentialSource, Environment};
 use crate::faults::{Connector, RequestFaults};
@@ -80,7 +79,8 @@ fn now_ms() -> u64 {
 /// the object, with what to do for permission errors.
 fn store_err(op: &str, bucket: &str, key: &str, e: object_store::Error) -> DestinationError {
     let (kind, hint) = match &e {
-        object_store::Error::PermissionDenied { .. } | object_store::Error::Unauthenticated { .. } => (
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => (
             DestinationErrorKind::NotPermitted,
             " (the credentials may not do this: grant s3:GetObject, PutObject, DeleteObject, \
              ListBucket, AbortMultipartUpload and ListBucketMultipartUploads on the bucket, or \
@@ -92,9 +92,8 @@ fn store_err(op: &str, bucket: &str, key: &str, e: object_store::Error) -> Desti
 }
 
 fn path(key: &str) -> Result<Path, DestinationError> {
-    Path::parse(key).map_err(|e| {
-        DestinationError::corrupt(format!("{key:?} is not a usable object key: {e}"))
-    })
+    Path::parse(key)
+        .map_err(|e| DestinationError::corrupt(format!("{key:?} is not a usable object key: {e}")))
 }
 
 /// The number of parts an S3 multipart ETag names (`"<hex>-<n>"`), when it
@@ -112,7 +111,9 @@ fn iso_ms(text: &str) -> Option<u64> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
     let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
-    let ms: i64 = format!("{:0<3}", frac.get(..3.min(frac.len()))?).parse().ok()?;
+    let ms: i64 = format!("{:0<3}", frac.get(..3.min(frac.len()))?)
+        .parse()
+        .ok()?;
     // Days from the civil date (proleptic Gregorian).
     let y = if m <= 2 { y - 1 } else { y };
     let era = y.div_euclid(400);
@@ -159,7 +160,8 @@ impl ObjectStoreDestination {
         sink: &SinkId,
         faults: Option<Arc<dyn RequestFaults>>,
     ) -> Result<Self, DestinationError> {
-        let not_permitted = |m: String| DestinationError::new(DestinationErrorKind::NotPermitted, m);
+        let not_permitted =
+            |m: String| DestinationError::new(DestinationErrorKind::NotPermitted, m);
         options
             .validate()
             .map_err(|e| not_permitted(format!("sink '{sink}': {e}")))?;
@@ -343,7 +345,12 @@ impl ObjectStoreDestination {
             .map_err(|e| self.err("reading", key, e))
     }
 
-    async fn put(&self, key: &str, bytes: Vec<u8>, mode: PutMode) -> Result<bool, DestinationError> {
+    async fn put(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<bool, DestinationError> {
         match self
             .store
             .put_opts(&path(key)?, PutPayload::from(bytes), PutOptions::from(mode))
@@ -386,14 +393,20 @@ impl ObjectStoreDestination {
         let mut uploads = self.api.list_multipart_uploads(key).await.map_err(|e| {
             DestinationError::new(
                 DestinationErrorKind::Io,
-                format!("listing the multipart uploads of s3://{}/{key}: {e}", self.layout.bucket),
+                format!(
+                    "listing the multipart uploads of s3://{}/{key}: {e}",
+                    self.layout.bucket
+                ),
             )
         })?;
         uploads.retain(|u| u.key == key);
         Ok(uploads)
     }
 
-    async fn read_commit_record(&self, name: &str) -> Result<Option<CommitRecord>, DestinationError> {
+    async fn read_commit_record(
+        &self,
+        name: &str,
+    ) -> Result<Option<CommitRecord>, DestinationError> {
         let key = self.layout.control(COMMITTED, name);
         let Some(bytes) = self.get_small(&key, MAX_CONTROL_OBJECT).await? else {
             return Ok(None);
@@ -455,7 +468,11 @@ impl ObjectStoreDestination {
         };
         let record_key = self.layout.control(COMMITTED, &name);
         if !self
-            .put(&record_key, encode(&ControlObject::Committed(record)), PutMode::Create)
+            .put(
+                &record_key,
+                encode(&ControlObject::Committed(record)),
+                PutMode::Create,
+            )
             .await?
         {
             // A concurrent commit (or our own lost first try) wrote it: it
@@ -463,11 +480,14 @@ impl ObjectStoreDestination {
             if self.read_commit_record(&name).await?.is_none() {
                 return Err(DestinationError::new(
                     DestinationErrorKind::Io,
-                    format!("{record_key} exists and vanished at once; the commit is retried by id"),
+                    format!(
+                        "{record_key} exists and vanished at once; the commit is retried by id"
+                    ),
                 ));
             }
         }
-        self.tidy_after_commit(&handle.transaction, key, keep_upload).await;
+        self.tidy_after_commit(&handle.transaction, key, keep_upload)
+            .await;
         Ok(())
     }
 
@@ -540,7 +560,10 @@ impl ObjectStoreDestination {
     }
 
     /// The answer to a commit whose record exists.
-    async fn already_committed(&self, record: &CommitRecord) -> Result<CommitStatus, DestinationError> {
+    async fn already_committed(
+        &self,
+        record: &CommitRecord,
+    ) -> Result<CommitStatus, DestinationError> {
         let txn = &record.handle.transaction;
         match self.head(&record.key).await? {
             None => Ok(CommitStatus::Missing {
@@ -554,7 +577,8 @@ impl ObjectStoreDestination {
             }),
             Some(meta)
                 if meta.size == record.size
-                    && (record.e_tag.is_empty() || meta.e_tag.as_deref() == Some(&record.e_tag)) =>
+                    && (record.e_tag.is_empty()
+                        || meta.e_tag.as_deref() == Some(&record.e_tag)) =>
             {
                 self.tidy_after_commit(txn, &record.key, None).await;
                 Ok(CommitStatus::AlreadyCommitted)
@@ -708,9 +732,9 @@ impl ObjectStoreDestination {
         let index = open.parts.len();
         let store = self.store.clone();
         let (key, upload_id) = (open.key.clone(), open.upload_id.clone());
-        let sent = self
-            .rt
-            .block_on(store.put_part(&key, &upload_id, index, PutPayload::from(data)));
+        let sent =
+            self.rt
+                .block_on(store.put_part(&key, &upload_id, index, PutPayload::from(data)));
         let open = self.open.as_mut().expect("checked above");
         match sent {
             Ok(part) => {
@@ -719,7 +743,10 @@ impl ObjectStoreDestination {
                 Ok(())
             }
             Err(e) => {
-                let why = format!("uploading part {} of s3://{bucket}/{key} failed: {e}", index + 1);
+                let why = format!(
+                    "uploading part {} of s3://{bucket}/{key} failed: {e}",
+                    index + 1
+                );
                 open.poisoned = Some(why.clone());
                 Err(DestinationError::new(
                     DestinationErrorKind::Io,
@@ -765,15 +792,19 @@ impl ObjectStoreDestination {
     fn scan_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
         self.rt.block_on(async {
             let prefix = self.layout.parts_of_sink();
-            let uploads = self.api.list_multipart_uploads(&prefix).await.map_err(|e| {
-                DestinationError::new(
-                    DestinationErrorKind::Io,
-                    format!(
+            let uploads = self
+                .api
+                .list_multipart_uploads(&prefix)
+                .await
+                .map_err(|e| {
+                    DestinationError::new(
+                        DestinationErrorKind::Io,
+                        format!(
                         "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
                         self.layout.sink, self.layout.bucket
                     ),
-                )
-            })?;
+                    )
+                })?;
             // Markers listed after the uploads: a transaction prepared before
             // this listing shows its marker (it is written after its parts).
             let markers = self.names_in(PREPARED).await?;
@@ -807,7 +838,9 @@ impl ObjectStoreDestination {
                         // The marker names another upload (its own was
                         // completed or aborted): these are strays.
                         Some(Ok(_)) | None => (StagedState::Open, initiated),
-                        Some(Err(reason)) => (StagedState::PreparedUnreadable { reason }, initiated),
+                        Some(Err(reason)) => {
+                            (StagedState::PreparedUnreadable { reason }, initiated)
+                        }
                     }
                 } else {
                     (StagedState::Open, initiated)
@@ -978,7 +1011,11 @@ impl Destination for ObjectStoreDestination {
             if lines {
                 open.buffer.extend_from_slice(b"\n");
             }
-            while self.open.as_ref().is_some_and(|o| o.buffer.len() >= part_size) {
+            while self
+                .open
+                .as_ref()
+                .is_some_and(|o| o.buffer.len() >= part_size)
+            {
                 self.send_part(part_size)?;
             }
         }
@@ -1035,7 +1072,9 @@ impl Destination for ObjectStoreDestination {
         };
         let location_bytes = location.encode();
         let info = handle.prepared().cloned().ok_or_else(|| {
-            self.corrupt(format!("prepare of {txn} with a handle that is not prepared"))
+            self.corrupt(format!(
+                "prepare of {txn} with a handle that is not prepared"
+            ))
         })?;
         let marker = PreparedMarker {
             handle: TransactionHandle {
@@ -1082,9 +1121,9 @@ impl Destination for ObjectStoreDestination {
         now_ms: u64,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
-        let checkpoint = handle.checkpoint().ok_or_else(|| {
-            self.corrupt(format!("commit of {txn} without a prepared state"))
-        })?;
+        let checkpoint = handle
+            .checkpoint()
+            .ok_or_else(|| self.corrupt(format!("commit of {txn} without a prepared state")))?;
         self.keep_leases()?;
         let name = names::commit_record_name(handle.lineage, checkpoint, txn);
         self.rt.block_on(async {
@@ -1161,11 +1200,20 @@ impl Destination for ObjectStoreDestination {
                             location.parts.len()
                         )));
                     }
-                    self.record_commit(handle, &location.key, &meta, Some(&location.upload_id), now_ms)
-                        .await?;
+                    self.record_commit(
+                        handle,
+                        &location.key,
+                        &meta,
+                        Some(&location.upload_id),
+                        now_ms,
+                    )
+                    .await?;
                     Ok(CommitStatus::Committed)
                 }
-                Err(e) => self.after_failed_complete(handle, &location, e, now_ms).await,
+                Err(e) => {
+                    self.after_failed_complete(handle, &location, e, now_ms)
+                        .await
+                }
             }
         })
     }
@@ -1276,7 +1324,8 @@ impl Destination for ObjectStoreDestination {
     ) -> Result<u64, DestinationError> {
         let mut removed = 0;
         for (name, text) in self.read_notes(LOST)? {
-            if LostNote::parse(&text).is_some_and(|n| n.lineage == lineage && n.checkpoint > checkpoint)
+            if LostNote::parse(&text)
+                .is_some_and(|n| n.lineage == lineage && n.checkpoint > checkpoint)
             {
                 self.rt
                     .block_on(self.delete(&self.layout.control(LOST, &name)))?;
@@ -1331,7 +1380,10 @@ impl Destination for ObjectStoreDestination {
                 lineage,
                 committed: count,
                 last_checkpoint: Some(last),
-                last_transactions: latest.iter().map(|r| r.handle.transaction.clone()).collect(),
+                last_transactions: latest
+                    .iter()
+                    .map(|r| r.handle.transaction.clone())
+                    .collect(),
                 runs,
                 record: records.iter().find(|r| r.lineage == lineage).cloned(),
             });
@@ -1357,11 +1409,9 @@ impl Destination for ObjectStoreDestination {
         lineage: LineageId,
     ) -> Result<(), DestinationError> {
         let key = self.layout.control(RUNS, run.as_str());
-        let created = self.rt.block_on(self.put(
-            &key,
-            lineage.to_string().into_bytes(),
-            PutMode::Create,
-        ))?;
+        let created =
+            self.rt
+                .block_on(self.put(&key, lineage.to_string().into_bytes(), PutMode::Create))?;
         if created {
             return Ok(());
         }
@@ -1396,7 +1446,9 @@ impl ObjectStoreDestination {
             for name in self.names_in(area).await? {
                 let key = self.layout.control(area, &name);
                 match self.get_small(&key, NOTE_LIMIT).await {
-                    Ok(Some(bytes)) => out.push((name, String::from_utf8_lossy(&bytes).into_owned())),
+                    Ok(Some(bytes)) => {
+                        out.push((name, String::from_utf8_lossy(&bytes).into_owned()))
+                    }
                     Ok(None) => {}
                     Err(e) => log::warn!("sink '{}': skipping {key}: {e}", self.layout.sink),
                 }
@@ -1446,7 +1498,10 @@ mod tests {
         assert_eq!(iso_ms("2010-11-10T20:48:33.000Z"), Some(1_289_422_113_000));
         assert_eq!(iso_ms("2010-11-10T20:48:33Z"), Some(1_289_422_113_000));
         assert_eq!(iso_ms("garbage"), None);
-        assert_eq!(etag_parts("\"d41d8cd98f00b204e9800998ecf8427e-3\""), Some(3));
+        assert_eq!(
+            etag_parts("\"d41d8cd98f00b204e9800998ecf8427e-3\""),
+            Some(3)
+        );
         assert_eq!(etag_parts("\"d41d8cd98f00b204e9800998ecf8427e\""), None);
     }
 }

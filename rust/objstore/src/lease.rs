@@ -99,7 +99,10 @@ pub(crate) async fn claim(
                     e_tag: got.meta.e_tag.clone(),
                     version: got.meta.version.clone(),
                 };
-                let bytes = got.bytes().await.map_err(|e| store_err("reading", &key, e))?;
+                let bytes = got
+                    .bytes()
+                    .await
+                    .map_err(|e| store_err("reading", &key, e))?;
                 Some((bytes, version))
             }
             Err(object_store::Error::NotFound { .. }) => None,
@@ -141,7 +144,10 @@ pub(crate) async fn claim(
                 PutMode::Update(version)
             }
         };
-        match store.put_opts(&key, payload(), PutOptions::from(mode)).await {
+        match store
+            .put_opts(&key, payload(), PutOptions::from(mode))
+            .await
+        {
             Ok(result) => {
                 return Ok(Claimed::Acquired(HeldLease {
                     key,
@@ -195,18 +201,17 @@ pub(crate) async fn rewrite(
             held.renewed_at_ms = now_ms;
             Ok(())
         }
-        Err(object_store::Error::Precondition { .. }) | Err(object_store::Error::NotFound { .. }) => {
-            Err(DestinationError::new(
-                DestinationErrorKind::NotPermitted,
-                format!(
-                    "subtask {} of sink '{}' lost its ownership lease {}: another writer took it \
+        Err(object_store::Error::Precondition { .. })
+        | Err(object_store::Error::NotFound { .. }) => Err(DestinationError::new(
+            DestinationErrorKind::NotPermitted,
+            format!(
+                "subtask {} of sink '{}' lost its ownership lease {}: another writer took it \
                      over after it lapsed (this writer was idle or paused longer than the lease). \
                      This writer stops; the job restarts from its last checkpoint. If two jobs \
                      write the same sink id, give one of them another sink id",
-                    held.record.subtask, held.record.sink, held.key
-                ),
-            ))
-        }
+                held.record.subtask, held.record.sink, held.key
+            ),
+        )),
         Err(e) => Err(store_err("renewing", &held.key, e)),
     }
 }

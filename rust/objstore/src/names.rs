@@ -44,10 +44,7 @@ impl Layout {
     /// The visible object of a transaction: `prefix/<part-prefix>-<txn><suffix>`,
     /// named as the filesystem destination names its files.
     pub fn part_key(&self, txn: &TransactionId) -> String {
-        self.under_prefix(&format!(
-            "{}-{txn}{}",
-            self.part_prefix, self.part_suffix
-        ))
+        self.under_prefix(&format!("{}-{txn}{}", self.part_prefix, self.part_suffix))
     }
 
     /// The start of every visible object key of this sink (for listing its

@@ -41,8 +41,8 @@ pub fn refusal(
         };
         // A rule covers some of our uploads when one prefix starts the
         // other (`out/` covers `out/part-s.…`; `out/part-s.1` covers some).
-        let covers = uploads_prefix.starts_with(&rule.prefix)
-            || rule.prefix.starts_with(uploads_prefix);
+        let covers =
+            uploads_prefix.starts_with(&rule.prefix) || rule.prefix.starts_with(uploads_prefix);
         if !rule.enabled || rule.narrowed || !covers {
             continue;
         }
@@ -91,12 +91,21 @@ mod tests {
             rule("short", "out/", Some(2)),
         ];
         let why = refusal(&rules, "b", "out/part-s.", needed).unwrap();
-        assert!(why.contains("'short'") && why.contains("2 day") && why.contains("at least 4"), "{why}");
+        assert!(
+            why.contains("'short'") && why.contains("2 day") && why.contains("at least 4"),
+            "{why}"
+        );
         assert!(refusal(&rules[..2], "b", "out/part-s.", needed).is_none());
         let mut off = rule("off", "", Some(1));
         off.enabled = false;
         assert!(refusal(&[off], "b", "out/part-s.", needed).is_none());
         // A rule narrower than our prefix still covers some uploads.
-        assert!(refusal(&[rule("n", "out/part-s.1", Some(1))], "b", "out/part-s.", needed).is_some());
+        assert!(refusal(
+            &[rule("n", "out/part-s.1", Some(1))],
+            "b",
+            "out/part-s.",
+            needed
+        )
+        .is_some());
     }
 }

@@ -177,13 +177,14 @@ impl S3Api {
         for (name, value) in headers {
             builder = builder.header(*name, value);
         }
-        let mut request: HttpRequest = builder
-            .body(HttpRequestBody::from(body))
-            .map_err(|e| ApiError {
-                status: None,
-                code: None,
-                message: format!("building the request to {uri}: {e}"),
-            })?;
+        let mut request: HttpRequest =
+            builder
+                .body(HttpRequestBody::from(body))
+                .map_err(|e| ApiError {
+                    status: None,
+                    code: None,
+                    message: format!("building the request to {uri}: {e}"),
+                })?;
         let credential = self
             .store
             .credentials()
@@ -201,15 +202,11 @@ impl S3Api {
                 code: None,
                 message: format!("signing the request to {uri}: {e}"),
             })?;
-        let response = self
-            .client
-            .execute(request)
-            .await
-            .map_err(|e| ApiError {
-                status: None,
-                code: None,
-                message: format!("sending the request to {uri}: {e}"),
-            })?;
+        let response = self.client.execute(request).await.map_err(|e| ApiError {
+            status: None,
+            code: None,
+            message: format!("sending the request to {uri}: {e}"),
+        })?;
         let status = response.status();
         let body = response.into_body().bytes().await.map_err(|e| ApiError {
             status: Some(status.as_u16()),
@@ -248,7 +245,10 @@ impl S3Api {
             if let Some((key, id)) = &markers {
                 query.push_str(&format!("key-marker={}&", uri_encode(key, false)));
                 query.push_str(&format!("prefix={}&", uri_encode(prefix, false)));
-                query.push_str(&format!("upload-id-marker={}&uploads=", uri_encode(id, false)));
+                query.push_str(&format!(
+                    "upload-id-marker={}&uploads=",
+                    uri_encode(id, false)
+                ));
             } else {
                 query.push_str(&format!("prefix={}&uploads=", uri_encode(prefix, false)));
             }
@@ -269,7 +269,11 @@ impl S3Api {
                 upload_id: u.upload_id,
                 initiated: u.initiated,
             }));
-            match (page.is_truncated, page.next_key_marker, page.next_upload_id_marker) {
+            match (
+                page.is_truncated,
+                page.next_key_marker,
+                page.next_upload_id_marker,
+            ) {
                 (true, Some(k), Some(u)) if markers.as_ref() != Some(&(k.clone(), u.clone())) => {
                     markers = Some((k, u))
                 }
@@ -300,8 +304,8 @@ impl S3Api {
             Err(e) if e.code.as_deref() == Some("NoSuchLifecycleConfiguration") => return Ok(None),
             Err(e) => return Err(e),
         };
-        let config: LifecycleConfigurationXml = quick_xml::de::from_reader(body.as_ref())
-            .map_err(|e| ApiError {
+        let config: LifecycleConfigurationXml =
+            quick_xml::de::from_reader(body.as_ref()).map_err(|e| ApiError {
                 status: None,
                 code: None,
                 message: format!(
@@ -309,7 +313,9 @@ impl S3Api {
                     self.bucket
                 ),
             })?;
-        Ok(Some(config.rule.into_iter().map(LifecycleRule::from).collect()))
+        Ok(Some(
+            config.rule.into_iter().map(LifecycleRule::from).collect(),
+        ))
     }
 
     /// Creates the bucket (tests and tools; the sink never creates one).
@@ -336,7 +342,8 @@ impl S3Api {
     pub async fn put_lifecycle(&self, xml: &str) -> Result<(), ApiError> {
         use base64::Engine;
         use md5::Digest;
-        let md5 = base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(xml.as_bytes()));
+        let md5 =
+            base64::engine::general_purpose::STANDARD.encode(md5::Md5::digest(xml.as_bytes()));
         self.send(
             http::Method::PUT,
             "",
@@ -401,7 +408,10 @@ mod tests {
         assert_eq!(rules[0].id.as_deref(), Some("short"));
         assert_eq!((rules[0].prefix.as_str(), rules[0].enabled), ("out/", true));
         assert_eq!(rules[0].abort_incomplete_days, Some(1));
-        assert_eq!((rules[1].prefix.as_str(), rules[1].enabled), ("logs/", false));
+        assert_eq!(
+            (rules[1].prefix.as_str(), rules[1].enabled),
+            ("logs/", false)
+        );
         assert_eq!(rules[1].abort_incomplete_days, None);
         assert!(rules[2].narrowed && rules[2].prefix == "x");
     }

@@ -44,7 +44,10 @@ fn prepared_is_invisible_until_the_commit_publishes_the_exact_bytes() {
     assert!(d.committed_after(LineageId(7), 3).unwrap().is_empty());
     // A fresh destination (a restart) commits from the handle alone.
     let mut again = ObjectStoreDestination::open(o, &sink()).unwrap();
-    assert_eq!(again.commit(&h, 12).unwrap(), CommitStatus::AlreadyCommitted);
+    assert_eq!(
+        again.commit(&h, 12).unwrap(),
+        CommitStatus::AlreadyCommitted
+    );
 }
 
 #[test]
@@ -70,7 +73,14 @@ fn the_core_writer_puts_the_upload_location_into_the_prepared_handle() {
     let key = d.layout().part_key(&open.transaction);
     use object_store::ObjectStoreExt;
     let bytes = d
-        .block_on(async { d.store().get(&key.as_str().into()).await.unwrap().bytes().await })
+        .block_on(async {
+            d.store()
+                .get(&key.as_str().into())
+                .await
+                .unwrap()
+                .bytes()
+                .await
+        })
         .unwrap();
     assert_eq!(&bytes[..], b"a\nbb\nccc\n");
 }
@@ -109,14 +119,18 @@ fn a_commit_record_lost_after_completion_is_repaired() {
     faults.arm(S3Call::PutObject, FaultAction::FailBefore("record".into()));
     assert!(d.commit(&h, 10).is_err());
     assert_eq!(object(&d, 1), Some(lines(&recs)));
-    let record_key = d.layout().commit_record_key(LineageId(7), 3, &h.transaction);
+    let record_key = d
+        .layout()
+        .commit_record_key(LineageId(7), 3, &h.transaction);
     assert_eq!(head(&d, &record_key), None);
     assert_eq!(d.commit(&h, 11).unwrap(), CommitStatus::Committed);
     assert!(head(&d, &record_key).is_some());
     // The same with the record removed after a clean commit.
     let h2 = stage(&mut d, 2, 4, &recs);
     assert_eq!(d.commit(&h2, 12).unwrap(), CommitStatus::Committed);
-    let key2 = d.layout().commit_record_key(LineageId(7), 4, &h2.transaction);
+    let key2 = d
+        .layout()
+        .commit_record_key(LineageId(7), 4, &h2.transaction);
     delete_raw(&d, &key2);
     assert_eq!(d.commit(&h2, 13).unwrap(), CommitStatus::Committed);
     assert!(head(&d, &key2).is_some());
@@ -130,7 +144,9 @@ fn a_committed_object_removed_later_is_missing_not_success() {
     let h = stage(&mut d, 1, 3, &records(5, 10, 2));
     assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
     delete_raw(&d, &d.layout().part_key(&h.transaction));
-    assert!(matches!(d.commit(&h, 11).unwrap(), CommitStatus::Missing { evidence } if evidence.contains("gone")));
+    assert!(
+        matches!(d.commit(&h, 11).unwrap(), CommitStatus::Missing { evidence } if evidence.contains("gone"))
+    );
 }
 
 #[test]
@@ -148,7 +164,10 @@ fn a_complete_whose_answer_is_lost_resolves_on_retry_with_one_object() {
     // The retry (same ids) resolves it.
     let status = d.commit(&h, 11).unwrap();
     assert!(
-        matches!(status, CommitStatus::Committed | CommitStatus::AlreadyCommitted),
+        matches!(
+            status,
+            CommitStatus::Committed | CommitStatus::AlreadyCommitted
+        ),
         "{status:?}"
     );
     assert_eq!(object(&d, 1), Some(lines(&recs)));
@@ -157,7 +176,10 @@ fn a_complete_whose_answer_is_lost_resolves_on_retry_with_one_object() {
     // A complete that never reached the server: unknown, the upload stays,
     // and the retry commits.
     let h2 = stage(&mut d, 2, 4, &recs);
-    faults.arm(S3Call::CompleteUpload, FaultAction::FailBefore("refused".into()));
+    faults.arm(
+        S3Call::CompleteUpload,
+        FaultAction::FailBefore("refused".into()),
+    );
     let err = d.commit(&h2, 13).unwrap_err();
     assert!(err.message.contains("still open"), "{err}");
     assert_eq!(uploads(&d, 2).len(), 1);
@@ -171,7 +193,10 @@ fn a_failed_part_poisons_the_transaction_and_nothing_becomes_visible() {
     o.allow_small_parts = true;
     o.part_size = 1024;
     let (mut d, faults) = open_faulty(&o);
-    faults.arm(S3Call::PutPart { number: 2 }, FaultAction::FailBefore("disk".into()));
+    faults.arm(
+        S3Call::PutPart { number: 2 },
+        FaultAction::FailBefore("disk".into()),
+    );
     let recs = records(30, 100, 4); // about 3 KiB: parts 1, 2 (fails), ...
     let err = write(&mut d, 1, &recs).unwrap_err();
     assert!(err.message.contains("part 2"), "{err}");
@@ -218,7 +243,10 @@ fn the_server_refuses_to_complete_parts_under_5_mib_and_nothing_is_published() {
     let mut d = open(&o);
     let h = stage(&mut d, 1, 3, &records(30, 100, 7));
     let err = d.commit(&h, 10).unwrap_err();
-    assert!(err.message.contains("EntityTooSmall") || err.message.contains("smaller"), "{err}");
+    assert!(
+        err.message.contains("EntityTooSmall") || err.message.contains("smaller"),
+        "{err}"
+    );
     assert_eq!(object(&d, 1), None);
     assert_eq!(uploads(&d, 1).len(), 1);
     assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
@@ -268,9 +296,15 @@ fn lingering_uploads_are_listed_open_or_prepared_and_aborted() {
     assert_eq!(d.abort(&txn(2)).unwrap(), AbortStatus::Aborted);
     assert!(d.staged().unwrap().is_empty());
     assert!(uploads(&d, 2).is_empty());
-    assert_eq!(head(&d, &d.layout().control(PREPARED, txn(2).as_str())), None);
+    assert_eq!(
+        head(&d, &d.layout().control(PREPARED, txn(2).as_str())),
+        None
+    );
     // A commit of the aborted one is missing.
-    assert!(matches!(d.commit(&h2, 5).unwrap(), CommitStatus::Missing { .. }));
+    assert!(matches!(
+        d.commit(&h2, 5).unwrap(),
+        CommitStatus::Missing { .. }
+    ));
 }
 
 #[test]
@@ -294,10 +328,16 @@ fn hostile_control_objects_are_clear_errors_never_panics() {
     let mut d = open(&options(&endpoint));
     let recs = records(3, 10, 10);
     let h = stage(&mut d, 1, 3, &recs);
-    let garbage: [&[u8]; 3] = [b"", b"TWPC\x00\x01\x02\x00\x00\x00\x00\x05hello\x00\x00\x00\x00", &[0xff; 300]];
+    let garbage: [&[u8]; 3] = [
+        b"",
+        b"TWPC\x00\x01\x02\x00\x00\x00\x00\x05hello\x00\x00\x00\x00",
+        &[0xff; 300],
+    ];
     for bytes in garbage {
         // Commit record.
-        let record_key = d.layout().commit_record_key(LineageId(7), 3, &h.transaction);
+        let record_key = d
+            .layout()
+            .commit_record_key(LineageId(7), 3, &h.transaction);
         put_raw(&d, &record_key, bytes);
         let err = d.commit(&h, 10).unwrap_err();
         assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
@@ -314,8 +354,15 @@ fn hostile_control_objects_are_clear_errors_never_panics() {
         // Lineage record and run record.
         let lineage_key = d.layout().control(LINEAGES, &LineageId(7).to_string());
         put_raw(&d, &lineage_key, bytes);
-        put_raw(&d, &d.layout().commit_record_key(LineageId(7), 1, &txn(9)), bytes);
-        assert_eq!(d.lineages().unwrap_err().kind, DestinationErrorKind::Corrupt);
+        put_raw(
+            &d,
+            &d.layout().commit_record_key(LineageId(7), 1, &txn(9)),
+            bytes,
+        );
+        assert_eq!(
+            d.lineages().unwrap_err().kind,
+            DestinationErrorKind::Corrupt
+        );
         delete_raw(&d, &d.layout().commit_record_key(LineageId(7), 1, &txn(9)));
         delete_raw(&d, &lineage_key);
         put_raw(&d, &d.layout().control(RUNS, "job1"), bytes);
@@ -367,9 +414,15 @@ fn commit_and_abort_racing_from_two_destinations_agree() {
             }
             (Ok(CommitStatus::Missing { .. }), AbortStatus::Aborted) => {
                 assert_eq!(visible, None);
-                assert!(matches!(d.commit(&h, 11).unwrap(), CommitStatus::Missing { .. }));
+                assert!(matches!(
+                    d.commit(&h, 11).unwrap(),
+                    CommitStatus::Missing { .. }
+                ));
             }
-            other => panic!("inconsistent outcome {other:?}, object present: {}", visible.is_some()),
+            other => panic!(
+                "inconsistent outcome {other:?}, object present: {}",
+                visible.is_some()
+            ),
         }
         assert!(uploads(&d, seq).is_empty());
     }
@@ -387,7 +440,10 @@ fn ownership_is_a_lease_one_holder_at_a_time() {
         attempt,
         instance: 1,
     };
-    assert_eq!(a.claim_ownership(&claim("run-a", 0)).unwrap(), Ownership::Acquired);
+    assert_eq!(
+        a.claim_ownership(&claim("run-a", 0)).unwrap(),
+        Ownership::Acquired
+    );
     let mut b = ObjectStoreDestination::open(o.clone(), &sink()).unwrap();
     match b.claim_ownership(&claim("run-b", 0)).unwrap() {
         Ownership::HeldBy(info) => {
@@ -398,11 +454,20 @@ fn ownership_is_a_lease_one_holder_at_a_time() {
     }
     // A later attempt of the same run takes over from its predecessor.
     let mut a2 = ObjectStoreDestination::open(o.clone(), &sink()).unwrap();
-    assert_eq!(a2.claim_ownership(&claim("run-a", 1)).unwrap(), Ownership::Acquired);
+    assert_eq!(
+        a2.claim_ownership(&claim("run-a", 1)).unwrap(),
+        Ownership::Acquired
+    );
     drop(a); // its release must not undo a2's lease
-    assert!(matches!(b.claim_ownership(&claim("run-b", 0)).unwrap(), Ownership::HeldBy(_)));
+    assert!(matches!(
+        b.claim_ownership(&claim("run-b", 0)).unwrap(),
+        Ownership::HeldBy(_)
+    ));
     drop(a2); // released
-    assert_eq!(b.claim_ownership(&claim("run-b", 0)).unwrap(), Ownership::Acquired);
+    assert_eq!(
+        b.claim_ownership(&claim("run-b", 0)).unwrap(),
+        Ownership::Acquired
+    );
     assert_eq!(b.owner_subtasks().unwrap(), vec![0]);
 }
 
@@ -418,10 +483,17 @@ fn notes_lineages_and_runs_are_kept() {
     };
     d.record_lineage(&record).unwrap();
     d.record_lineage(&record).unwrap();
-    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7)).unwrap();
-    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7)).unwrap();
-    assert!(d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(8)).is_err());
-    assert_eq!(d.run_lineage(&RunId::new("job1").unwrap()).unwrap(), Some(LineageId(7)));
+    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7))
+        .unwrap();
+    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7))
+        .unwrap();
+    assert!(d
+        .record_run_lineage(&RunId::new("job1").unwrap(), LineageId(8))
+        .is_err());
+    assert_eq!(
+        d.run_lineage(&RunId::new("job1").unwrap()).unwrap(),
+        Some(LineageId(7))
+    );
     assert_eq!(d.run_lineage(&RunId::new("job2").unwrap()).unwrap(), None);
     let h = stage(&mut d, 1, 3, &records(2, 5, 1));
     d.commit(&h, 9).unwrap();

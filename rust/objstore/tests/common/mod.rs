@@ -177,7 +177,8 @@ pub fn uploads(d: &ObjectStoreDestination, seq: u64) -> Vec<String> {
 pub fn put_raw(d: &ObjectStoreDestination, key: &str, bytes: &[u8]) {
     use object_store::ObjectStoreExt;
     let p = object_store::path::Path::parse(key).unwrap();
-    d.block_on(d.store().put(&p, bytes.to_vec().into())).unwrap();
+    d.block_on(d.store().put(&p, bytes.to_vec().into()))
+        .unwrap();
 }
 
 pub fn delete_raw(d: &ObjectStoreDestination, key: &str) {
