@@ -161,7 +161,13 @@ fn a_complete_whose_answer_is_lost_resolves_on_retry_with_one_object() {
     faults.arm(S3Call::HeadObject, FaultAction::FailBefore("cut".into()));
     let err = d.commit(&h, 10).unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
-    // The retry (same ids) resolves it.
+    // The retry (same ids) resolves it, even when the repeated complete
+    // fails as S3 answers it (NoSuchUpload; moto would answer 200): the
+    // object tells.
+    faults.arm(
+        S3Call::CompleteUpload,
+        FaultAction::FailBefore("NoSuchUpload".into()),
+    );
     let status = d.commit(&h, 11).unwrap();
     assert!(
         matches!(
