@@ -301,7 +301,7 @@ fn run(args: Args) -> Result<(), String> {
                 continue;
             }
             match h.state {
-                TransactionState::Prepared(_) => {
+                TransactionState::Prepared(_) | TransactionState::PreparedAt { .. } => {
                     job.phase.set("recover-commit");
                     let outcome = sink
                         .commit(h)

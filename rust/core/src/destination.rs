@@ -366,6 +366,20 @@ pub trait Destination {
     /// prepared state) with it. After this returns, a crash loses nothing.
     fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError>;
 
+    /// Where the transaction `txn`, just prepared by this destination, is
+    /// staged, in the destination's own versioned and checked encoding,
+    /// when its id alone does not find it again (an object store's upload
+    /// id and part ids). Called by the writer right after a successful
+    /// `prepare`; the bytes go into the handle
+    /// ([`crate::handle::TransactionState::PreparedAt`]) and come back in
+    /// `commit`. Destinations that find staged data by id keep the default.
+    fn prepared_location(
+        &mut self,
+        _txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        Ok(None)
+    }
+
     /// Makes a prepared transaction visible, atomically, and records that it
     /// did. Repeatable. An `Err` means the outcome is unknown.
     fn commit(
@@ -501,6 +515,12 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
         (**self).prepare(handle)
+    }
+    fn prepared_location(
+        &mut self,
+        txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        (**self).prepared_location(txn)
     }
     fn commit(
         &mut self,

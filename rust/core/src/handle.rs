@@ -30,6 +30,17 @@ pub enum TransactionState {
     Open,
     /// Durable and invisible, waiting for its checkpoint to complete.
     Prepared(PreparedInfo),
+    /// As `Prepared`, plus where the destination staged it, in the
+    /// destination's own versioned encoding (e.g. an object store's bucket,
+    /// key, multipart upload id and part ids: what a commit after a restart
+    /// needs and cannot find by name). Destinations that find their staged
+    /// data by transaction id leave it out and use `Prepared`. Appended
+    /// last: bincode encodes the variant index, so handles written before
+    /// this variant existed decode unchanged.
+    PreparedAt {
+        info: PreparedInfo,
+        location: Vec<u8>,
+    },
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -159,10 +170,23 @@ impl TransactionHandle {
         Ok(())
     }
 
+    /// The prepared facts, whether the destination recorded a location or
+    /// not.
     pub fn prepared(&self) -> Option<&PreparedInfo> {
         match &self.state {
             TransactionState::Prepared(p) => Some(p),
+            TransactionState::PreparedAt { info, .. } => Some(info),
             TransactionState::Open => None,
+        }
+    }
+
+    /// Where the destination staged the prepared transaction, when it said
+    /// (see [`TransactionState::PreparedAt`]); its bytes are the
+    /// destination's to decode and check.
+    pub fn location(&self) -> Option<&[u8]> {
+        match &self.state {
+            TransactionState::PreparedAt { location, .. } => Some(location),
+            _ => None,
         }
     }
 
@@ -229,6 +253,28 @@ pub(crate) mod tests {
             let h = sample(p);
             assert_eq!(TransactionHandle::decode(&h.encode()).unwrap(), h);
         }
+    }
+
+    #[test]
+    fn a_located_handle_round_trips_and_reads_as_prepared() {
+        let plain = sample(true);
+        let info = plain.prepared().unwrap().clone();
+        let located = TransactionHandle {
+            state: TransactionState::PreparedAt {
+                info: info.clone(),
+                location: b"somewhere".to_vec(),
+            },
+            ..plain.clone()
+        };
+        let back = TransactionHandle::decode(&located.encode()).unwrap();
+        assert_eq!(back, located);
+        assert_eq!(back.prepared(), Some(&info));
+        assert_eq!(back.checkpoint(), Some(7));
+        assert_eq!(back.location(), Some(&b"somewhere"[..]));
+        assert_eq!(back.describe(), plain.describe());
+        // The variants written before it keep their encoding.
+        assert_eq!(plain.location(), None);
+        assert_ne!(plain.encode(), located.encode());
     }
 
     #[test]

@@ -207,7 +207,21 @@ impl Writer {
         let injected: Option<crate::error::DestinationError> = None;
         let prepared = match injected {
             Some(e) => Err(e),
-            None => dest.prepare(&handle),
+            // A destination that needs more than the transaction id to find
+            // its staged data after a restart (an object store's upload id
+            // and part ids) says where it is; the handle carries it into the
+            // checkpoint. Failing to say is a failed prepare.
+            None => dest.prepare(&handle).and_then(|()| {
+                if let Some(location) = dest.prepared_location(txn)? {
+                    if let TransactionState::Prepared(info) = &handle.state {
+                        handle.state = TransactionState::PreparedAt {
+                            info: info.clone(),
+                            location,
+                        };
+                    }
+                }
+                Ok(())
+            }),
         };
         if let Err(source) = prepared {
             open.poisoned = Some(format!(

@@ -231,6 +231,15 @@ impl<D: Destination> Destination for FaultyDestination<D> {
         })
     }
 
+    /// Part of the prepare (the writer asks right after it): not a call of
+    /// its own in the schedule.
+    fn prepared_location(
+        &mut self,
+        txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        self.inner.prepared_location(txn)
+    }
+
     fn commit(
         &mut self,
         handle: &TransactionHandle,

@@ -80,6 +80,13 @@ impl<D: Destination> Destination for Mortal<D> {
         self.call(|d| d.prepare(handle))
     }
 
+    fn prepared_location(
+        &mut self,
+        txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        self.call(|d| d.prepared_location(txn))
+    }
+
     fn commit(
         &mut self,
         handle: &TransactionHandle,

@@ -1,0 +1,1507 @@
+//! [`ObjectStoreDestination`]: the [`Destination`] trait over an S3 bucket.
+//! See the crate docs for the layout and the protocol; this module does
+//! the calls.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::{Bytes, BytesMut};
+use futures_util::TryStreamExt;
+use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::multipart::{MultipartStore, PartId};
+use object_store::path::Path;
+use object_store::{
+    BackoffConfig, ClientOptions, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode,
+    PutOptions, PutPayload, RetryConfig,
+};
+
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
+    LostNote, OperationRecord, OwnerClaim, Ownership, StagedState, StagedTransaction,
+};
+use twopc_core::error::{DestinationError, DestinationErrorKind, RecordFault, RecordPosition};
+use twopc_core::handle::{TransactionHandle, TransactionState};
+use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
+use twopc_core::records::{preview, RecordBatch};
+
+use crate::control::{
+    decode, encode, CommitRecord, ControlObject, PreparedMarker, UploadLocation, MAX_CONTROL_OBJECT,
+};
+use crate::credentials::{self, CredentialSource, Environment};
+use crate::faults::{Connector, RequestFaults};
+use crate::lease::{self, Claimed, HeldLease};
+use crate::names::{
+    self, parse_commit_record_name, parse_lineage, Layout, COMMITTED, EXPIRED, LINEAGES, LOST,
+    OPERATIONS, OWNERS, PREPARED, RUNS,
+};
+use crate::options::{RecordFormat, S3Options, MAX_PARTS};
+use crate::s3api::{OpenUpload, S3Api};
+
+/// Lost notes and operation records are a few hundred bytes.
+const NOTE_LIMIT: usize = 64 * 1024;
+
+/// The transaction being written: its upload, the parts sent so far and
+/// the bytes not sent yet (at most about one part).
+struct OpenTxn {
+    txn: TransactionId,
+    key: Path,
+    upload_id: MultipartId,
+    parts: Vec<PartId>,
+    buffer: BytesMut,
+    uploaded: u64,
+    /// Why it can only be aborted now: a part or the prepare failed, so
+    /// the upload may lack records that were handed over.
+    poisoned: Option<String>,
+}
+
+/// The object store destination for one sink and one subtask.
+pub struct ObjectStoreDestination {
+    options: S3Options,
+    layout: Layout,
+    rt: tokio::runtime::Runtime,
+    store: Arc<AmazonS3>,
+    api: S3Api,
+    open: Option<OpenTxn>,
+    /// The location of the transaction prepared last, until the writer
+    /// asks for it (`prepared_location`).
+    last_prepared: Option<(TransactionId, Vec<u8>)>,
+    leases: Vec<HeldLease>,
+}
+
+fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or(0)
+}
+
+/// Turns an object_store error into the core's error, naming the call and
+/// the object, with what to do for permission errors.
+fn store_err(op: &str, bucket: &str, key: &str, e: object_store::Error) -> DestinationError {
+    let (kind, hint) = match &e {
+        object_store::Error::PermissionDenied { .. }
+        | object_store::Error::Unauthenticated { .. } => (
+            DestinationErrorKind::NotPermitted,
+            " (the credentials may not do this: grant s3:GetObject, PutObject, DeleteObject, \
+             ListBucket, AbortMultipartUpload and ListBucketMultipartUploads on the bucket, or \
+             use other credentials; a restart alone would fail the same way)",
+        ),
+        _ => (DestinationErrorKind::Io, ""),
+    };
+    DestinationError::new(kind, format!("{op} s3://{bucket}/{key}: {e}{hint}"))
+}
+
+fn path(key: &str) -> Result<Path, DestinationError> {
+    Path::parse(key)
+        .map_err(|e| DestinationError::corrupt(format!("{key:?} is not a usable object key: {e}")))
+}
+
+/// The number of parts an S3 multipart ETag names (`"<hex>-<n>"`), when it
+/// has that form (some providers and encryption modes give other ETags).
+fn etag_parts(e_tag: &str) -> Option<usize> {
+    e_tag.trim_matches('"').rsplit_once('-')?.1.parse().ok()
+}
+
+/// Milliseconds since the epoch of an ISO 8601 UTC time
+/// (`2010-11-10T20:48:33.000Z`), as S3 lists an upload's initiation.
+fn iso_ms(text: &str) -> Option<u64> {
+    let (date, time) = text.trim_end_matches('Z').split_once('T')?;
+    let mut d = date.splitn(3, '-').map(|x| x.parse::<i64>().ok());
+    let (y, m, day) = (d.next()??, d.next()??, d.next()??);
+    let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
+    let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
+    let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    let ms: i64 = format!("{:0<3}", frac.get(..3.min(frac.len()))?)
+        .parse()
+        .ok()?;
+    // Days from the civil date (proleptic Gregorian).
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    u64::try_from(((days * 24 + hh) * 60 + mm) * 60 * 1000 + ss * 1000 + ms).ok()
+}
+
+impl ObjectStoreDestination {
+    /// Validates the options and connects (lazily: the first call reaches
+    /// the server). No retention check: see [`Self::open_checked`].
+    pub fn open(options: S3Options, sink: &SinkId) -> Result<Self, DestinationError> {
+        Self::build(options, sink, None)
+    }
+
+    /// As [`Self::open`], then refuses a bucket lifecycle rule that would
+    /// abort this sink's prepared uploads within `needed_retention_ms` (see
+    /// [`crate::retention::needed_retention_ms`]). What a sink opens with.
+    pub fn open_checked(
+        options: S3Options,
+        sink: &SinkId,
+        needed_retention_ms: u64,
+    ) -> Result<Self, DestinationError> {
+        let mut dest = Self::open(options, sink)?;
+        dest.check_lifecycle(needed_retention_ms)?;
+        Ok(dest)
+    }
+
+    /// As [`Self::open`], with every request passing `faults` first (tests
+    /// and the crash simulation).
+    pub fn open_with_faults(
+        options: S3Options,
+        sink: &SinkId,
+        faults: Arc<dyn RequestFaults>,
+    ) -> Result<Self, DestinationError> {
+        Self::build(options, sink, Some(faults))
+    }
+
+    fn build(
+        options: S3Options,
+        sink: &SinkId,
+        faults: Option<Arc<dyn RequestFaults>>,
+    ) -> Result<Self, DestinationError> {
+        let not_permitted =
+            |m: String| DestinationError::new(DestinationErrorKind::NotPermitted, m);
+        options
+            .validate()
+            .map_err(|e| not_permitted(format!("sink '{sink}': {e}")))?;
+        let (bucket, prefix) = options
+            .target()
+            .map_err(|e| not_permitted(format!("sink '{sink}': {e}")))?;
+        let connector = Connector { faults };
+        let client_options = ClientOptions::new()
+            .with_timeout(Duration::from_millis(options.request_timeout_ms))
+            .with_allow_http(options.allow_http);
+        // from_env: object_store's credential chain (web identity, container
+        // and instance credentials) for when the keys come from neither the
+        // environment nor a profile; everything set below overrides it.
+        let mut builder = AmazonS3Builder::from_env()
+            .with_bucket_name(&bucket)
+            .with_region(&options.region)
+            .with_virtual_hosted_style_request(!options.path_style)
+            .with_allow_http(options.allow_http)
+            .with_retry(RetryConfig {
+                backoff: BackoffConfig {
+                    init_backoff: Duration::from_millis(100),
+                    max_backoff: Duration::from_secs(15),
+                    base: 2.0,
+                },
+                max_retries: options.max_retries,
+                retry_timeout: Duration::from_millis(options.retry_timeout_ms),
+            })
+            .with_client_options(client_options.clone())
+            .with_http_connector(connector.clone());
+        if let Some(endpoint) = &options.endpoint {
+            builder = builder.with_endpoint(endpoint);
+        }
+        let keys = match &options.credentials {
+            CredentialSource::Static(c) => Some(c.clone()),
+            CredentialSource::Standard => {
+                credentials::resolve(options.profile.as_deref(), &Environment::process())
+                    .map_err(|e| not_permitted(format!("sink '{sink}': credentials: {e}")))?
+            }
+        };
+        if let Some(c) = keys {
+            log::debug!(
+                "sink '{sink}': S3 access key {} from {}",
+                c.access_key_id,
+                c.source
+            );
+            builder = builder
+                .with_access_key_id(&c.access_key_id)
+                .with_secret_access_key(c.secret_access_key.expose());
+            if let Some(token) = &c.session_token {
+                builder = builder.with_token(token.expose());
+            }
+        }
+        let store = Arc::new(builder.build().map_err(|e| {
+            not_permitted(format!(
+                "sink '{sink}': the S3 client for s3://{bucket} cannot be built: {e}"
+            ))
+        })?);
+        let client = object_store::client::HttpConnector::connect(&connector, &client_options)
+            .map_err(|e| DestinationError::new(DestinationErrorKind::Io, e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| {
+                DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!("sink '{sink}': starting the S3 client's runtime: {e}"),
+                )
+            })?;
+        let api = S3Api {
+            client,
+            store: store.clone(),
+            bucket_url: bucket_url(&options, &bucket),
+            region: options.region.clone(),
+            bucket: bucket.clone(),
+        };
+        let layout = Layout {
+            bucket,
+            prefix,
+            sink: sink.clone(),
+            part_prefix: options.part_prefix.clone(),
+            part_suffix: options.part_suffix.clone(),
+        };
+        Ok(ObjectStoreDestination {
+            options,
+            layout,
+            rt,
+            store,
+            api,
+            open: None,
+            last_prepared: None,
+            leases: Vec::new(),
+        })
+    }
+
+    /// The keys of this sink.
+    pub fn layout(&self) -> &Layout {
+        &self.layout
+    }
+
+    /// The signed calls object_store lacks (for tests and tools: creating a
+    /// bucket, setting a lifecycle rule, listing uploads).
+    pub fn api(&self) -> &S3Api {
+        &self.api
+    }
+
+    /// Runs `f` on this destination's runtime (tests and tools).
+    pub fn block_on<F: std::future::Future>(&self, f: F) -> F::Output {
+        self.rt.block_on(f)
+    }
+
+    /// The underlying store (tests and tools).
+    pub fn store(&self) -> &AmazonS3 {
+        &self.store
+    }
+
+    /// Reads the bucket's lifecycle configuration and refuses a rule that
+    /// aborts this sink's uploads before `needed_ms` (see `retention`).
+    pub fn check_lifecycle(&mut self, needed_ms: u64) -> Result<(), DestinationError> {
+        let rules = self.rt.block_on(self.api.lifecycle_rules()).map_err(|e| {
+            DestinationError::new(
+                DestinationErrorKind::Io,
+                format!(
+                    "sink '{}': reading the lifecycle configuration of bucket {} (to check that \
+                     no rule aborts prepared uploads too soon): {e}. Grant \
+                     s3:GetLifecycleConfiguration to the sink's credentials",
+                    self.layout.sink, self.layout.bucket
+                ),
+            )
+        })?;
+        if let Some(why) = crate::retention::refusal(
+            &rules.unwrap_or_default(),
+            &self.layout.bucket,
+            &self.layout.parts_of_sink(),
+            needed_ms,
+        ) {
+            return Err(DestinationError::new(
+                DestinationErrorKind::NotPermitted,
+                format!("sink '{}': {why}", self.layout.sink),
+            ));
+        }
+        Ok(())
+    }
+
+    fn err(&self, op: &str, key: &str, e: object_store::Error) -> DestinationError {
+        store_err(op, &self.layout.bucket, key, e)
+    }
+
+    fn corrupt(&self, message: String) -> DestinationError {
+        DestinationError::corrupt(format!(
+            "sink '{}' at s3://{}: {message}",
+            self.layout.sink, self.layout.bucket
+        ))
+    }
+
+    async fn head(&self, key: &str) -> Result<Option<ObjectMeta>, DestinationError> {
+        match self.store.head(&path(key)?).await {
+            Ok(meta) => Ok(Some(meta)),
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(self.err("looking at", key, e)),
+        }
+    }
+
+    /// A control object's bytes; `None` when absent. Anything larger than a
+    /// control object may be is refused before it is read.
+    async fn get_small(&self, key: &str, limit: usize) -> Result<Option<Bytes>, DestinationError> {
+        let got = match self.store.get(&path(key)?).await {
+            Ok(g) => g,
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(self.err("reading", key, e)),
+        };
+        if got.meta.size > limit as u64 {
+            return Err(self.corrupt(format!(
+                "{key} has {} bytes, more than a control object of twopc has; it is not ours. \
+                 Move it away",
+                got.meta.size
+            )));
+        }
+        got.bytes()
+            .await
+            .map(Some)
+            .map_err(|e| self.err("reading", key, e))
+    }
+
+    async fn put(
+        &self,
+        key: &str,
+        bytes: Vec<u8>,
+        mode: PutMode,
+    ) -> Result<bool, DestinationError> {
+        match self
+            .store
+            .put_opts(&path(key)?, PutPayload::from(bytes), PutOptions::from(mode))
+            .await
+        {
+            Ok(_) => Ok(true),
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(e) => Err(self.err("writing", key, e)),
+        }
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), DestinationError> {
+        match self.store.delete(&path(key)?).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(self.err("removing", key, e)),
+        }
+    }
+
+    /// Names (after the area's prefix) of the objects in a control area.
+    async fn names_in(&self, area: &str) -> Result<Vec<String>, DestinationError> {
+        let prefix = self.layout.area(area);
+        let listed: Vec<ObjectMeta> = self
+            .store
+            .list(Some(&path(prefix.trim_end_matches('/'))?))
+            .try_collect()
+            .await
+            .map_err(|e| self.err("listing", &prefix, e))?;
+        let mut names: Vec<String> = listed
+            .iter()
+            .filter_map(|m| m.location.as_ref().strip_prefix(prefix.as_str()))
+            .filter(|n| !n.contains('/'))
+            .map(str::to_string)
+            .collect();
+        names.sort();
+        Ok(names)
+    }
+
+    /// The open uploads of exactly `key`.
+    async fn uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, DestinationError> {
+        let mut uploads = self.api.list_multipart_uploads(key).await.map_err(|e| {
+            DestinationError::new(
+                DestinationErrorKind::Io,
+                format!(
+                    "listing the multipart uploads of s3://{}/{key}: {e}",
+                    self.layout.bucket
+                ),
+            )
+        })?;
+        uploads.retain(|u| u.key == key);
+        Ok(uploads)
+    }
+
+    async fn read_commit_record(
+        &self,
+        name: &str,
+    ) -> Result<Option<CommitRecord>, DestinationError> {
+        let key = self.layout.control(COMMITTED, name);
+        let Some(bytes) = self.get_small(&key, MAX_CONTROL_OBJECT).await? else {
+            return Ok(None);
+        };
+        match decode(&bytes) {
+            Ok(ControlObject::Committed(r)) => {
+                r.check(&self.layout, name).map_err(|e| {
+                    self.corrupt(format!("{e}; restore {key} from a backup or move it away"))
+                })?;
+                Ok(Some(r))
+            }
+            Ok(_) => Err(self.corrupt(format!("{key} is not a commit record"))),
+            Err(e) => Err(self.corrupt(format!(
+                "commit record {key} does not decode ({e}); restore it from a backup, or move \
+                 it away and check the output with `twopc inspect`"
+            ))),
+        }
+    }
+
+    /// The prepared marker of `txn` and the location it holds: `Ok(None)`
+    /// when absent, `Err(reason)` inside when unreadable.
+    async fn read_marker(
+        &self,
+        txn: &TransactionId,
+    ) -> Result<Option<Result<(TransactionHandle, UploadLocation), String>>, DestinationError> {
+        let key = self.layout.control(PREPARED, txn.as_str());
+        let Some(bytes) = self.get_small(&key, MAX_CONTROL_OBJECT).await? else {
+            return Ok(None);
+        };
+        Ok(Some(match decode(&bytes) {
+            Ok(ControlObject::Prepared(m)) => m
+                .check(&self.layout, txn)
+                .map(|location| (m.handle, location))
+                .map_err(|e| format!("prepared marker {key}: {e}")),
+            Ok(_) => Err(format!("{key} is not a prepared marker")),
+            Err(e) => Err(format!("prepared marker {key} does not decode: {e}")),
+        }))
+    }
+
+    /// Writes the commit record (never replacing one), then tidies: the
+    /// prepared marker goes, and so do other uploads of the same key (a
+    /// retried CreateMultipartUpload can leave one).
+    async fn record_commit(
+        &self,
+        handle: &TransactionHandle,
+        key: &str,
+        meta: &ObjectMeta,
+        keep_upload: Option<&str>,
+        now_ms: u64,
+    ) -> Result<(), DestinationError> {
+        let checkpoint = handle.checkpoint().unwrap_or_default();
+        let name = names::commit_record_name(handle.lineage, checkpoint, &handle.transaction);
+        let record = CommitRecord {
+            handle: handle.clone(),
+            key: key.to_string(),
+            size: meta.size,
+            e_tag: meta.e_tag.clone().unwrap_or_default(),
+            committed_at_ms: now_ms,
+        };
+        let record_key = self.layout.control(COMMITTED, &name);
+        if !self
+            .put(
+                &record_key,
+                encode(&ControlObject::Committed(record)),
+                PutMode::Create,
+            )
+            .await?
+        {
+            // A concurrent commit (or our own lost first try) wrote it: it
+            // must be this transaction's record.
+            if self.read_commit_record(&name).await?.is_none() {
+                return Err(DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "{record_key} exists and vanished at once; the commit is retried by id"
+                    ),
+                ));
+            }
+        }
+        self.tidy_after_commit(&handle.transaction, key, keep_upload)
+            .await;
+        Ok(())
+    }
+
+    /// Housekeeping after a commit: failures are logged, never fail it.
+    async fn tidy_after_commit(&self, txn: &TransactionId, key: &str, keep: Option<&str>) {
+        let marker = self.layout.control(PREPARED, txn.as_str());
+        if let Err(e) = self.delete(&marker).await {
+            log::warn!("sink '{}': {e} (left behind; harmless)", self.layout.sink);
+        }
+        match self.uploads_of(key).await {
+            Ok(strays) => {
+                for u in strays.iter().filter(|u| Some(u.upload_id.as_str()) != keep) {
+                    let id = MultipartId::from(u.upload_id.clone());
+                    if let Err(e) = self.store.abort_multipart(&Path::from(key), &id).await {
+                        log::warn!(
+                            "sink '{}': aborting stray upload {} of {key}: {e}",
+                            self.layout.sink,
+                            u.upload_id
+                        );
+                    }
+                }
+            }
+            Err(e) => log::warn!("sink '{}': {e}", self.layout.sink),
+        }
+    }
+
+    /// What the sink knows about a transaction that is neither open nor
+    /// visible, in words: the evidence of a LOST transaction.
+    async fn missing_evidence(
+        &self,
+        txn: &TransactionId,
+        key: &str,
+        looked_for: &str,
+        uploads: &[OpenUpload],
+    ) -> Result<String, DestinationError> {
+        let record_names = "no commit record";
+        let mut evidence = format!(
+            "{looked_for}; ListMultipartUploads with prefix {key} lists {}; HEAD of \
+             s3://{}/{key} finds no object; {record_names} under {}",
+            if uploads.is_empty() {
+                "no upload".to_string()
+            } else {
+                format!(
+                    "only other uploads ({})",
+                    uploads
+                        .iter()
+                        .map(|u| u.upload_id.as_str())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                )
+            },
+            self.layout.bucket,
+            self.layout.area(COMMITTED)
+        );
+        let tombstone = self.layout.control(EXPIRED, txn.as_str());
+        if let Some(bytes) = self.get_small(&tombstone, 64).await? {
+            let at = String::from_utf8_lossy(&bytes).trim().parse::<u64>().ok();
+            evidence.push_str(&format!(
+                ". Retention cleanup removed it{} (tombstone {tombstone})",
+                at.map(|t| format!(" at {}", twopc_core::timefmt::utc(t)))
+                    .unwrap_or_default()
+            ));
+        } else {
+            evidence.push_str(
+                ". It was aborted, aborted by a bucket lifecycle rule \
+                 (AbortIncompleteMultipartUpload), or removed outside twopc",
+            );
+        }
+        Ok(evidence)
+    }
+
+    /// The answer to a commit whose record exists.
+    async fn already_committed(
+        &self,
+        record: &CommitRecord,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &record.handle.transaction;
+        match self.head(&record.key).await? {
+            None => Ok(CommitStatus::Missing {
+                evidence: format!(
+                    "it was committed at {} (its commit record is present), but its object \
+                     s3://{}/{} is gone: it was removed after the commit",
+                    twopc_core::timefmt::utc(record.committed_at_ms),
+                    self.layout.bucket,
+                    record.key
+                ),
+            }),
+            Some(meta)
+                if meta.size == record.size
+                    && (record.e_tag.is_empty()
+                        || meta.e_tag.as_deref() == Some(&record.e_tag)) =>
+            {
+                self.tidy_after_commit(txn, &record.key, None).await;
+                Ok(CommitStatus::AlreadyCommitted)
+            }
+            Some(meta) => Err(self.corrupt(format!(
+                "{txn} was committed as s3://{}/{} ({} bytes, ETag {}), but that object now has \
+                 {} bytes and ETag {}: it was replaced after the commit. Restore it from a \
+                 backup or a bucket version, or retract the commit with `twopc reconcile`",
+                self.layout.bucket,
+                record.key,
+                record.size,
+                record.e_tag,
+                meta.size,
+                meta.e_tag.unwrap_or_default()
+            ))),
+        }
+    }
+
+    /// Does `meta` look like the completion of `location`'s upload?
+    fn is_completion_of(meta: &ObjectMeta, location: &UploadLocation) -> bool {
+        meta.size == location.bytes
+            && meta
+                .e_tag
+                .as_deref()
+                .and_then(etag_parts)
+                .is_none_or(|n| n == location.parts.len())
+    }
+
+    /// A commit whose CompleteMultipartUpload failed: the outcome is told
+    /// by the object and the upload, never by the error alone (a repeated
+    /// complete of a completed upload answers NoSuchUpload on S3 and 500 on
+    /// moto, and the same for an aborted one).
+    async fn after_failed_complete(
+        &self,
+        handle: &TransactionHandle,
+        location: &UploadLocation,
+        error: object_store::Error,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        let key = location.key.as_str();
+        if let Some(meta) = self.head(key).await? {
+            if Self::is_completion_of(&meta, location) {
+                // Completed, by this call (its answer lost) or an earlier one.
+                self.record_commit(handle, key, &meta, Some(&location.upload_id), now_ms)
+                    .await?;
+                return Ok(CommitStatus::Committed);
+            }
+            return Err(self.corrupt(format!(
+                "the commit of {txn} failed ({error}), and s3://{}/{key} holds an object of {} \
+                 bytes (ETag {}) that is not its upload of {} bytes in {} parts: something else \
+                 wrote this key. Move it away; the commit is retried by id",
+                self.layout.bucket,
+                meta.size,
+                meta.e_tag.unwrap_or_default(),
+                location.bytes,
+                location.parts.len()
+            )));
+        }
+        let uploads = self.uploads_of(key).await?;
+        if uploads.iter().any(|u| u.upload_id == location.upload_id) {
+            return Err(DestinationError::new(
+                DestinationErrorKind::Io,
+                format!(
+                    "completing the upload of {txn} (s3://{}/{key}, upload {}) failed: {error}. \
+                     The upload is still open and the object absent, so nothing is published \
+                     yet; the commit is retried by id",
+                    self.layout.bucket, location.upload_id
+                ),
+            ));
+        }
+        // Neither the upload nor the object: a commit that raced us would
+        // have left the object, so nobody completed it.
+        Ok(CommitStatus::Missing {
+            evidence: self
+                .missing_evidence(
+                    txn,
+                    key,
+                    &format!(
+                        "CompleteMultipartUpload of upload {} failed ({error})",
+                        location.upload_id
+                    ),
+                    &uploads,
+                )
+                .await?,
+        })
+    }
+
+    /// Renews the leases this destination holds when a third of their time
+    /// has passed; an error when one was taken over.
+    fn keep_leases(&mut self) -> Result<(), DestinationError> {
+        let now = now_ms();
+        let lease_ms = self.options.lease_ms;
+        let due: Vec<usize> = (0..self.leases.len())
+            .filter(|&i| now.saturating_sub(self.leases[i].renewed_at_ms) > lease_ms / 3)
+            .collect();
+        for i in due {
+            let mut held = self.leases[i].clone();
+            self.rt
+                .block_on(lease::rewrite(&self.store, &mut held, lease_ms, now, false))?;
+            self.leases[i] = held;
+        }
+        Ok(())
+    }
+
+    /// In LINES format a record must not hold a line break.
+    fn check_records(&self, batch: &RecordBatch<'_>) -> Result<(), DestinationError> {
+        if self.options.format != RecordFormat::Lines {
+            return Ok(());
+        }
+        for (i, record) in batch.iter().enumerate() {
+            if record.contains(&b'\n') {
+                return Err(DestinationError::record(RecordFault {
+                    position: RecordPosition::InBatch(i as u64),
+                    column: None,
+                    reason: format!(
+                        "the record of {} bytes contains a line break, but the record format is \
+                         LINES (one record per line): readers would split it. Remove line \
+                         breaks in the serialization schema, or use the record format RAW",
+                        record.len()
+                    ),
+                    preview: preview(record),
+                }));
+            }
+        }
+        Ok(())
+    }
+
+    /// Uploads the next part of the open transaction: `bytes` of the
+    /// buffer's front (all of it for the last part). A failure poisons the
+    /// transaction.
+    fn send_part(&mut self, bytes: usize) -> Result<(), DestinationError> {
+        let bucket = self.layout.bucket.clone();
+        let Some(open) = self.open.as_mut() else {
+            return Ok(());
+        };
+        if open.parts.len() >= MAX_PARTS {
+            let why = format!(
+                "it reached S3's limit of {MAX_PARTS} parts per upload; raise the part size \
+                 (now {} bytes) or checkpoint more often",
+                self.options.part_size
+            );
+            open.poisoned = Some(why.clone());
+            return Err(DestinationError::new(
+                DestinationErrorKind::StorageFull,
+                format!("transaction {}: {why}", open.txn),
+            ));
+        }
+        let data = open.buffer.split_to(bytes).freeze();
+        let len = data.len() as u64;
+        let index = open.parts.len();
+        let store = self.store.clone();
+        let (key, upload_id) = (open.key.clone(), open.upload_id.clone());
+        let sent =
+            self.rt
+                .block_on(store.put_part(&key, &upload_id, index, PutPayload::from(data)));
+        let open = self.open.as_mut().expect("checked above");
+        match sent {
+            Ok(part) => {
+                open.parts.push(part);
+                open.uploaded += len;
+                Ok(())
+            }
+            Err(e) => {
+                let why = format!(
+                    "uploading part {} of s3://{bucket}/{key} failed: {e}",
+                    index + 1
+                );
+                open.poisoned = Some(why.clone());
+                Err(DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "transaction {}: {why}. Its records so far are incomplete at the \
+                         destination, so it can only be aborted; the job restarts from its last \
+                         checkpoint",
+                        open.txn
+                    ),
+                ))
+            }
+        }
+    }
+
+    /// The open transaction `txn`, its upload created at the first write.
+    fn open_txn(&mut self, txn: &TransactionId) -> Result<(), DestinationError> {
+        if matches!(&self.open, Some(o) if &o.txn == txn) {
+            return Ok(());
+        }
+        // One transaction is open at a time; another id means the previous
+        // one was prepared or aborted already.
+        self.open = None;
+        let key = self.layout.part_key(txn);
+        let key_path = path(&key)?;
+        let upload_id = self
+            .rt
+            .block_on(self.store.create_multipart(&key_path))
+            .map_err(|e| self.err("starting a multipart upload of", &key, e))?;
+        self.open = Some(OpenTxn {
+            txn: txn.clone(),
+            key: key_path,
+            upload_id,
+            parts: Vec::new(),
+            buffer: BytesMut::with_capacity(self.options.part_size.min(64 << 20)),
+            uploaded: 0,
+            poisoned: None,
+        });
+        Ok(())
+    }
+
+    /// Staged transactions, and keys of uploads under this sink's names
+    /// that are not its transactions.
+    fn scan_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+        self.rt.block_on(async {
+            let prefix = self.layout.parts_of_sink();
+            let uploads = self
+                .api
+                .list_multipart_uploads(&prefix)
+                .await
+                .map_err(|e| {
+                    DestinationError::new(
+                        DestinationErrorKind::Io,
+                        format!(
+                        "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
+                        self.layout.sink, self.layout.bucket
+                    ),
+                    )
+                })?;
+            // Markers listed after the uploads: a transaction prepared before
+            // this listing shows its marker (it is written after its parts).
+            let markers = self.names_in(PREPARED).await?;
+            let mut by_txn: std::collections::BTreeMap<TransactionId, Vec<OpenUpload>> =
+                Default::default();
+            let mut foreign = Vec::new();
+            for u in uploads {
+                match self.layout.txn_of_part_key(&u.key) {
+                    Some(txn) => by_txn.entry(txn).or_default().push(u),
+                    None => foreign.push(u.key),
+                }
+            }
+            let mut out = Vec::new();
+            for (txn, uploads) in by_txn {
+                let Some(parsed) = TransactionId::parse(txn.as_str()) else {
+                    continue;
+                };
+                let initiated = uploads
+                    .iter()
+                    .filter_map(|u| u.initiated.as_deref().and_then(iso_ms))
+                    .max()
+                    .unwrap_or(0);
+                let (state, activity) = if markers.iter().any(|m| m == txn.as_str()) {
+                    match self.read_marker(&txn).await? {
+                        Some(Ok((handle, location)))
+                            if uploads.iter().any(|u| u.upload_id == location.upload_id) =>
+                        {
+                            let at = handle.prepared().map_or(initiated, |p| p.prepared_at_ms);
+                            (StagedState::Prepared(handle), at)
+                        }
+                        // The marker names another upload (its own was
+                        // completed or aborted): these are strays.
+                        Some(Ok(_)) | None => (StagedState::Open, initiated),
+                        Some(Err(reason)) => {
+                            (StagedState::PreparedUnreadable { reason }, initiated)
+                        }
+                    }
+                } else {
+                    (StagedState::Open, initiated)
+                };
+                out.push(StagedTransaction {
+                    transaction: txn,
+                    subtask: parsed.subtask,
+                    attempt_nonce: parsed.attempt_nonce,
+                    state,
+                    last_activity_ms: activity,
+                });
+            }
+            Ok((out, foreign))
+        })
+    }
+
+    /// Every commit record of this sink whose name `pick` selects, checked.
+    fn commit_records(
+        &self,
+        pick: impl Fn(LineageId, CheckpointId) -> bool,
+    ) -> Result<Vec<CommitRecord>, DestinationError> {
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            for name in self.names_in(COMMITTED).await? {
+                let Some((l, c, _)) = parse_commit_record_name(&name) else {
+                    log::warn!(
+                        "sink '{}': ignoring {}{name}: not a commit record name",
+                        self.layout.sink,
+                        self.layout.area(COMMITTED)
+                    );
+                    continue;
+                };
+                if pick(l, c) {
+                    if let Some(r) = self.read_commit_record(&name).await? {
+                        out.push(r);
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    fn removal(&mut self, txn: &TransactionId) -> Result<Removal, DestinationError> {
+        let known = self
+            .open
+            .take_if(|o| &o.txn == txn)
+            .map(|o| o.upload_id.clone());
+        let key = self.layout.part_key(txn);
+        self.rt.block_on(async {
+            if self.head(&key).await?.is_some() {
+                return Ok(Removal::Published);
+            }
+            let mut ids: Vec<String> = self
+                .uploads_of(&key)
+                .await?
+                .into_iter()
+                .map(|u| u.upload_id)
+                .collect();
+            if let Some(id) = known {
+                if !ids.contains(&id) {
+                    ids.push(id);
+                }
+            }
+            let key_path = path(&key)?;
+            let mut removed = false;
+            for id in &ids {
+                match self
+                    .store
+                    .abort_multipart(&key_path, &MultipartId::from(id.clone()))
+                    .await
+                {
+                    Ok(()) => removed = true,
+                    // Completed or aborted meanwhile: the HEAD below tells.
+                    Err(object_store::Error::NotFound { .. }) => {}
+                    Err(e) => return Err(self.err("aborting the upload of", &key, e)),
+                }
+            }
+            // A complete that won the race against the abort published it.
+            if self.head(&key).await?.is_some() {
+                return Ok(Removal::Published);
+            }
+            self.delete(&self.layout.control(PREPARED, txn.as_str()))
+                .await?;
+            Ok(if removed {
+                Removal::Removed
+            } else {
+                Removal::Nothing
+            })
+        })
+    }
+}
+
+/// What a removal (abort, expiry) found.
+enum Removal {
+    Removed,
+    Nothing,
+    /// The upload was completed: the commit was decided, nothing removed.
+    Published,
+}
+
+fn bucket_url(options: &S3Options, bucket: &str) -> String {
+    match (&options.endpoint, options.path_style) {
+        (Some(e), true) => format!("{}/{bucket}", e.trim_end_matches('/')),
+        (Some(e), false) => {
+            let e = e.trim_end_matches('/');
+            match e.split_once("://") {
+                Some((scheme, host)) => format!("{scheme}://{bucket}.{host}/"),
+                None => format!("{e}/{bucket}"),
+            }
+        }
+        (None, true) => format!("https://s3.{}.amazonaws.com/{bucket}", options.region),
+        (None, false) => format!("https://{bucket}.s3.{}.amazonaws.com/", options.region),
+    }
+}
+
+impl Drop for ObjectStoreDestination {
+    /// Releases the leases (rewritten as expired; a failure only delays a
+    /// successor until the lease lapses).
+    fn drop(&mut self) {
+        let now = now_ms();
+        for mut held in std::mem::take(&mut self.leases) {
+            let released = self.rt.block_on(lease::rewrite(
+                &self.store,
+                &mut held,
+                self.options.lease_ms,
+                now,
+                true,
+            ));
+            if let Err(e) = released {
+                log::warn!(
+                    "sink '{}': releasing the ownership lease {}: {e}; it lapses by itself",
+                    self.layout.sink,
+                    held.key
+                );
+            }
+        }
+    }
+}
+
+impl Destination for ObjectStoreDestination {
+    fn begin(&mut self, _handle: &TransactionHandle) -> Result<(), DestinationError> {
+        // Lazy: the upload starts with the first record, so an empty
+        // checkpoint costs no request.
+        Ok(())
+    }
+
+    fn write(
+        &mut self,
+        txn: &TransactionId,
+        batch: RecordBatch<'_>,
+    ) -> Result<(), DestinationError> {
+        self.check_records(&batch)?;
+        self.keep_leases()?;
+        self.open_txn(txn)?;
+        let lines = self.options.format == RecordFormat::Lines;
+        let part_size = self.options.part_size;
+        for record in batch.iter() {
+            let open = self.open.as_mut().expect("opened above");
+            if let Some(why) = &open.poisoned {
+                return Err(DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "refusing to write to transaction {txn}: {why}. It can only be aborted"
+                    ),
+                ));
+            }
+            open.buffer.extend_from_slice(record);
+            if lines {
+                open.buffer.extend_from_slice(b"\n");
+            }
+            while self
+                .open
+                .as_ref()
+                .is_some_and(|o| o.buffer.len() >= part_size)
+            {
+                self.send_part(part_size)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
+        let txn = &handle.transaction;
+        self.last_prepared = None;
+        let counted = handle
+            .prepared()
+            .map(|p| (p.records, p.bytes))
+            .unwrap_or((0, 0));
+        let Some(open) = self.open.as_ref().filter(|o| &o.txn == txn) else {
+            if counted.0 > 0 {
+                return Err(self.corrupt(format!(
+                    "the upload of {txn} ({} records) is not open in this writer at prepare",
+                    counted.0
+                )));
+            }
+            return Ok(()); // empty: nothing staged, nothing to prepare
+        };
+        if let Some(why) = &open.poisoned {
+            return Err(DestinationError::new(
+                DestinationErrorKind::Io,
+                format!("refusing to prepare transaction {txn}: {why}. It can only be aborted"),
+            ));
+        }
+        let (rest, no_parts) = (open.buffer.len(), open.parts.is_empty());
+        self.keep_leases()?;
+        if rest > 0 || no_parts {
+            self.send_part(rest)?;
+        }
+        let open = self.open.as_mut().expect("still open");
+        let expected = match self.options.format {
+            RecordFormat::Lines => counted.1 + counted.0,
+            RecordFormat::Raw => counted.1,
+        };
+        if open.uploaded != expected {
+            let why = format!(
+                "its upload holds {} bytes, but the {} records counted in its handle make \
+                 {expected}",
+                open.uploaded, counted.0
+            );
+            open.poisoned = Some(why.clone());
+            return Err(self.corrupt(format!("{txn} is not prepared: {why}")));
+        }
+        let location = UploadLocation {
+            bucket: self.layout.bucket.clone(),
+            key: open.key.as_ref().to_string(),
+            upload_id: open.upload_id.clone(),
+            parts: open.parts.iter().map(|p| p.content_id.clone()).collect(),
+            bytes: open.uploaded,
+        };
+        let location_bytes = location.encode();
+        let info = handle.prepared().cloned().ok_or_else(|| {
+            self.corrupt(format!(
+                "prepare of {txn} with a handle that is not prepared"
+            ))
+        })?;
+        let marker = PreparedMarker {
+            handle: TransactionHandle {
+                state: TransactionState::PreparedAt {
+                    info,
+                    location: location_bytes.clone(),
+                },
+                ..handle.clone()
+            },
+        };
+        // The marker, written after the last part: an upload without one
+        // was never prepared (see the crate docs). Overwrite, not create: a
+        // PUT retried inside the client must not fail on its own first try.
+        let marker_key = self.layout.control(PREPARED, txn.as_str());
+        let written = self.rt.block_on(self.put(
+            &marker_key,
+            encode(&ControlObject::Prepared(marker)),
+            PutMode::Overwrite,
+        ));
+        if let Err(e) = written {
+            if let Some(open) = self.open.as_mut() {
+                open.poisoned = Some(format!("writing its prepared marker failed: {e}"));
+            }
+            return Err(e);
+        }
+        self.open = None;
+        self.last_prepared = Some((txn.clone(), location_bytes));
+        Ok(())
+    }
+
+    fn prepared_location(
+        &mut self,
+        txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        Ok(self
+            .last_prepared
+            .take_if(|(t, _)| t == txn)
+            .map(|(_, bytes)| bytes))
+    }
+
+    fn commit(
+        &mut self,
+        handle: &TransactionHandle,
+        now_ms: u64,
+    ) -> Result<CommitStatus, DestinationError> {
+        let txn = &handle.transaction;
+        let checkpoint = handle
+            .checkpoint()
+            .ok_or_else(|| self.corrupt(format!("commit of {txn} without a prepared state")))?;
+        self.keep_leases()?;
+        let name = names::commit_record_name(handle.lineage, checkpoint, txn);
+        self.rt.block_on(async {
+            if let Some(record) = self.read_commit_record(&name).await? {
+                return self.already_committed(&record).await;
+            }
+            // Where the upload is: the handle says (the checkpoint's copy);
+            // a handle from before locations existed falls back on the
+            // marker.
+            let location = match handle.location() {
+                Some(bytes) => UploadLocation::decode_for(bytes, handle, &self.layout)
+                    .map_err(|e| self.corrupt(format!("cannot commit {txn}: {e}")))?,
+                None => match self.read_marker(txn).await? {
+                    Some(Ok((_, location))) => location,
+                    Some(Err(reason)) => {
+                        return Err(self.corrupt(format!(
+                            "cannot commit {txn}: its handle has no location and {reason}"
+                        )))
+                    }
+                    None => {
+                        let key = self.layout.part_key(txn);
+                        let uploads = self.uploads_of(&key).await?;
+                        if self.head(&key).await?.is_some() {
+                            return Err(self.corrupt(format!(
+                                "cannot commit {txn}: its handle has no location, no commit \
+                                 record exists, and s3://{}/{key} holds an object that cannot be \
+                                 checked against the handle",
+                                self.layout.bucket
+                            )));
+                        }
+                        return Ok(CommitStatus::Missing {
+                            evidence: self
+                                .missing_evidence(
+                                    txn,
+                                    &key,
+                                    "its handle has no location and no prepared marker exists",
+                                    &uploads,
+                                )
+                                .await?,
+                        });
+                    }
+                },
+            };
+            let key = path(&location.key)?;
+            let parts: Vec<PartId> = location
+                .parts
+                .iter()
+                .map(|p| PartId {
+                    content_id: p.clone(),
+                })
+                .collect();
+            let id = MultipartId::from(location.upload_id.clone());
+            match self.store.complete_multipart(&key, &id, parts).await {
+                Ok(_) => {
+                    let Some(meta) = self.head(&location.key).await? else {
+                        return Err(DestinationError::new(
+                            DestinationErrorKind::Io,
+                            format!(
+                                "the upload of {txn} was completed but s3://{}/{} is not there \
+                                 yet; the commit is retried by id",
+                                self.layout.bucket, location.key
+                            ),
+                        ));
+                    };
+                    if !Self::is_completion_of(&meta, &location) {
+                        return Err(self.corrupt(format!(
+                            "completing the upload of {txn} gave s3://{}/{} of {} bytes (ETag \
+                             {}), but {} bytes in {} parts were prepared",
+                            self.layout.bucket,
+                            location.key,
+                            meta.size,
+                            meta.e_tag.unwrap_or_default(),
+                            location.bytes,
+                            location.parts.len()
+                        )));
+                    }
+                    self.record_commit(
+                        handle,
+                        &location.key,
+                        &meta,
+                        Some(&location.upload_id),
+                        now_ms,
+                    )
+                    .await?;
+                    Ok(CommitStatus::Committed)
+                }
+                Err(e) => {
+                    self.after_failed_complete(handle, &location, e, now_ms)
+                        .await
+                }
+            }
+        })
+    }
+
+    fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        Ok(match self.removal(txn)? {
+            Removal::Removed => AbortStatus::Aborted,
+            Removal::Nothing => AbortStatus::NotFound,
+            Removal::Published => AbortStatus::WasCommitted,
+        })
+    }
+
+    fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let (staged, foreign) = self.scan_staged()?;
+        for key in foreign {
+            log::warn!(
+                "ignoring the multipart upload of {key}: not a transaction of sink '{}'",
+                self.layout.sink
+            );
+        }
+        Ok(staged)
+    }
+
+    fn committed_after(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        Ok(self
+            .commit_records(|l, c| l == lineage && c > checkpoint)?
+            .iter()
+            .map(CommitRecord::view)
+            .collect())
+    }
+
+    fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        let name = names::commit_record_name(
+            committed.lineage,
+            committed.checkpoint,
+            &committed.transaction,
+        );
+        self.rt.block_on(async {
+            let Some(record) = self.read_commit_record(&name).await? else {
+                return Ok(()); // retracted already
+            };
+            // The record was checked: its key is this transaction's object.
+            self.delete(&record.key).await?;
+            self.delete(&self.layout.control(COMMITTED, &name)).await
+        })
+    }
+
+    fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        if !matches!(self.removal(txn)?, Removal::Removed) {
+            return Ok(()); // committed, aborted or expired meanwhile
+        }
+        let tombstone = self.layout.control(EXPIRED, txn.as_str());
+        self.rt
+            .block_on(self.put(&tombstone, now_ms.to_string().into_bytes(), PutMode::Create))
+            .map(|_| ())
+    }
+
+    fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
+        let key = path(&self.layout.control(OWNERS, &claim.subtask.to_string()))?;
+        match self.rt.block_on(lease::claim(
+            &self.store,
+            key,
+            claim,
+            self.options.lease_ms,
+            now_ms(),
+        ))? {
+            Claimed::Acquired(held) => {
+                self.leases.retain(|l| l.key != held.key);
+                self.leases.push(held);
+                Ok(Ownership::Acquired)
+            }
+            Claimed::HeldBy(info) => Ok(Ownership::HeldBy(info)),
+        }
+    }
+
+    fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
+        Ok(self
+            .rt
+            .block_on(self.names_in(OWNERS))?
+            .iter()
+            .filter_map(|n| n.parse().ok())
+            .collect())
+    }
+
+    fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
+        let key = self.layout.control(LOST, note.transaction.as_str());
+        self.rt
+            .block_on(self.put(&key, note.render().into_bytes(), PutMode::Create))
+            .map(|_| ())
+    }
+
+    fn lost_notes(&mut self) -> Result<Vec<LostNote>, DestinationError> {
+        Ok(self
+            .read_notes(LOST)?
+            .into_iter()
+            .filter_map(|(_, text)| LostNote::parse(&text))
+            .collect())
+    }
+
+    fn clear_lost(
+        &mut self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+    ) -> Result<u64, DestinationError> {
+        let mut removed = 0;
+        for (name, text) in self.read_notes(LOST)? {
+            if LostNote::parse(&text)
+                .is_some_and(|n| n.lineage == lineage && n.checkpoint > checkpoint)
+            {
+                self.rt
+                    .block_on(self.delete(&self.layout.control(LOST, &name)))?;
+                removed += 1;
+            }
+        }
+        Ok(removed)
+    }
+
+    fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
+        // Sortable by time; the nonce keeps two records of one millisecond apart.
+        let name = format!(
+            "{:020}-{:016x}",
+            record.at_ms,
+            twopc_core::ids::random_u64()
+        );
+        let key = self.layout.control(OPERATIONS, &name);
+        self.rt
+            .block_on(self.put(&key, record.render().into_bytes(), PutMode::Create))
+            .map(|_| ())
+    }
+
+    fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
+        Ok(self
+            .read_notes(OPERATIONS)?
+            .into_iter()
+            .filter_map(|(_, text)| OperationRecord::parse(&text))
+            .collect())
+    }
+
+    fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        // Counts from the record names; records are read only for each
+        // lineage's latest checkpoint.
+        let names = self.rt.block_on(self.names_in(COMMITTED))?;
+        let mut by: std::collections::BTreeMap<LineageId, (u64, CheckpointId)> = Default::default();
+        for (l, c, _) in names.iter().filter_map(|n| parse_commit_record_name(n)) {
+            let e = by.entry(l).or_insert((0, c));
+            e.0 += 1;
+            e.1 = e.1.max(c);
+        }
+        let records = self.lineage_records()?;
+        let mut out = Vec::new();
+        for (lineage, (count, last)) in by {
+            let latest = self.commit_records(|l, c| l == lineage && c == last)?;
+            let mut runs: Vec<RunId> = Vec::new();
+            for r in &latest {
+                if !runs.contains(&r.handle.run) {
+                    runs.push(r.handle.run.clone());
+                }
+            }
+            out.push(LineageSummary {
+                lineage,
+                committed: count,
+                last_checkpoint: Some(last),
+                last_transactions: latest
+                    .iter()
+                    .map(|r| r.handle.transaction.clone())
+                    .collect(),
+                runs,
+                record: records.iter().find(|r| r.lineage == lineage).cloned(),
+            });
+        }
+        Ok(out)
+    }
+
+    fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
+        let key = self.layout.control(LINEAGES, &record.lineage.to_string());
+        // Every subtask records it; the first one's record stays.
+        self.rt
+            .block_on(self.put(
+                &key,
+                encode(&ControlObject::Lineage(record.clone())),
+                PutMode::Create,
+            ))
+            .map(|_| ())
+    }
+
+    fn record_run_lineage(
+        &mut self,
+        run: &RunId,
+        lineage: LineageId,
+    ) -> Result<(), DestinationError> {
+        let key = self.layout.control(RUNS, run.as_str());
+        let created =
+            self.rt
+                .block_on(self.put(&key, lineage.to_string().into_bytes(), PutMode::Create))?;
+        if created {
+            return Ok(());
+        }
+        match self.run_lineage(run)? {
+            Some(l) if l == lineage => Ok(()),
+            other => Err(self.corrupt(format!(
+                "{key} records lineage {other:?} for run {run}, but this run writes in lineage \
+                 {lineage}"
+            ))),
+        }
+    }
+
+    fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
+        let key = self.layout.control(RUNS, run.as_str());
+        let Some(bytes) = self.rt.block_on(self.get_small(&key, 64))? else {
+            return Ok(None);
+        };
+        let text = String::from_utf8_lossy(&bytes);
+        parse_lineage(text.trim())
+            .map(Some)
+            .ok_or_else(|| self.corrupt(format!("{key} does not hold a lineage")))
+    }
+}
+
+impl ObjectStoreDestination {
+    /// The text of every note in `area` (lost notes, operation records),
+    /// by name, oldest name first. Unreadable ones are skipped with a
+    /// warning (tools show what they can).
+    fn read_notes(&self, area: &str) -> Result<Vec<(String, String)>, DestinationError> {
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            for name in self.names_in(area).await? {
+                let key = self.layout.control(area, &name);
+                match self.get_small(&key, NOTE_LIMIT).await {
+                    Ok(Some(bytes)) => {
+                        out.push((name, String::from_utf8_lossy(&bytes).into_owned()))
+                    }
+                    Ok(None) => {}
+                    Err(e) => log::warn!("sink '{}': skipping {key}: {e}", self.layout.sink),
+                }
+            }
+            Ok(out)
+        })
+    }
+
+    /// Every lineage record, checked against its name.
+    fn lineage_records(&self) -> Result<Vec<LineageRecord>, DestinationError> {
+        self.rt.block_on(async {
+            let mut out = Vec::new();
+            for name in self.names_in(LINEAGES).await? {
+                let Some(lineage) = parse_lineage(&name) else {
+                    continue;
+                };
+                let key = self.layout.control(LINEAGES, &name);
+                let Some(bytes) = self.get_small(&key, MAX_CONTROL_OBJECT).await? else {
+                    continue;
+                };
+                match decode(&bytes) {
+                    Ok(ControlObject::Lineage(r)) if r.lineage == lineage => out.push(r),
+                    Ok(_) => {
+                        return Err(self.corrupt(format!(
+                            "{key} is not the lineage record of lineage {lineage}; move it away"
+                        )))
+                    }
+                    Err(e) => {
+                        return Err(self.corrupt(format!(
+                            "lineage record {key} does not decode ({e}); move it away"
+                        )))
+                    }
+                }
+            }
+            Ok(out)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn iso_times_and_etags_read() {
+        assert_eq!(iso_ms("1970-01-01T00:00:00.000Z"), Some(0));
+        assert_eq!(iso_ms("2010-11-10T20:48:33.000Z"), Some(1_289_422_113_000));
+        assert_eq!(iso_ms("2010-11-10T20:48:33Z"), Some(1_289_422_113_000));
+        assert_eq!(iso_ms("garbage"), None);
+        assert_eq!(
+            etag_parts("\"d41d8cd98f00b204e9800998ecf8427e-3\""),
+            Some(3)
+        );
+        assert_eq!(etag_parts("\"d41d8cd98f00b204e9800998ecf8427e\""), None);
+    }
+}

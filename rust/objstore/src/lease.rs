@@ -1,0 +1,217 @@
+//! Ownership of a subtask's share of the sink: a lease object per subtask,
+//! `_twopc/<sink>/owners/<subtask>`, because an object store has no locks.
+//!
+//! # How
+//!
+//! * Claim: read the lease. None: create it with `PutMode::Create`
+//!   (If-None-Match: `*`): of two claimants exactly one create succeeds.
+//!   One that expired, or one of an older attempt of the same run and sink
+//!   operator (a failover), or our own: replace it with `PutMode::Update`
+//!   (If-Match: the ETag read), so that of two claimants taking over the
+//!   same expired lease exactly one wins. Otherwise: `HeldBy`.
+//! * Renewal: the holder renews (If-Match its own last ETag) when a third
+//!   of the lease has passed, at its next call (every write, prepare and
+//!   commit passes by). A renewal that finds another ETag means someone
+//!   took the lease over: the call fails with `NotPermitted`, so this
+//!   writer stops instead of working next to the new owner.
+//! * Release, when the destination is dropped: the lease is rewritten as
+//!   expired (If-Match), never deleted, so a release cannot remove a
+//!   successor's lease.
+//!
+//! # Limits (honestly)
+//!
+//! A lease is not a lock. Expiry is judged by the claimant's wall clock
+//! against the holder's: clocks skewed by more than the margin, or a
+//! holder paused (GC, VM freeze) for longer than the lease without a call
+//! that would notice, let two writers overlap until the old one's next
+//! renewal fails. S3 has no fencing token to refuse the old writer's
+//! requests meanwhile. What an overlap can do is bounded by the protocol:
+//! commits and aborts are atomic per upload (complete vs. abort: exactly
+//! one wins, see `destination`), so an overlap can abort the other
+//! writer's transactions (which then fail their checkpoint, or are found
+//! LOST at commit and stop the job with evidence), never publish a
+//! transaction twice or half. An idle writer (no records for longer than
+//! the lease) does not renew; its lease lapses and a newcomer may take
+//! over, which that writer learns at its next call.
+
+use object_store::aws::AmazonS3;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion};
+
+use twopc_core::destination::{OwnerClaim, OwnerInfo};
+use twopc_core::error::{DestinationError, DestinationErrorKind};
+
+use crate::control::{decode, encode, ControlObject, LeaseRecord};
+
+/// A lease this destination holds.
+#[derive(Clone, Debug)]
+pub(crate) struct HeldLease {
+    pub key: Path,
+    pub record: LeaseRecord,
+    pub version: UpdateVersion,
+    pub renewed_at_ms: u64,
+}
+
+pub(crate) enum Claimed {
+    Acquired(HeldLease),
+    HeldBy(OwnerInfo),
+}
+
+fn holder_of_this_process() -> String {
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_string())
+        .unwrap_or_else(|_| "unknown-host".to_string());
+    format!("{host} pid {}", std::process::id())
+}
+
+fn store_err(what: &str, key: &Path, e: object_store::Error) -> DestinationError {
+    DestinationError::new(
+        DestinationErrorKind::Io,
+        format!("{what} the ownership lease {key}: {e}"),
+    )
+}
+
+/// Claims the lease at `key` for `claim` until `now_ms + lease_ms`.
+pub(crate) async fn claim(
+    store: &AmazonS3,
+    key: Path,
+    claim: &OwnerClaim,
+    lease_ms: u64,
+    now_ms: u64,
+) -> Result<Claimed, DestinationError> {
+    let record = LeaseRecord {
+        sink: claim.sink.clone(),
+        subtask: claim.subtask,
+        run: claim.run.clone(),
+        attempt: claim.attempt,
+        instance: claim.instance,
+        holder: holder_of_this_process(),
+        acquired_at_ms: now_ms,
+        expires_at_ms: now_ms.saturating_add(lease_ms),
+    };
+    let payload = || PutPayload::from(encode(&ControlObject::Lease(record.clone())));
+    // Each round sees a later state; a claimant that keeps losing races
+    // reports the winner.
+    for _ in 0..4 {
+        let current = match store.get(&key).await {
+            Ok(got) => {
+                let version = UpdateVersion {
+                    e_tag: got.meta.e_tag.clone(),
+                    version: got.meta.version.clone(),
+                };
+                let bytes = got
+                    .bytes()
+                    .await
+                    .map_err(|e| store_err("reading", &key, e))?;
+                Some((bytes, version))
+            }
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => return Err(store_err("reading", &key, e)),
+        };
+        let mode = match current {
+            None => PutMode::Create,
+            Some((bytes, version)) => {
+                let held = match decode(&bytes) {
+                    Ok(ControlObject::Lease(l)) => l,
+                    Ok(_) | Err(_) => {
+                        return Err(DestinationError::corrupt(format!(
+                            "the ownership lease {key} is not a readable lease; delete it if no \
+                             job writes this sink's subtask {} now, then start again",
+                            claim.subtask
+                        )))
+                    }
+                };
+                let same_operator = held.run == claim.run && held.instance == claim.instance;
+                let free = held.expires_at_ms <= now_ms
+                    || (same_operator && held.attempt <= claim.attempt);
+                if !free {
+                    return Ok(Claimed::HeldBy(OwnerInfo {
+                        claim: Some(OwnerClaim {
+                            sink: held.sink.clone(),
+                            subtask: held.subtask,
+                            run: held.run.clone(),
+                            attempt: held.attempt,
+                            instance: held.instance,
+                        }),
+                        holder: format!(
+                            "{} since {}, lease until {} ({key})",
+                            held.holder,
+                            twopc_core::timefmt::utc(held.acquired_at_ms),
+                            twopc_core::timefmt::utc(held.expires_at_ms)
+                        ),
+                    }));
+                }
+                PutMode::Update(version)
+            }
+        };
+        match store
+            .put_opts(&key, payload(), PutOptions::from(mode))
+            .await
+        {
+            Ok(result) => {
+                return Ok(Claimed::Acquired(HeldLease {
+                    key,
+                    record,
+                    version: UpdateVersion::from(result),
+                    renewed_at_ms: now_ms,
+                }))
+            }
+            // Another claimant was faster: look again.
+            Err(object_store::Error::AlreadyExists { .. })
+            | Err(object_store::Error::Precondition { .. }) => continue,
+            Err(e) => return Err(store_err("writing", &key, e)),
+        }
+    }
+    Err(DestinationError::new(
+        DestinationErrorKind::Io,
+        format!(
+            "the ownership lease {key} kept changing while subtask {} claimed it; try again",
+            claim.subtask
+        ),
+    ))
+}
+
+/// Renews `held` until `now_ms + lease_ms`, or writes it expired when
+/// `release`. An error when someone else's write came in between.
+pub(crate) async fn rewrite(
+    store: &AmazonS3,
+    held: &mut HeldLease,
+    lease_ms: u64,
+    now_ms: u64,
+    release: bool,
+) -> Result<(), DestinationError> {
+    let mut record = held.record.clone();
+    record.expires_at_ms = if release {
+        now_ms.min(record.expires_at_ms).saturating_sub(1)
+    } else {
+        now_ms.saturating_add(lease_ms)
+    };
+    let mode = PutMode::Update(held.version.clone());
+    match store
+        .put_opts(
+            &held.key,
+            PutPayload::from(encode(&ControlObject::Lease(record.clone()))),
+            PutOptions::from(mode),
+        )
+        .await
+    {
+        Ok(result) => {
+            held.version = UpdateVersion::from(result);
+            held.record = record;
+            held.renewed_at_ms = now_ms;
+            Ok(())
+        }
+        Err(object_store::Error::Precondition { .. })
+        | Err(object_store::Error::NotFound { .. }) => Err(DestinationError::new(
+            DestinationErrorKind::NotPermitted,
+            format!(
+                "subtask {} of sink '{}' lost its ownership lease {}: another writer took it \
+                     over after it lapsed (this writer was idle or paused longer than the lease). \
+                     This writer stops; the job restarts from its last checkpoint. If two jobs \
+                     write the same sink id, give one of them another sink id",
+                held.record.subtask, held.record.sink, held.key
+            ),
+        )),
+        Err(e) => Err(store_err("renewing", &held.key, e)),
+    }
+}

@@ -1,0 +1,90 @@
+//! twopc-objstore: the object store destination (the S3 API: AWS S3 and
+//! compatible servers), on the `object_store` crate.
+//!
+//! # Layout in the bucket (`s3://bucket/prefix`)
+//!
+//! ```text
+//! prefix/
+//!   part-<txn-id><suffix>                      committed output, visible (named as the
+//!                                              filesystem destination names its files)
+//!   _twopc/<sink>/
+//!     prepared/<txn-id>                        prepared marker: the handle with its location
+//!     committed/<lineage>-<checkpoint>-<txn>   commit record (conditional create)
+//!     expired/<txn-id>                         tombstone of retention cleanup (ms since epoch)
+//!     owners/<subtask>                         ownership lease (see `lease`)
+//!     lineages/<lineage>                       how a lineage began
+//!     runs/<run>                               the lineage a run writes in
+//!     lost/<txn-id>                            note of a transaction found LOST
+//!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
+//! ```
+//!
+//! Open and prepared transactions are not objects: they are the multipart
+//! uploads of their final keys, listed with ListMultipartUploads.
+//!
+//! # Protocol
+//!
+//! * **Write**: the first record starts a multipart upload of the
+//!   transaction's final key; records are buffered and sent as parts of
+//!   `part_size` bytes (at least 5 MiB on S3), so memory stays at about
+//!   one part. A part that fails poisons the transaction: no further write
+//!   or prepare, only an abort.
+//! * **Prepare**: the rest of the buffer goes as the last part; the byte
+//!   count must equal what the handle counts. Then the prepared marker is
+//!   written, and the writer puts the location (bucket, key, upload id,
+//!   part ETags, exact bytes: `control::UploadLocation`) into the handle
+//!   (`TransactionState::PreparedAt`, via `Destination::prepared_location`),
+//!   so the checkpoint alone is enough to commit. The upload is never
+//!   completed before the commit: parts are durable, the object does not
+//!   exist.
+//! * **Open or prepared?** The marker is written after the last part, and
+//!   prepare returns only after the marker is durable. So an upload without
+//!   a marker was never part of a checkpoint: it is `Open` (a crash between
+//!   the last part and the marker leaves exactly that, and it is right: the
+//!   prepare never returned). An upload whose marker cannot be read is
+//!   `PreparedUnreadable`. A marker without an upload is a leftover of a
+//!   commit or an abort interrupted before it removed it; it is not staged.
+//! * **Commit**: a commit record present answers `AlreadyCommitted` if the
+//!   object is there with the recorded size and ETag (`Missing` if it is
+//!   gone, an error if it was replaced). Otherwise CompleteMultipartUpload
+//!   with the handle's ids publishes the object atomically, then the
+//!   commit record is written with `PutMode::Create`. A complete that
+//!   fails is never judged by its error (S3 answers NoSuchUpload for both
+//!   completed and aborted uploads; moto answers 500): the object is
+//!   looked at (HEAD: size and the `-<parts>` ETag). Present and matching:
+//!   committed (the record is written now; also the repair of a crash
+//!   between completion and record). Absent with the upload still open:
+//!   an error, the outcome unknown, and the core retries with the same
+//!   ids. Absent with no such upload: `Missing`, the evidence saying what
+//!   was looked at (and an expiry tombstone, if any).
+//! * **Abort**: an object at the key means the commit was decided
+//!   (`WasCommitted`); otherwise every upload of the key is aborted and the
+//!   object looked at again: complete and abort of one upload are
+//!   serialised by the server, so exactly one wins, and a complete that
+//!   won shows as the object. `NotFound` when there was no upload.
+//! * **Expire**: an abort that leaves a tombstone, so a later commit says
+//!   why the transaction is missing.
+//! * **Retention**: `ObjectStoreDestination::open_checked` refuses a
+//!   bucket lifecycle rule `AbortIncompleteMultipartUpload` that covers
+//!   this sink's uploads with fewer days than it needs (`retention`).
+//! * **Ownership**: a lease object per subtask with conditional writes
+//!   (`lease`, with the limits of that approach).
+//! * **History**: commit records stay one object each (the trait's
+//!   default `compact_history` does nothing and `history_tallies` reads
+//!   them all); folding them into segments is future work.
+#![forbid(unsafe_code)]
+
+pub mod control;
+pub mod credentials;
+pub mod destination;
+pub mod faults;
+mod lease;
+pub mod names;
+pub mod options;
+pub mod retention;
+pub mod s3api;
+
+pub use credentials::{CredentialSource, Credentials, Secret};
+pub use destination::ObjectStoreDestination;
+pub use faults::{FaultAction, RequestFaults, RequestInfo, S3Call};
+pub use options::{RecordFormat, S3Options};
+pub use retention::needed_retention_ms;

@@ -1,0 +1,204 @@
+//! The keys the destination gives objects in the bucket, and the checks
+//! that keys read back (from a listing, a control object, a handle) are
+//! exactly such keys.
+
+use twopc_core::ids::{validate_token, CheckpointId, LineageId, SinkId, TransactionId};
+
+/// The control area under the prefix (names starting with `_` are skipped
+/// by Flink's and Hadoop's readers, as in the filesystem destination).
+pub const CONTROL_DIR: &str = "_twopc";
+
+pub const PREPARED: &str = "prepared";
+pub const COMMITTED: &str = "committed";
+pub const EXPIRED: &str = "expired";
+pub const OWNERS: &str = "owners";
+pub const LINEAGES: &str = "lineages";
+pub const RUNS: &str = "runs";
+pub const LOST: &str = "lost";
+pub const OPERATIONS: &str = "operations";
+
+/// Longest part prefix and suffix (without its dot) accepted.
+pub(crate) const MAX_PREFIX_LEN: usize = 32;
+pub(crate) const MAX_SUFFIX_LEN: usize = 16;
+
+/// The keys of one sink under one bucket prefix.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Layout {
+    pub bucket: String,
+    /// Without a trailing `/`; empty for the bucket's root.
+    pub prefix: String,
+    pub sink: SinkId,
+    pub part_prefix: String,
+    pub part_suffix: String,
+}
+
+impl Layout {
+    fn under_prefix(&self, rest: &str) -> String {
+        if self.prefix.is_empty() {
+            rest.to_string()
+        } else {
+            format!("{}/{rest}", self.prefix)
+        }
+    }
+
+    /// The visible object of a transaction: `prefix/<part-prefix>-<txn><suffix>`,
+    /// named as the filesystem destination names its files.
+    pub fn part_key(&self, txn: &TransactionId) -> String {
+        self.under_prefix(&format!("{}-{txn}{}", self.part_prefix, self.part_suffix))
+    }
+
+    /// The start of every visible object key of this sink (for listing its
+    /// multipart uploads).
+    pub fn parts_of_sink(&self) -> String {
+        self.under_prefix(&format!("{}-{}.", self.part_prefix, self.sink))
+    }
+
+    /// `prefix/_twopc/<sink>/<area>/`.
+    pub fn area(&self, area: &str) -> String {
+        self.under_prefix(&format!("{CONTROL_DIR}/{}/{area}/", self.sink))
+    }
+
+    pub fn control(&self, area: &str, name: &str) -> String {
+        format!("{}{name}", self.area(area))
+    }
+
+    pub fn commit_record_key(
+        &self,
+        lineage: LineageId,
+        checkpoint: CheckpointId,
+        txn: &TransactionId,
+    ) -> String {
+        self.control(COMMITTED, &commit_record_name(lineage, checkpoint, txn))
+    }
+
+    /// The transaction whose visible object `key` is, if `key` is one of
+    /// this sink's (with this layout's part prefix and suffix).
+    pub fn txn_of_part_key(&self, key: &str) -> Option<TransactionId> {
+        let name = key.strip_prefix(&self.under_prefix(""))?;
+        let name = name.strip_prefix(&format!("{}-", self.part_prefix))?;
+        let txn = name.strip_suffix(self.part_suffix.as_str())?;
+        let parsed = TransactionId::parse(txn)?;
+        (parsed.sink == self.sink && self.part_key(&parsed.id) == key).then_some(parsed.id)
+    }
+
+    /// Checks that `key`, read back from a handle or a record of `txn`, is
+    /// a key this sink could have given `txn`'s output: under this prefix,
+    /// one name `<prefix>-<txn><suffix>` with a valid prefix and suffix (not
+    /// necessarily today's options: they may have changed since). A forged
+    /// record must never make the sink complete, delete or report anything
+    /// else.
+    pub fn check_part_key(&self, key: &str, txn: &TransactionId) -> Result<(), String> {
+        let Some(name) = key.strip_prefix(&self.under_prefix("")) else {
+            return Err(format!(
+                "object key {key:?} is not under the prefix {:?}",
+                self.prefix
+            ));
+        };
+        if name.contains('/') {
+            return Err(format!(
+                "object key {key:?} is not directly under the prefix"
+            ));
+        }
+        let marker = format!("-{txn}");
+        let Some(at) = name.find(&marker) else {
+            return Err(format!(
+                "object key {key:?} does not name transaction {txn}"
+            ));
+        };
+        let (prefix, suffix) = (&name[..at], &name[at + marker.len()..]);
+        validate_token("part prefix", prefix, MAX_PREFIX_LEN)
+            .map_err(|e| format!("object key {key:?}: {}", e.message()))?;
+        if !suffix.is_empty() {
+            let rest = suffix.strip_prefix('.').ok_or_else(|| {
+                format!("object key {key:?} has a suffix that does not start with '.'")
+            })?;
+            validate_token("part suffix", rest, MAX_SUFFIX_LEN)
+                .map_err(|e| format!("object key {key:?}: {}", e.message()))?;
+        }
+        Ok(())
+    }
+}
+
+/// `<lineage>-<checkpoint>-<txn>`, as in the filesystem destination.
+pub fn commit_record_name(
+    lineage: LineageId,
+    checkpoint: CheckpointId,
+    txn: &TransactionId,
+) -> String {
+    format!("{lineage}-{checkpoint}-{txn}")
+}
+
+/// Parses a commit record name; `None` for anything that is not exactly one.
+pub fn parse_commit_record_name(name: &str) -> Option<(LineageId, CheckpointId, TransactionId)> {
+    let (lineage, rest) = name.split_once('-')?;
+    let (checkpoint, txn) = rest.split_once('-')?;
+    let lineage = parse_lineage(lineage)?;
+    let checkpoint: CheckpointId = checkpoint.parse().ok()?;
+    let txn = TransactionId::parse(txn)?.id;
+    (commit_record_name(lineage, checkpoint, &txn) == name).then_some((lineage, checkpoint, txn))
+}
+
+/// A lineage id as 16 hex digits (its `Display`).
+pub fn parse_lineage(text: &str) -> Option<LineageId> {
+    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return None;
+    }
+    let l = LineageId(u64::from_str_radix(text, 16).ok()?);
+    (l.to_string() == text).then_some(l)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn layout(prefix: &str) -> Layout {
+        Layout {
+            bucket: "b".into(),
+            prefix: prefix.into(),
+            sink: SinkId::new("s").unwrap(),
+            part_prefix: "part".into(),
+            part_suffix: ".txt".into(),
+        }
+    }
+
+    #[test]
+    fn part_keys_round_trip_and_forged_ones_are_refused() {
+        let sink = SinkId::new("s").unwrap();
+        let t = TransactionId::compose(&sink, 1, 0xab, 2);
+        for l in [layout(""), layout("out/x")] {
+            let key = l.part_key(&t);
+            assert_eq!(l.txn_of_part_key(&key), Some(t.clone()));
+            assert!(key.starts_with(&l.parts_of_sink()));
+            assert!(l.check_part_key(&key, &t).is_ok());
+            let other = TransactionId::compose(&sink, 1, 0xab, 3);
+            for bad in [
+                l.part_key(&other),
+                format!("elsewhere/part-{t}"),
+                key.replace("part-", "a/part-"),
+                key.replace(".txt", "txt"),
+                l.control(PREPARED, t.as_str()),
+            ] {
+                assert!(l.check_part_key(&bad, &t).is_err(), "{bad:?} accepted");
+            }
+        }
+        assert_eq!(layout("p").txn_of_part_key("p/part-x.txt"), None);
+        assert_eq!(
+            layout("p").control(COMMITTED, "n"),
+            "p/_twopc/s/committed/n"
+        );
+    }
+
+    #[test]
+    fn commit_record_names_round_trip() {
+        let t = TransactionId::compose(&SinkId::new("s").unwrap(), 1, 0xab, 2);
+        let name = commit_record_name(LineageId(7), 12, &t);
+        assert_eq!(
+            parse_commit_record_name(&name),
+            Some((LineageId(7), 12, t.clone()))
+        );
+        assert_eq!(
+            parse_commit_record_name(&format!("0000000000000007-012-{t}")),
+            None
+        );
+    }
+}

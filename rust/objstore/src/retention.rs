@@ -1,0 +1,111 @@
+//! The retention check: a bucket lifecycle rule
+//! `AbortIncompleteMultipartUpload` silently deletes prepared transactions
+//! (their uploads are incomplete until the commit), which loses the output
+//! of a checkpoint whose commit comes late, and makes savepoints
+//! unrestorable. At open, the sink reads the bucket's lifecycle
+//! configuration and refuses a rule that covers its uploads with fewer
+//! days than it needs.
+
+use crate::s3api::LifecycleRule;
+
+const DAY_MS: u64 = 24 * 3600 * 1000;
+
+/// How long a prepared upload must survive: two checkpoint intervals (a
+/// transaction prepared at one checkpoint commits when the next completes,
+/// and one may fail), the time a restart may take, and how long the user
+/// keeps savepoints they may restore.
+pub fn needed_retention_ms(
+    checkpoint_interval_ms: u64,
+    restart_allowance_ms: u64,
+    savepoint_retention_ms: u64,
+) -> u64 {
+    checkpoint_interval_ms
+        .saturating_mul(2)
+        .saturating_add(restart_allowance_ms)
+        .saturating_add(savepoint_retention_ms)
+}
+
+/// The first enabled rule that aborts incomplete uploads under
+/// `uploads_prefix` (the start of every key this sink uploads to) sooner
+/// than `needed_ms`, as a message naming the rule, its days and what to
+/// set; `None` when no rule is in the way.
+pub fn refusal(
+    rules: &[LifecycleRule],
+    bucket: &str,
+    uploads_prefix: &str,
+    needed_ms: u64,
+) -> Option<String> {
+    for rule in rules {
+        let Some(days) = rule.abort_incomplete_days else {
+            continue;
+        };
+        // A rule covers some of our uploads when one prefix starts the
+        // other (`out/` covers `out/part-s.…`; `out/part-s.1` covers some).
+        let covers =
+            uploads_prefix.starts_with(&rule.prefix) || rule.prefix.starts_with(uploads_prefix);
+        if !rule.enabled || rule.narrowed || !covers {
+            continue;
+        }
+        if days.saturating_mul(DAY_MS) >= needed_ms {
+            continue;
+        }
+        let needed_days = needed_ms.div_ceil(DAY_MS);
+        return Some(format!(
+            "bucket {bucket}: lifecycle rule {} aborts incomplete multipart uploads {days} day(s) \
+             after they begin, and it covers this sink's uploads ({uploads_prefix}…), which stay \
+             incomplete from prepare to commit. The sink needs them to live at least {} (two \
+             checkpoint intervals, the restart allowance and the savepoint retention declared), \
+             or a late commit or a restore finds its data gone. Set the rule's \
+             DaysAfterInitiation to at least {needed_days}, narrow its prefix so that it does \
+             not cover {uploads_prefix}, or declare a shorter savepoint retention",
+            rule.id
+                .as_deref()
+                .map(|id| format!("'{id}'"))
+                .unwrap_or_else(|| "(without an ID)".to_string()),
+            twopc_core::timefmt::duration(needed_ms),
+        ));
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rule(id: &str, prefix: &str, days: Option<u64>) -> LifecycleRule {
+        LifecycleRule {
+            id: Some(id.into()),
+            enabled: true,
+            prefix: prefix.into(),
+            narrowed: false,
+            abort_incomplete_days: days,
+        }
+    }
+
+    #[test]
+    fn a_short_rule_over_our_uploads_is_refused_by_name() {
+        let needed = needed_retention_ms(3_600_000, 3_600_000, 3 * DAY_MS);
+        let rules = [
+            rule("elsewhere", "logs/", Some(1)),
+            rule("long", "", Some(30)),
+            rule("short", "out/", Some(2)),
+        ];
+        let why = refusal(&rules, "b", "out/part-s.", needed).unwrap();
+        assert!(
+            why.contains("'short'") && why.contains("2 day") && why.contains("at least 4"),
+            "{why}"
+        );
+        assert!(refusal(&rules[..2], "b", "out/part-s.", needed).is_none());
+        let mut off = rule("off", "", Some(1));
+        off.enabled = false;
+        assert!(refusal(&[off], "b", "out/part-s.", needed).is_none());
+        // A rule narrower than our prefix still covers some uploads.
+        assert!(refusal(
+            &[rule("n", "out/part-s.1", Some(1))],
+            "b",
+            "out/part-s.",
+            needed
+        )
+        .is_some());
+    }
+}

@@ -1,0 +1,546 @@
+//! The object store destination against a local S3 server (moto, from
+//! `eval "$(bash scripts/s3.sh start)"`). Each test has a bucket of its own.
+
+#[macro_use]
+mod common;
+
+use std::sync::{Arc, Barrier};
+
+use common::*;
+use twopc_core::config::SubtaskContext;
+use twopc_core::destination::{
+    AbortStatus, CommitStatus, Destination, LineageRecord, LostNote, OwnerClaim, Ownership,
+    StagedState,
+};
+use twopc_core::error::DestinationErrorKind;
+use twopc_core::ids::{LineageId, RunId};
+use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::writer::Writer;
+use twopc_objstore::names::{LINEAGES, PREPARED, RUNS};
+use twopc_objstore::{FaultAction, ObjectStoreDestination, S3Call};
+
+#[test]
+fn prepared_is_invisible_until_the_commit_publishes_the_exact_bytes() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    let recs = records(50, 100, 1);
+    let h = stage(&mut d, 1, 3, &recs);
+    assert_eq!(object(&d, 1), None, "visible before its commit");
+    assert_eq!(uploads(&d, 1).len(), 1);
+    let staged = d.staged().unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(staged[0].state, StagedState::Prepared(h.clone()));
+    assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+    assert!(uploads(&d, 1).is_empty());
+    assert!(d.staged().unwrap().is_empty());
+    // Repeated: already committed; an abort never undoes it.
+    assert_eq!(d.commit(&h, 11).unwrap(), CommitStatus::AlreadyCommitted);
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::WasCommitted);
+    let committed = d.committed_after(LineageId(7), 0).unwrap();
+    assert_eq!(committed.len(), 1);
+    assert_eq!((committed[0].checkpoint, committed[0].records), (3, 50));
+    assert!(d.committed_after(LineageId(7), 3).unwrap().is_empty());
+    // A fresh destination (a restart) commits from the handle alone.
+    let mut again = ObjectStoreDestination::open(o, &sink()).unwrap();
+    assert_eq!(
+        again.commit(&h, 12).unwrap(),
+        CommitStatus::AlreadyCommitted
+    );
+}
+
+#[test]
+fn the_core_writer_puts_the_upload_location_into_the_prepared_handle() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let ctx = SubtaskContext::new(sink(), RunId::new("job1").unwrap(), 0, 1).unwrap();
+    let mut writer = Writer::new(ctx, LineageId(7), 0x1234);
+    let open = writer.begin(&mut d, 1).unwrap();
+    let mut buf = Vec::new();
+    for r in ["a", "bb", "ccc"] {
+        push_record(&mut buf, r.as_bytes());
+    }
+    writer
+        .write(&mut d, &open.transaction, RecordBatch::parse(&buf).unwrap())
+        .unwrap();
+    let prepared = writer.prepare(&mut d, &open.transaction, 5, 2).unwrap();
+    assert!(prepared.location().is_some(), "{prepared:?}");
+    assert_eq!(prepared.prepared().unwrap().records, 3);
+    // The handle survives the checkpoint's encoding.
+    let restored = twopc_core::TransactionHandle::decode(&prepared.encode()).unwrap();
+    assert_eq!(d.commit(&restored, 3).unwrap(), CommitStatus::Committed);
+    let key = d.layout().part_key(&open.transaction);
+    use object_store::ObjectStoreExt;
+    let bytes = d
+        .block_on(async {
+            d.store()
+                .get(&key.as_str().into())
+                .await
+                .unwrap()
+                .bytes()
+                .await
+        })
+        .unwrap();
+    assert_eq!(&bytes[..], b"a\nbb\nccc\n");
+}
+
+#[test]
+fn an_upload_aborted_behind_the_sinks_back_is_missing_with_evidence() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let h = stage(&mut d, 1, 3, &records(5, 10, 1));
+    // Someone (a lifecycle rule, an operator) aborts the upload.
+    let key = d.layout().part_key(&h.transaction);
+    for id in uploads(&d, 1) {
+        use object_store::multipart::MultipartStore;
+        d.block_on(d.store().abort_multipart(&key.as_str().into(), &id))
+            .unwrap();
+    }
+    match d.commit(&h, 10).unwrap() {
+        CommitStatus::Missing { evidence } => {
+            assert!(evidence.contains("ListMultipartUploads"), "{evidence}");
+            assert!(evidence.contains("HEAD"), "{evidence}");
+            assert!(evidence.contains("no commit record"), "{evidence}");
+        }
+        other => panic!("expected Missing, got {other:?}"),
+    }
+    assert_eq!(object(&d, 1), None);
+}
+
+#[test]
+fn a_commit_record_lost_after_completion_is_repaired() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let (mut d, faults) = open_faulty(&o);
+    let recs = records(5, 10, 2);
+    let h = stage(&mut d, 1, 3, &recs);
+    // The complete goes through; writing the record fails (a crash between).
+    faults.arm(S3Call::PutObject, FaultAction::FailBefore("record".into()));
+    assert!(d.commit(&h, 10).is_err());
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+    let record_key = d
+        .layout()
+        .commit_record_key(LineageId(7), 3, &h.transaction);
+    assert_eq!(head(&d, &record_key), None);
+    assert_eq!(d.commit(&h, 11).unwrap(), CommitStatus::Committed);
+    assert!(head(&d, &record_key).is_some());
+    // The same with the record removed after a clean commit.
+    let h2 = stage(&mut d, 2, 4, &recs);
+    assert_eq!(d.commit(&h2, 12).unwrap(), CommitStatus::Committed);
+    let key2 = d
+        .layout()
+        .commit_record_key(LineageId(7), 4, &h2.transaction);
+    delete_raw(&d, &key2);
+    assert_eq!(d.commit(&h2, 13).unwrap(), CommitStatus::Committed);
+    assert!(head(&d, &key2).is_some());
+    assert_eq!(d.commit(&h2, 14).unwrap(), CommitStatus::AlreadyCommitted);
+}
+
+#[test]
+fn a_committed_object_removed_later_is_missing_not_success() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let h = stage(&mut d, 1, 3, &records(5, 10, 2));
+    assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    delete_raw(&d, &d.layout().part_key(&h.transaction));
+    assert!(
+        matches!(d.commit(&h, 11).unwrap(), CommitStatus::Missing { evidence } if evidence.contains("gone"))
+    );
+}
+
+#[test]
+fn a_complete_whose_answer_is_lost_resolves_on_retry_with_one_object() {
+    let endpoint = server!();
+    let (mut d, faults) = open_faulty(&options(&endpoint));
+    let recs = records(20, 30, 3);
+    let h = stage(&mut d, 1, 3, &recs);
+    // The server completes the upload, the answer is lost, and the look
+    // that would tell fails too: the outcome is unknown.
+    faults.arm(S3Call::CompleteUpload, FaultAction::FailAfter("cut".into()));
+    faults.arm(S3Call::HeadObject, FaultAction::FailBefore("cut".into()));
+    let err = d.commit(&h, 10).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    // The retry (same ids) resolves it, even when the repeated complete
+    // fails as S3 answers it (NoSuchUpload; moto would answer 200): the
+    // object tells.
+    faults.arm(
+        S3Call::CompleteUpload,
+        FaultAction::FailBefore("NoSuchUpload".into()),
+    );
+    let status = d.commit(&h, 11).unwrap();
+    assert!(
+        matches!(
+            status,
+            CommitStatus::Committed | CommitStatus::AlreadyCommitted
+        ),
+        "{status:?}"
+    );
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+    assert!(uploads(&d, 1).is_empty());
+    assert_eq!(d.commit(&h, 12).unwrap(), CommitStatus::AlreadyCommitted);
+    // A complete that never reached the server: unknown, the upload stays,
+    // and the retry commits.
+    let h2 = stage(&mut d, 2, 4, &recs);
+    faults.arm(
+        S3Call::CompleteUpload,
+        FaultAction::FailBefore("refused".into()),
+    );
+    let err = d.commit(&h2, 13).unwrap_err();
+    assert!(err.message.contains("still open"), "{err}");
+    assert_eq!(uploads(&d, 2).len(), 1);
+    assert_eq!(d.commit(&h2, 14).unwrap(), CommitStatus::Committed);
+}
+
+#[test]
+fn a_failed_part_poisons_the_transaction_and_nothing_becomes_visible() {
+    let endpoint = server!();
+    let mut o = options(&endpoint);
+    o.allow_small_parts = true;
+    o.part_size = 1024;
+    let (mut d, faults) = open_faulty(&o);
+    faults.arm(
+        S3Call::PutPart { number: 2 },
+        FaultAction::FailBefore("disk".into()),
+    );
+    let recs = records(30, 100, 4); // about 3 KiB: parts 1, 2 (fails), ...
+    let err = write(&mut d, 1, &recs).unwrap_err();
+    assert!(err.message.contains("part 2"), "{err}");
+    let again = write(&mut d, 1, &records(1, 10, 5)).unwrap_err();
+    assert!(again.message.contains("refusing to write"), "{again}");
+    let p = handle(1, Some(3), &recs);
+    let refused = d.prepare(&p).unwrap_err();
+    assert!(refused.message.contains("refusing to prepare"), "{refused}");
+    assert_eq!(d.prepared_location(&p.transaction).unwrap(), None);
+    assert_eq!(d.abort(&p.transaction).unwrap(), AbortStatus::Aborted);
+    assert_eq!(object(&d, 1), None);
+    assert!(uploads(&d, 1).is_empty());
+    assert!(d.staged().unwrap().is_empty());
+}
+
+#[test]
+fn parts_of_the_real_minimum_size_publish_exactly() {
+    let endpoint = server!();
+    let mut o = options(&endpoint);
+    o.part_size = twopc_objstore::options::MIN_PART_SIZE;
+    let (mut d, faults) = open_faulty(&o);
+    let recs = records(176, 64 * 1024 - 1, 6); // 11 MiB with line breaks
+    let h = stage(&mut d, 1, 3, &recs);
+    let parts = faults
+        .seen
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|c| matches!(c, S3Call::PutPart { .. }))
+        .count();
+    assert_eq!(parts, 3);
+    assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+}
+
+#[test]
+fn the_server_refuses_to_complete_parts_under_5_mib_and_nothing_is_published() {
+    // moto enforces S3's minimum at CompleteMultipartUpload (EntityTooSmall),
+    // which is why small parts are refused by `validate` unless asked for.
+    let endpoint = server!();
+    let mut o = options(&endpoint);
+    o.allow_small_parts = true;
+    o.part_size = 1024;
+    let mut d = open(&o);
+    let h = stage(&mut d, 1, 3, &records(30, 100, 7));
+    let err = d.commit(&h, 10).unwrap_err();
+    assert!(
+        err.message.contains("EntityTooSmall") || err.message.contains("smaller"),
+        "{err}"
+    );
+    assert_eq!(object(&d, 1), None);
+    assert_eq!(uploads(&d, 1).len(), 1);
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
+}
+
+#[test]
+fn a_lifecycle_rule_shorter_than_needed_is_refused_by_name() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let d = open(&o);
+    d.block_on(d.api().put_lifecycle(
+        "<LifecycleConfiguration><Rule><ID>abort-fast</ID><Filter><Prefix>out/</Prefix></Filter>\
+         <Status>Enabled</Status><AbortIncompleteMultipartUpload><DaysAfterInitiation>1\
+         </DaysAfterInitiation></AbortIncompleteMultipartUpload></Rule></LifecycleConfiguration>",
+    ))
+    .unwrap();
+    let needed = twopc_objstore::needed_retention_ms(3_600_000, 3_600_000, 2 * 86_400_000);
+    let err = match ObjectStoreDestination::open_checked(o.clone(), &sink(), needed) {
+        Err(e) => e,
+        Ok(_) => panic!("a 1-day rule was accepted for a need of more than 2 days"),
+    };
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted);
+    for part in ["'abort-fast'", "1 day", "at least 3"] {
+        assert!(err.message.contains(part), "{part} not in: {err}");
+    }
+    // Within one day: accepted. No configuration at all: accepted.
+    assert!(ObjectStoreDestination::open_checked(o, &sink(), 12 * 3_600_000).is_ok());
+    let fresh = options(&endpoint);
+    drop(open(&fresh));
+    assert!(ObjectStoreDestination::open_checked(fresh, &sink(), needed).is_ok());
+}
+
+#[test]
+fn lingering_uploads_are_listed_open_or_prepared_and_aborted() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    write(&mut d, 1, &records(3, 10, 8)).unwrap(); // never prepared
+    let h2 = stage(&mut d, 2, 3, &records(3, 10, 8));
+    let mut staged = d.staged().unwrap();
+    staged.sort_by(|a, b| a.transaction.cmp(&b.transaction));
+    assert_eq!(staged.len(), 2);
+    assert_eq!(staged[0].state, StagedState::Open);
+    assert_eq!(staged[1].state, StagedState::Prepared(h2.clone()));
+    assert_eq!(staged[1].subtask, 0);
+    assert_eq!(d.abort(&txn(1)).unwrap(), AbortStatus::Aborted);
+    assert_eq!(d.abort(&txn(1)).unwrap(), AbortStatus::NotFound);
+    assert_eq!(d.abort(&txn(2)).unwrap(), AbortStatus::Aborted);
+    assert!(d.staged().unwrap().is_empty());
+    assert!(uploads(&d, 2).is_empty());
+    assert_eq!(
+        head(&d, &d.layout().control(PREPARED, txn(2).as_str())),
+        None
+    );
+    // A commit of the aborted one is missing.
+    assert!(matches!(
+        d.commit(&h2, 5).unwrap(),
+        CommitStatus::Missing { .. }
+    ));
+}
+
+#[test]
+fn an_expired_transaction_is_missing_and_says_why() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let h = stage(&mut d, 1, 3, &records(3, 10, 9));
+    d.expire(&h.transaction, 1_700_000_000_000).unwrap();
+    d.expire(&h.transaction, 1_700_000_000_001).unwrap(); // repeatable
+    match d.commit(&h, 10).unwrap() {
+        CommitStatus::Missing { evidence } => {
+            assert!(evidence.contains("Retention cleanup"), "{evidence}")
+        }
+        other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn hostile_control_objects_are_clear_errors_never_panics() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let recs = records(3, 10, 10);
+    let h = stage(&mut d, 1, 3, &recs);
+    let garbage: [&[u8]; 3] = [
+        b"",
+        b"TWPC\x00\x01\x02\x00\x00\x00\x00\x05hello\x00\x00\x00\x00",
+        &[0xff; 300],
+    ];
+    for bytes in garbage {
+        // Commit record.
+        let record_key = d
+            .layout()
+            .commit_record_key(LineageId(7), 3, &h.transaction);
+        put_raw(&d, &record_key, bytes);
+        let err = d.commit(&h, 10).unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+        assert!(d.committed_after(LineageId(7), 0).is_err());
+        delete_raw(&d, &record_key);
+        // Prepared marker: the upload is prepared, its handle unreadable.
+        let marker = d.layout().control(PREPARED, h.transaction.as_str());
+        put_raw(&d, &marker, bytes);
+        let staged = d.staged().unwrap();
+        assert!(
+            matches!(&staged[0].state, StagedState::PreparedUnreadable { reason } if reason.contains("marker")),
+            "{staged:?}"
+        );
+        // Lineage record and run record.
+        let lineage_key = d.layout().control(LINEAGES, &LineageId(7).to_string());
+        put_raw(&d, &lineage_key, bytes);
+        put_raw(
+            &d,
+            &d.layout().commit_record_key(LineageId(7), 1, &txn(9)),
+            bytes,
+        );
+        assert_eq!(
+            d.lineages().unwrap_err().kind,
+            DestinationErrorKind::Corrupt
+        );
+        delete_raw(&d, &d.layout().commit_record_key(LineageId(7), 1, &txn(9)));
+        delete_raw(&d, &lineage_key);
+        put_raw(&d, &d.layout().control(RUNS, "job1"), bytes);
+        assert!(d.run_lineage(&RunId::new("job1").unwrap()).is_err());
+        // Location bytes in the handle.
+        let mut forged = h.clone();
+        if let twopc_core::TransactionState::PreparedAt { location, .. } = &mut forged.state {
+            *location = bytes.to_vec();
+        }
+        let err = d.commit(&forged, 10).unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    }
+    // A location naming another key is refused too (never completes it).
+    let other = stage(&mut d, 2, 3, &recs);
+    let mut forged = h.clone();
+    forged.state = other.state.clone();
+    let err = d.commit(&forged, 10).unwrap_err();
+    assert!(err.message.contains("does not name transaction"), "{err}");
+    assert_eq!(object(&d, 2), None);
+}
+
+#[test]
+fn commit_and_abort_racing_from_two_destinations_agree() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    for seq in 1..=6 {
+        let recs = records(4, 10, seq as u8);
+        let h = stage(&mut d, seq, seq, &recs);
+        let barrier = Arc::new(Barrier::new(2));
+        let (o1, o2, b1, b2, h1) = (o.clone(), o.clone(), barrier.clone(), barrier, h.clone());
+        let committer = std::thread::spawn(move || {
+            let mut d = ObjectStoreDestination::open(o1, &sink()).unwrap();
+            b1.wait();
+            d.commit(&h1, 10)
+        });
+        let aborter = std::thread::spawn(move || {
+            let mut d = ObjectStoreDestination::open(o2, &sink()).unwrap();
+            b2.wait();
+            d.abort(&txn(seq))
+        });
+        let commit = committer.join().unwrap();
+        let abort = aborter.join().unwrap().unwrap();
+        let visible = object(&d, seq);
+        match (&commit, &abort) {
+            (Ok(CommitStatus::Committed), AbortStatus::WasCommitted) => {
+                assert_eq!(visible, Some(lines(&recs)));
+                assert_eq!(d.commit(&h, 11).unwrap(), CommitStatus::AlreadyCommitted);
+            }
+            (Ok(CommitStatus::Missing { .. }), AbortStatus::Aborted) => {
+                assert_eq!(visible, None);
+                assert!(matches!(
+                    d.commit(&h, 11).unwrap(),
+                    CommitStatus::Missing { .. }
+                ));
+            }
+            other => panic!(
+                "inconsistent outcome {other:?}, object present: {}",
+                visible.is_some()
+            ),
+        }
+        assert!(uploads(&d, seq).is_empty());
+    }
+}
+
+#[test]
+fn ownership_is_a_lease_one_holder_at_a_time() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut a = open(&o);
+    let claim = |run: &str, attempt| OwnerClaim {
+        sink: sink(),
+        subtask: 0,
+        run: RunId::new(run).unwrap(),
+        attempt,
+        instance: 1,
+    };
+    assert_eq!(
+        a.claim_ownership(&claim("run-a", 0)).unwrap(),
+        Ownership::Acquired
+    );
+    let mut b = ObjectStoreDestination::open(o.clone(), &sink()).unwrap();
+    match b.claim_ownership(&claim("run-b", 0)).unwrap() {
+        Ownership::HeldBy(info) => {
+            assert_eq!(info.claim.unwrap().run.as_str(), "run-a");
+            assert!(info.holder.contains("pid"), "{}", info.holder);
+        }
+        other => panic!("{other:?}"),
+    }
+    // A later attempt of the same run takes over from its predecessor.
+    let mut a2 = ObjectStoreDestination::open(o.clone(), &sink()).unwrap();
+    assert_eq!(
+        a2.claim_ownership(&claim("run-a", 1)).unwrap(),
+        Ownership::Acquired
+    );
+    drop(a); // its release must not undo a2's lease
+    assert!(matches!(
+        b.claim_ownership(&claim("run-b", 0)).unwrap(),
+        Ownership::HeldBy(_)
+    ));
+    drop(a2); // released
+    assert_eq!(
+        b.claim_ownership(&claim("run-b", 0)).unwrap(),
+        Ownership::Acquired
+    );
+    assert_eq!(b.owner_subtasks().unwrap(), vec![0]);
+}
+
+#[test]
+fn notes_lineages_and_runs_are_kept() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let record = LineageRecord {
+        lineage: LineageId(7),
+        run: RunId::new("job1").unwrap(),
+        started_at_ms: 5,
+        appended: false,
+    };
+    d.record_lineage(&record).unwrap();
+    d.record_lineage(&record).unwrap();
+    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7))
+        .unwrap();
+    d.record_run_lineage(&RunId::new("job1").unwrap(), LineageId(7))
+        .unwrap();
+    assert!(d
+        .record_run_lineage(&RunId::new("job1").unwrap(), LineageId(8))
+        .is_err());
+    assert_eq!(
+        d.run_lineage(&RunId::new("job1").unwrap()).unwrap(),
+        Some(LineageId(7))
+    );
+    assert_eq!(d.run_lineage(&RunId::new("job2").unwrap()).unwrap(), None);
+    let h = stage(&mut d, 1, 3, &records(2, 5, 1));
+    d.commit(&h, 9).unwrap();
+    let lineages = d.lineages().unwrap();
+    assert_eq!(lineages.len(), 1);
+    assert_eq!(lineages[0].record.as_ref(), Some(&record));
+    assert_eq!(lineages[0].last_transactions, vec![h.transaction.clone()]);
+    let note = LostNote {
+        transaction: txn(5),
+        lineage: LineageId(7),
+        checkpoint: 4,
+        subtask: 0,
+        run: RunId::new("job1").unwrap(),
+        records: 3,
+        found_at_ms: 6,
+        evidence: "gone".into(),
+    };
+    d.record_lost(&note).unwrap();
+    assert_eq!(d.lost_notes().unwrap(), vec![note]);
+    assert_eq!(d.clear_lost(LineageId(7), 4).unwrap(), 0);
+    assert_eq!(d.clear_lost(LineageId(7), 3).unwrap(), 1);
+    assert!(d.lost_notes().unwrap().is_empty());
+    let tallies = d.history_tallies().unwrap();
+    assert_eq!((tallies.len(), tallies[0].records), (1, 2));
+    // Retract removes the object and the record.
+    let c = d.committed_after(LineageId(7), 0).unwrap().remove(0);
+    d.retract(&c).unwrap();
+    d.retract(&c).unwrap();
+    assert_eq!(object(&d, 1), None);
+    assert!(d.committed_after(LineageId(7), 0).unwrap().is_empty());
+}
+
+#[test]
+fn secrets_never_show_in_errors_or_debug() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    assert!(!format!("{o:?}").contains(SECRET));
+    let h = stage(&mut d, 1, 3, &records(2, 5, 1));
+    let mut forged = h.clone();
+    forged.state = handle(1, Some(3), &records(3, 5, 1)).state;
+    let shown = format!("{:?}", d.commit(&forged, 1));
+    assert!(!shown.contains(SECRET), "{shown}");
+}
