@@ -47,6 +47,15 @@ ensure_venv() {
         return
     fi
     say "creating $VENV and installing moto[server]==$MOTO_VERSION (once)"
+    if ! python3 -c 'import venv, ensurepip' 2>/dev/null; then
+        if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
+            say "installing python3-venv (Debian's package)"
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -q python3-venv >&2
+        else
+            say "missing: Python's venv module. Install it with: sudo apt-get install -y python3-venv"
+            exit 3
+        fi
+    fi
     python3 -m venv "$VENV" >&2
     "$VENV/bin/pip" install --quiet "moto[server]==$MOTO_VERSION" boto3 >&2
 }

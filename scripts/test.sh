@@ -16,14 +16,19 @@ ensure_gradle
 # Throw-away PostgreSQL servers on loopback for the PostgreSQL destination's
 # tests: one with max_prepared_transactions set, one with it at 0 (the
 # start-up check must reject that). Both are stopped and removed on exit.
-stop_postgres() {
+# A local S3 server (moto, from PyPI into a venv) for the object-store
+# destination's tests.
+stop_servers() {
     bash scripts/postgres.sh stop >/dev/null 2>&1 || true
     TWOPC_PG_PORT=54330 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+    bash scripts/s3.sh stop >/dev/null 2>&1 || true
 }
-trap stop_postgres EXIT
+trap stop_servers EXIT
 say "starting PostgreSQL test servers"
 eval "$(bash scripts/postgres.sh start)"
 eval "$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh start)"
+say "starting a local S3 server (moto)"
+eval "$(bash scripts/s3.sh start)"
 
 say "cargo fmt --check"
 cargo fmt --all -- --check
@@ -37,7 +42,8 @@ cargo test --workspace --locked
 # own target directory (the jar built by `gradle jar` never has it).
 say "gradle test test2x legacyTest (Java and Flink MiniCluster tests: Sink V2 on Flink 1.20 and 2.x, the SinkFunction shim on 1.20)"
 gradle --no-daemon --continue test test2x legacyTest -PcargoFeatures=failpoints \
-    -PcargoTargetDir="$PWD/target/failpoints" -PpgUrl="$TWOPC_PG_URL" -PpgUrlNo2pc="$TWOPC_PG_URL_NO_2PC"
+    -PcargoTargetDir="$PWD/target/failpoints" -PpgUrl="$TWOPC_PG_URL" -PpgUrlNo2pc="$TWOPC_PG_URL_NO_2PC" \
+    -Ps3Endpoint="$TWOPC_S3_ENDPOINT"
 
 say "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
 bash scripts/check-jar.sh

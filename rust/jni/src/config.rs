@@ -24,6 +24,7 @@ use twopc_core::config::{validate_retention, FreshStartPolicy, RetryPolicy, Rewi
 use twopc_core::error::ConfigError;
 use twopc_core::{Destination, SinkId, SinkOptions, SubtaskContext, TwopcError};
 use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
+use twopc_objstore::{ObjectStoreDestination, S3Options};
 use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
 
 /// The version this release writes and reads.
@@ -81,6 +82,34 @@ mod defaults {
 enum DestinationSection {
     Filesystem(FsSection),
     Postgres(PgSection),
+    S3(S3Section),
+}
+
+/// An S3-compatible object store: `s3://bucket/prefix` where a directory
+/// path goes for the filesystem. Credentials are never part of it: each
+/// task manager reads them from the standard AWS environment and profile
+/// chain.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct S3Section {
+    url: String,
+    /// Another endpoint than AWS's (an S3-compatible store, a local server).
+    endpoint: Option<String>,
+    region: Option<String>,
+    #[serde(default)]
+    path_style: bool,
+    #[serde(default)]
+    allow_http: bool,
+    /// The AWS profile to read when the environment has no keys.
+    profile: Option<String>,
+    part_prefix: String,
+    part_suffix: String,
+    record_format: String,
+    part_size_bytes: Option<u64>,
+    /// How long savepoints that may be restored are kept: prepared uploads
+    /// must outlive it (the bucket's lifecycle rules are checked at open).
+    #[serde(default)]
+    savepoint_retention_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -137,6 +166,10 @@ pub struct SinkConfig {
 enum DestinationSpec {
     Filesystem(FsOptions),
     Postgres(Box<PgOptions>),
+    ObjectStore {
+        options: Box<S3Options>,
+        savepoint_retention_ms: u64,
+    },
 }
 
 fn config_error(msg: impl Into<String>) -> ConfigError {
@@ -289,6 +322,10 @@ impl SinkConfig {
             DestinationSection::Postgres(p) => {
                 DestinationSpec::Postgres(Box::new(pg_options(p, rewind)?))
             }
+            DestinationSection::S3(o) => DestinationSpec::ObjectStore {
+                savepoint_retention_ms: o.savepoint_retention_ms,
+                options: Box::new(s3_options(o)?),
+            },
         };
         Ok(SinkConfig {
             sink,
@@ -325,18 +362,72 @@ impl SinkConfig {
                 "sink '{}' on PostgreSQL table {} ({:?})",
                 self.sink, p.table, p.endpoint
             ),
+            DestinationSpec::ObjectStore { options, .. } => format!(
+                "sink '{}' on object store {}{}",
+                self.sink,
+                options.url,
+                options
+                    .endpoint
+                    .as_ref()
+                    .map(|e| format!(" at {e}"))
+                    .unwrap_or_default()
+            ),
         }
+    }
+
+    /// How long a prepared transaction must survive at the destination,
+    /// for a writer whose checkpoint interval is `detected_ms` (when the
+    /// configuration does not give one).
+    pub fn needed_retention_ms(&self, detected_ms: u64) -> u64 {
+        let interval = if self.checkpoint_interval_ms > 0 {
+            self.checkpoint_interval_ms
+        } else {
+            detected_ms
+        };
+        let savepoints = match &self.destination {
+            DestinationSpec::ObjectStore {
+                savepoint_retention_ms,
+                ..
+            } => *savepoint_retention_ms,
+            _ => 0,
+        };
+        twopc_objstore::retention::needed_retention_ms(
+            interval,
+            self.restart_allowance_ms,
+            savepoints,
+        )
     }
 
     /// Opens the configured destination for `ctx`'s subtask (the factory:
     /// the only place that knows every kind). `password` is the one the
     /// task manager read from the source the configuration names.
+    ///
+    /// `needed_retention_ms` is given for a writer: an object store's
+    /// lifecycle rules are checked against it (a committer only commits
+    /// what writers prepared).
     pub fn open_destination(
         &self,
         ctx: &SubtaskContext,
         password: Option<String>,
+        needed_retention_ms: Option<u64>,
     ) -> Result<Box<dyn Destination + Send>, TwopcError> {
         match &self.destination {
+            DestinationSpec::ObjectStore { options, .. } => {
+                let opened = match needed_retention_ms {
+                    Some(needed) => ObjectStoreDestination::open_checked(
+                        (**options).clone(),
+                        &self.sink,
+                        needed,
+                    ),
+                    None => ObjectStoreDestination::open((**options).clone(), &self.sink),
+                };
+                let dest = opened.map_err(|source| TwopcError::Scan {
+                    scope: ctx.scope(),
+                    action: "opening the object store",
+                    source,
+                })?;
+                Ok(Box::new(dest))
+            }
             DestinationSpec::Filesystem(options) => {
                 let dest = FsDestination::open(options.clone(), &self.sink).map_err(|source| {
                     TwopcError::Scan {
@@ -388,6 +479,33 @@ fn fs_options(f: FsSection) -> Result<FsOptions, ConfigError> {
             ],
         )?,
     };
+    options.validate()?;
+    Ok(options)
+}
+
+fn s3_options(o: S3Section) -> Result<S3Options, ConfigError> {
+    let mut options = S3Options::new(o.url);
+    options.endpoint = o.endpoint;
+    if let Some(region) = o.region {
+        options.region = region;
+    }
+    options.path_style = o.path_style;
+    options.allow_http = o.allow_http;
+    options.profile = o.profile;
+    options.part_prefix = o.part_prefix;
+    options.part_suffix = o.part_suffix;
+    options.format = policy(
+        "record format",
+        &o.record_format,
+        &[
+            ("LINES", twopc_objstore::RecordFormat::Lines),
+            ("RAW", twopc_objstore::RecordFormat::Raw),
+        ],
+    )?;
+    if let Some(size) = o.part_size_bytes {
+        options.part_size = usize::try_from(size)
+            .map_err(|_| config_error(format!("part size {size} bytes is too large")))?;
+    }
     options.validate()?;
     Ok(options)
 }
@@ -512,6 +630,57 @@ pub(crate) mod tests {
             "mode":"TRANSACTIONAL","copyFormat":"CSV","controlSchema":"public",
             "connectTimeoutMs":1000{extra}}}}}"#
         )
+    }
+
+    fn s3_config(url: &str, extra: &str) -> String {
+        fs_config("/x").replace(
+            r#"{"type":"filesystem","path":"/x","partPrefix":"part",
+            "partSuffix":"","recordFormat":"LINES","ioMode":"AUTO"}"#,
+            &format!(
+                r#"{{"type":"s3","url":"{url}","endpoint":"http://127.0.0.1:1","pathStyle":true,
+                "allowHttp":true,"partPrefix":"part","partSuffix":".csv","recordFormat":"LINES"{extra}}}"#
+            ),
+        )
+    }
+
+    #[test]
+    fn an_object_store_configuration_decodes_and_is_checked() {
+        let c = SinkConfig::decode(&s3_config(
+            "s3://bucket/out",
+            r#","savepointRetentionMs":86400000,"partSizeBytes":16777216"#,
+        ))
+        .unwrap();
+        assert!(c
+            .describe()
+            .contains("s3://bucket/out at http://127.0.0.1:1"));
+        let DestinationSpec::ObjectStore {
+            options,
+            savepoint_retention_ms,
+        } = &c.destination
+        else {
+            panic!("an object store")
+        };
+        assert_eq!(*savepoint_retention_ms, 86_400_000);
+        assert_eq!(options.part_size, 16 << 20);
+        assert!(options.path_style && options.allow_http);
+        // Two intervals, the restart allowance and the savepoint retention.
+        assert_eq!(c.needed_retention_ms(0), 2 * 1000 + 600_000 + 86_400_000);
+        for (text, needle) in [
+            (s3_config("bucket/out", ""), "s3://"),
+            (s3_config("s3://bucket/../x", ""), "'..'"),
+            (
+                s3_config("s3://bucket/out", r#","partSizeBytes":1024"#),
+                "5 MiB",
+            ),
+            (
+                s3_config("s3://bucket/out", r#","accessKey":"x""#),
+                "accessKey",
+            ),
+        ] {
+            let err = SinkConfig::decode(&text).unwrap_err().to_string();
+            assert!(err.contains(needle), "{needle:?}: {err}");
+            assert!(err.contains("sink 'orders'"), "{err}");
+        }
     }
 
     #[test]

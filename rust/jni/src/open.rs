@@ -66,12 +66,14 @@ pub(crate) fn open(role: Role, args: OpenArgs) -> BridgeResult<i64> {
         parallelism,
     )?
     .with_attempt(attempt, config.instance);
+    let mut needed_retention_ms = None;
     if role != Role::Committer {
         let detected = non_negative(args.checkpoint_interval_ms, "checkpoint interval (ms)")?;
         config.check_interval(detected)?;
+        needed_retention_ms = Some(config.needed_retention_ms(detected));
     }
     let restore = restore(&ctx, &args)?;
-    let mut dest = config.open_destination(&ctx, args.password.clone())?;
+    let mut dest = config.open_destination(&ctx, args.password.clone(), needed_retention_ms)?;
     let native = match role {
         Role::Sink => Native::Sink(Box::new(
             SubtaskSink::open(

@@ -82,6 +82,11 @@ public final class TwopcSink<IN>
         return new TwopcSinkBuilder<IN>().forPostgres(destination);
     }
 
+    /** Starts a builder writing to an object store; see {@link ObjectStoreDestination}. */
+    public static <IN> TwopcSinkBuilder<IN> forObjectStore(ObjectStoreDestination destination) {
+        return new TwopcSinkBuilder<IN>().forObjectStore(destination);
+    }
+
     /** The sink's stable id. */
     public String getSinkId() {
         return options.sinkId;

@@ -59,6 +59,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
 
     String outputDirectory;
     PostgresDestination postgres;
+    ObjectStoreDestination objectStore;
     SerializationSchema<IN> serializationSchema;
     String sinkId;
     int batchSize = DEFAULT_BATCH_SIZE;
@@ -96,6 +97,16 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     /** See {@link #forDirectory(String)}. */
     public SELF forDirectory(Path directory) {
         this.outputDirectory = directory == null ? null : directory.toString();
+        return self();
+    }
+
+    /**
+     * Writes to an S3-compatible object store instead of a directory: see {@link
+     * ObjectStoreDestination}. {@code forDirectory("s3://bucket/prefix")} does the same with AWS's
+     * defaults.
+     */
+    public SELF forObjectStore(ObjectStoreDestination destination) {
+        this.objectStore = destination;
         return self();
     }
 
@@ -246,7 +257,23 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     final TwopcSinkOptions buildOptions(String what) {
         List<String> problems = new ArrayList<>();
         String directory = null;
-        if (outputDirectory != null && postgres != null) {
+        ObjectStoreDestination store = objectStore;
+        String location = outputDirectory;
+        if (store == null && ObjectStoreDestination.isObjectStoreUrl(location)) {
+            // s3://bucket/prefix where a directory goes: the object store with AWS's defaults.
+            store = ObjectStoreDestination.s3(location);
+            location = null;
+        }
+        if (store != null && (location != null || postgres != null)) {
+            problems.add("an object store and " + (postgres != null ? "a PostgreSQL destination" : "an output "
+                    + "directory") + " are both set; a sink writes to one: call one of forObjectStore(...), "
+                    + "forDirectory(...) and forPostgres(...)");
+        } else if (store != null) {
+            problems.addAll(store.problems());
+            if (ioMode != null && ioMode != IoMode.AUTO) {
+                problems.add("I/O mode applies to a directory only, not to an object store; remove setIoMode(...)");
+            }
+        } else if (outputDirectory != null && postgres != null) {
             problems.add("both an output directory and a PostgreSQL destination are set; a sink writes to "
                     + "one: call either forDirectory(...) or forPostgres(...)");
         } else if (postgres != null) {
@@ -317,7 +344,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             problems.add("checkpoint interval must be at least 1 ms; leave it unset to use the job's");
         }
         if (problems.isEmpty()) {
-            TwopcSinkOptions options = new TwopcSinkOptions(this, directory, RANDOM.nextLong());
+            TwopcSinkOptions options = new TwopcSinkOptions(this, directory, store, RANDOM.nextLong());
             validateNatively(options, problems);
             if (problems.isEmpty()) {
                 return options;
@@ -400,8 +427,9 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             URI uri = new URI(value);
             if (!"file".equalsIgnoreCase(uri.getScheme())) {
                 throw new IllegalArgumentException("output directory \"" + raw + "\" uses the scheme '"
-                        + uri.getScheme() + "'; this sink writes to a local or mounted filesystem "
-                        + "only: give an absolute path such as /mnt/data/out");
+                        + uri.getScheme() + "'; this sink writes to a local or mounted filesystem, or to an "
+                        + "S3-compatible object store (s3://bucket/prefix): give an absolute path such as "
+                        + "/mnt/data/out, or an s3:// URL");
             }
             if (uri.getAuthority() != null && !uri.getAuthority().isEmpty()) {
                 throw new IllegalArgumentException("output directory \"" + raw + "\" names a host ("

@@ -22,9 +22,10 @@ public final class TwopcSinkOptions implements Serializable {
      * with one sink id in one job apart (see the ownership rules).
      */
     final long instance;
-    /** The destination: exactly one of these two is set. */
+    /** The destination: exactly one of these three is set. */
     final String outputDirectory;
     final PostgresDestination postgres;
+    final ObjectStoreDestination objectStore;
     final String partPrefix;
     final String partSuffix;
     final RecordFormat recordFormat;
@@ -43,11 +44,13 @@ public final class TwopcSinkOptions implements Serializable {
     final long ownerWaitMs;
     final double timeoutWarningRatio;
 
-    TwopcSinkOptions(TwopcSinkBuilderBase<?, ?> b, String directory, long instance) {
+    TwopcSinkOptions(TwopcSinkBuilderBase<?, ?> b, String directory, ObjectStoreDestination store,
+            long instance) {
         this.sinkId = b.sinkId;
         this.instance = instance;
         this.outputDirectory = directory;
         this.postgres = b.postgres;
+        this.objectStore = store;
         this.partPrefix = b.partPrefix;
         this.partSuffix = b.partSuffix;
         this.recordFormat = b.recordFormat;
@@ -93,9 +96,14 @@ public final class TwopcSinkOptions implements Serializable {
         return h;
     }
 
-    /** The output directory, or null when the sink writes to PostgreSQL. */
+    /** The output directory, or null when the sink writes to PostgreSQL or an object store. */
     public String outputDirectory() {
         return outputDirectory;
+    }
+
+    /** The object store, or null when the sink writes to a directory or PostgreSQL. */
+    public ObjectStoreDestination objectStore() {
+        return objectStore;
     }
 
     public int batchSize() {
@@ -150,7 +158,22 @@ public final class TwopcSinkOptions implements Serializable {
                 .put("commitMaxBackoffMs", commitMaxBackoffMs)
                 .put("ownerWaitMs", ownerWaitMs);
         Json destination;
-        if (postgres == null) {
+        if (objectStore != null) {
+            ObjectStoreDestination o = objectStore;
+            destination = Json.object()
+                    .put("type", "s3")
+                    .put("url", o.url())
+                    .put("endpoint", o.endpoint())
+                    .put("region", o.region())
+                    .put("pathStyle", o.pathStyle())
+                    .put("allowHttp", o.httpAllowed())
+                    .put("profile", o.profileName())
+                    .put("partPrefix", partPrefix)
+                    .put("partSuffix", partSuffix)
+                    .put("recordFormat", recordFormat.name())
+                    .put("partSizeBytes", o.partSizeBytes())
+                    .put("savepointRetentionMs", o.savepointRetentionMs());
+        } else if (postgres == null) {
             destination = Json.object()
                     .put("type", "filesystem")
                     .put("path", outputDirectory)
@@ -195,6 +218,8 @@ public final class TwopcSinkOptions implements Serializable {
     public String toString() {
         // PostgresDestination.toString() never shows a password.
         String destination = postgres != null ? postgres.toString()
+                : objectStore != null ? objectStore + " (parts " + partPrefix + "-*" + partSuffix + ", "
+                        + recordFormat + ")"
                 : outputDirectory + " (parts " + partPrefix + "-*" + partSuffix + ", " + recordFormat
                         + ", I/O " + ioMode + ")";
         return "sink '" + sinkId + "' -> " + destination

@@ -144,6 +144,47 @@ public final class TwopcConnectorOptions {
             .defaultValue("auto")
             .withDescription("Directory tables: how staged data is written: 'auto', 'direct' or 'buffered'.");
 
+    // ------------------------------------------------------------------ object-store tables ('path' = 's3://...')
+
+    public static final ConfigOption<String> S3_ENDPOINT = ConfigOptions.key("s3.endpoint")
+            .stringType()
+            .noDefaultValue()
+            .withDescription("Object-store tables ('path' = 's3://bucket/prefix'): another endpoint than AWS's, "
+                    + "an S3-compatible store or a local server.");
+
+    public static final ConfigOption<String> S3_REGION = ConfigOptions.key("s3.region")
+            .stringType()
+            .noDefaultValue()
+            .withDescription("Object-store tables: the region (default us-east-1).");
+
+    public static final ConfigOption<Boolean> S3_PATH_STYLE_ACCESS = ConfigOptions.key("s3.path-style-access")
+            .booleanType()
+            .defaultValue(false)
+            .withDescription("Object-store tables: path-style requests (endpoint/bucket/key), which most "
+                    + "S3-compatible and local servers need.");
+
+    public static final ConfigOption<Boolean> S3_ALLOW_HTTP = ConfigOptions.key("s3.allow-http")
+            .booleanType()
+            .defaultValue(false)
+            .withDescription("Object-store tables: permit a plain http:// endpoint (a local test server only).");
+
+    public static final ConfigOption<String> S3_PROFILE = ConfigOptions.key("s3.profile")
+            .stringType()
+            .noDefaultValue()
+            .withDescription("Object-store tables: the AWS profile task managers read when their environment has "
+                    + "no keys. Credentials themselves are never table options.");
+
+    public static final ConfigOption<MemorySize> S3_PART_SIZE = ConfigOptions.key("s3.part-size")
+            .memoryType()
+            .defaultValue(MemorySize.parse("8mb"))
+            .withDescription("Object-store tables: bytes per uploaded part, at least 5 MiB.");
+
+    public static final ConfigOption<Duration> SAVEPOINT_RETENTION = ConfigOptions.key("sink.savepoint-retention")
+            .durationType()
+            .defaultValue(Duration.ZERO)
+            .withDescription("Object-store tables: how long savepoints that may be restored are kept; the "
+                    + "bucket's lifecycle rules must not abort incomplete uploads sooner.");
+
     // ------------------------------------------------------------------ PostgreSQL tables
 
     public static final ConfigOption<String> URL = ConfigOptions.key("url")

@@ -2,6 +2,7 @@ package io.twopc.flink.table;
 
 import io.twopc.flink.FreshStartPolicy;
 import io.twopc.flink.IoMode;
+import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.PostgresCopyFormat;
 import io.twopc.flink.PostgresDestination;
 import io.twopc.flink.RecordFormat;
@@ -55,7 +56,12 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
 
     /** Options only a directory table takes. */
     static final List<ConfigOption<?>> DIRECTORY_OPTIONS =
-            Arrays.asList(PATH, FORMAT, PART_PREFIX, PART_SUFFIX, RECORD_FORMAT, IO_MODE);
+            Arrays.asList(PATH, FORMAT, PART_PREFIX, PART_SUFFIX, RECORD_FORMAT, IO_MODE, S3_ENDPOINT, S3_REGION,
+                    S3_PATH_STYLE_ACCESS, S3_ALLOW_HTTP, S3_PROFILE, S3_PART_SIZE, SAVEPOINT_RETENTION);
+
+    /** Options of a 'path' table that only an object store ('s3://...') takes. */
+    static final List<ConfigOption<?>> OBJECT_STORE_OPTIONS = Arrays.asList(S3_ENDPOINT, S3_REGION,
+            S3_PATH_STYLE_ACCESS, S3_ALLOW_HTTP, S3_PROFILE, S3_PART_SIZE, SAVEPOINT_RETENTION);
 
     /** Options only a PostgreSQL table takes. */
     static final List<ConfigOption<?>> POSTGRES_OPTIONS = Arrays.asList(URL, TABLE_NAME, USERNAME, PASSWORD,
@@ -97,6 +103,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                             + "or 'url' and 'table-name'") + ". " + knownOptions());
         }
         refuseOptionsOfTheOtherKind(table, given, directory);
+        refuseObjectStoreOptionsForADirectory(table, given);
 
         EncodingFormat<SerializationSchema<RowData>> format = null;
         if (directory) {
@@ -205,11 +212,45 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                 options.get(RECORD_FORMAT), "lines", "raw").toUpperCase(Locale.ROOT));
         IoMode ioMode = IoMode.valueOf(parseChoice(table, IO_MODE, options.get(IO_MODE), "auto", "direct",
                 "buffered").toUpperCase(Locale.ROOT));
+        if (ObjectStoreDestination.isObjectStoreUrl(path)) {
+            ObjectStoreDestination store = ObjectStoreDestination.s3(path)
+                    .endpoint(options.getOptional(S3_ENDPOINT).orElse(null))
+                    .region(options.getOptional(S3_REGION).orElse(null))
+                    .pathStyleAccess(options.get(S3_PATH_STYLE_ACCESS))
+                    .allowHttp(options.get(S3_ALLOW_HTTP))
+                    .profile(options.getOptional(S3_PROFILE).orElse(null))
+                    .partSize(options.get(S3_PART_SIZE).getBytes())
+                    .savepointRetention(options.get(SAVEPOINT_RETENTION));
+            return b -> b.forObjectStore(store)
+                    .setPartPrefix(prefix)
+                    .setPartSuffix(suffix)
+                    .setRecordFormat(recordFormat)
+                    .setIoMode(ioMode);
+        }
         return b -> b.forDirectory(path)
                 .setPartPrefix(prefix)
                 .setPartSuffix(suffix)
                 .setRecordFormat(recordFormat)
                 .setIoMode(ioMode);
+    }
+
+    /** The object-store options set on a table whose 'path' is a directory: a mistake, refused. */
+    private static void refuseObjectStoreOptionsForADirectory(String table, Map<String, String> given) {
+        String path = given.get(PATH.key());
+        if (path == null || ObjectStoreDestination.isObjectStoreUrl(path)) {
+            return;
+        }
+        List<String> set = new ArrayList<>();
+        for (ConfigOption<?> o : OBJECT_STORE_OPTIONS) {
+            if (given.containsKey(o.key())) {
+                set.add("'" + o.key() + "'");
+            }
+        }
+        if (!set.isEmpty()) {
+            throw new ValidationException(prefix(table) + String.join(", ", set) + (set.size() > 1 ? " apply" : " applies")
+                    + " to an object store ('path' = 's3://bucket/prefix') only, and 'path' is the directory '" + path
+                    + "'; remove " + (set.size() > 1 ? "them" : "it") + ", or give an s3:// path");
+        }
     }
 
     private static PostgresDestination postgresDestination(String table, ReadableConfig options,
