@@ -1,6 +1,8 @@
 package io.twopc.flink.it;
 
 import io.twopc.flink.CsvRowSchema;
+import io.twopc.flink.IoMode;
+import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.PostgresCopyFormat;
 import io.twopc.flink.PostgresDestination;
 import io.twopc.flink.RecordFormat;
@@ -90,9 +92,46 @@ public class TwopcSinkBuilderTest {
     @Test
     public void outputDirectoryMustBeAbsoluteAndLocal() {
         assertThat(problemOf(valid().forDirectory("out"))).contains("is relative", "absolute path");
-        assertThat(problemOf(valid().forDirectory("s3://bucket/out"))).contains("scheme 's3'", "local or mounted");
+        assertThat(problemOf(valid().forDirectory("hdfs://nn/out"))).contains("scheme 'hdfs'", "local or mounted",
+                "s3://");
         assertThat(problemOf(valid().forDirectory("file://host/out"))).contains("names a host");
         assertThat(problemOf(valid().forDirectory("/"))).contains("the file system's root");
+    }
+
+    @Test
+    public void anObjectStoreIsCheckedUpFront() {
+        // s3:// where a directory goes: the object store with AWS's defaults.
+        TwopcSink<String> viaDirectory = valid().forDirectory("s3://my-bucket/out").build();
+        assertThat(viaDirectory.getOptions().objectStore().url()).isEqualTo("s3://my-bucket/out");
+        assertThat(viaDirectory.getOutputDirectory()).isNull();
+        assertThat(viaDirectory.getOptions().toConfigJson()).contains("\"type\":\"s3\"",
+                "\"url\":\"s3://my-bucket/out\"");
+        ObjectStoreDestination store = ObjectStoreDestination.s3("s3://my-bucket/out");
+        TwopcSinkBuilder<String> noDirectory = TwopcSink.<String>builder()
+                .setSinkId("orders")
+                .setSerializationSchema(new SimpleStringSchema());
+        assertThat(problemOf(noDirectory.forObjectStore(store.partSize(1024))))
+                .contains("part size 1024 bytes must be between 5 MiB");
+        assertThat(problemOf(noDirectory.forObjectStore(store.endpoint("http://127.0.0.1:9000"))))
+                .contains("plain http", "allowHttp(true)");
+        assertThat(problemOf(noDirectory.forObjectStore(store.savepointRetention(Duration.ofDays(-1)))))
+                .contains("savepoint retention must be zero or more");
+        assertThat(problemOf(noDirectory.forObjectStore(ObjectStoreDestination.s3("s3://A_B/out"))))
+                .contains("bucket name");
+        assertThat(problemOf(noDirectory.forObjectStore(ObjectStoreDestination.s3("gs://b/out"))))
+                .contains("must start with s3://");
+        assertThat(problemOf(valid().forObjectStore(store))).contains("are both set");
+        assertThat(problemOf(noDirectory.forObjectStore(store).setIoMode(IoMode.DIRECT)))
+                .contains("I/O mode applies to a directory only");
+        // Settings that mean something to an object store pass into its configuration.
+        TwopcSink<String> sink = noDirectory.forObjectStore(store.endpoint("http://127.0.0.1:9000").allowHttp(true)
+                        .pathStyleAccess(true).region("eu-west-1").savepointRetention(Duration.ofDays(30)))
+                .setIoMode(IoMode.AUTO)
+                .setPartSuffix(".csv")
+                .build();
+        assertThat(sink.getOptions().toConfigJson()).contains("\"pathStyle\":true", "\"allowHttp\":true",
+                "\"region\":\"eu-west-1\"", "\"savepointRetentionMs\":2592000000", "\"partSuffix\":\".csv\"");
+        assertThat(sink.getOptions().toString()).contains("s3://my-bucket/out at http://127.0.0.1:9000");
     }
 
     @Test
