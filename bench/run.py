@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Runs the twopc benchmark and writes docs/bench/results.json (then report.py
 writes docs/benchmarks.md and the plots). Started by scripts/bench.sh, which
-builds the Java side, starts PostgreSQL and passes the classpath file.
+builds the Java side, starts PostgreSQL and the local S3 server and passes the
+classpath file.
 
 Every Flink run is a JVM of its own (so heap and RSS are per run). The cases
 run in rounds; each round runs every case once, in an order rotated from the
@@ -20,6 +21,7 @@ import shutil
 import subprocess
 import sys
 import time
+import zipfile
 
 JDK_OPENS = [
     "--add-opens=java.base/java.lang=ALL-UNNAMED",
@@ -55,6 +57,9 @@ SIZES = {
         "filesink-long": 30_000_000,
         "raw-disk": 60_000_000,
         "pg": 4_000_000,
+        # The object-store cases: the local S3 server (moto, Python) takes about 50 MB/s
+        # here, and holds a run's objects in its memory until the run removes them.
+        "s3": 6_000_000,
         # Runs of one case spread by up to a fifth on this machine; the
         # median of five is steadier than that of three.
         "rounds": 5,
@@ -69,6 +74,9 @@ SIZES = {
         "filesink-long": 2_000_000,
         "raw-disk": 4_000_000,
         "pg": 300_000,
+        # 2 M: the steady part (10 % to 90 %) lasts about 3 s; at 0.5 M it is under half a
+        # second, inside the first checkpoint interval.
+        "s3": 2_000_000,
         "rounds": 3,
         "jni_records": 300_000,
         "jni_rounds": 3,
@@ -80,6 +88,7 @@ SIZES = {
 # (case name, sink, size key, checkpoint interval ms, needs PostgreSQL[, Flink line])
 # The line is "1.20" unless a sixth element says "2.x" (the classpath of
 # --classpath-2x-file: the same benchmark compiled against and run on 2.x).
+# Sinks named *-s3 need the local S3 server (--s3-endpoint).
 CASES = [
     ("discard", "discard", "discard", 1000, False),
     # The ceiling the brief asks for (source and serialisation cost only):
@@ -99,6 +108,11 @@ CASES = [
     ("raw-disk", "raw-disk", "raw-disk", 1000, False),
     ("raw-disk-direct", "raw-disk-direct", "raw-disk", 1000, False),
     ("raw-copy", "raw-copy", "pg", 1000, True),
+    # The object store (issue 14): the same job into a bucket of the local S3 server, twopc
+    # beside Flink's FileSink through its S3 filesystem plugin (flink-s3-fs-hadoop), both
+    # exactly-once, both staging each checkpoint's output as multipart uploads of 8 MiB parts.
+    ("twopc-s3", "twopc-s3", "s3", 1000, False),
+    ("filesink-s3", "filesink-s3", "s3", 1000, False),
     # The interval sweep (1 s is the main run above).
     ("twopc-fs@100ms", "twopc-fs", "fs", 100, False),
     ("filesink@100ms", "filesink", "filesink", 100, False),
@@ -113,6 +127,17 @@ CASES = [
 
 def line_of(case):
     return case[5] if len(case) > 5 else "1.20"
+
+
+def needs_s3(case):
+    return case[1].endswith("-s3")
+
+
+# The case JVMs' credentials for the local S3 server: it accepts any, and these
+# keep a developer's own AWS settings (profile, session) out of the runs.
+S3_ENV = {"AWS_ACCESS_KEY_ID": "twopc-bench", "AWS_SECRET_ACCESS_KEY": "twopc-bench-secret",
+          "AWS_REGION": "us-east-1"}
+S3_ENV_DROPPED = ["AWS_PROFILE", "AWS_SESSION_TOKEN", "AWS_DEFAULT_PROFILE", "AWS_ENDPOINT_URL"]
 
 RUN_TIMEOUT_S = 15 * 60
 
@@ -139,7 +164,7 @@ def load_average():
         return [float(x) for x in f.read().split()[:3]]
 
 
-def machine_info(work_dir, pg_url):
+def machine_info(work_dir, pg_url, s3_endpoint=None, s3_plugins_dir=None):
     info = {}
     info["cores"] = os.cpu_count()
     cpu = ""
@@ -185,6 +210,28 @@ def machine_info(work_dir, pg_url):
             "SELECT string_agg(name || '=' || setting, ', ' ORDER BY name) FROM pg_settings WHERE name IN "
             "('shared_buffers','synchronous_commit','fsync','max_prepared_transactions','wal_level',"
             "'max_wal_size','checkpoint_timeout','wal_buffers')"])
+    if s3_endpoint:
+        python = os.environ.get("TWOPC_S3_PYTHON") or first_line("bash scripts/s3.sh python")
+        moto = first_line([python, "-c", "import moto; print(moto.__version__)"]) if python else ""
+        info["s3_server"] = (f"moto {moto} " if moto else "moto ") + \
+            f"(scripts/s3.sh: in-memory, Python) at {s3_endpoint}"
+    if s3_plugins_dir and os.path.isdir(os.path.join(s3_plugins_dir, "s3-fs-hadoop")):
+        plugin = os.path.join(s3_plugins_dir, "s3-fs-hadoop")
+        names = []
+        for jar in sorted(j for j in os.listdir(plugin) if j.endswith(".jar")):
+            m = re.match(r"(.*)-(\d[\w.]*)\.jar$", jar)
+            name = f"{m.group(1)} {m.group(2)}" if m else jar
+            # The Hadoop inside, from the build information Hadoop packs into its jars.
+            try:
+                with zipfile.ZipFile(os.path.join(plugin, jar)) as z:
+                    props = z.read("common-version-info.properties").decode()
+                hadoop = re.search(r"^version=(.+)$", props, re.M)
+                if hadoop:
+                    name += f", Hadoop S3A {hadoop.group(1).strip()} inside"
+            except (KeyError, OSError, zipfile.BadZipFile):
+                pass
+            names.append(name)
+        info["flink_s3_fs"] = "; ".join(names)
     return info
 
 
@@ -212,7 +259,9 @@ def java_cmd(classpath, main, args, extra_jvm=()):
     return ["java", *JDK_OPENS, *JVM_HEAP, *extra_jvm, "-cp", classpath, main, *args]
 
 
-def run_java_case(classpath, work, case_name, sink, records, interval_ms, pg_url, run_id, extra_jvm):
+def run_java_case(classpath, work, case_name, sink, records, interval_ms, pg_url, run_id, extra_jvm,
+                  s3=None):
+    """s3: None, or (endpoint, plugins dir) for the object-store cases."""
     run_dir = os.path.join(work, "out", f"{case_name}-{run_id}")
     out_json = os.path.join(work, "results", f"{case_name}-{run_id}.json")
     shutil.rmtree(run_dir, ignore_errors=True)
@@ -220,10 +269,15 @@ def run_java_case(classpath, work, case_name, sink, records, interval_ms, pg_url
             f"--dir={run_dir}", f"--out={out_json}"]
     if pg_url:
         args.append(f"--pg-url={pg_url}")
+    env = None
+    if s3:
+        args += [f"--s3-endpoint={s3[0]}", f"--s3-plugins-dir={s3[1]}"]
+        env = {k: v for k, v in os.environ.items() if k not in S3_ENV_DROPPED}
+        env.update(S3_ENV)
     started = time.time()
     try:
         proc = subprocess.run(java_cmd(classpath, "io.twopc.flink.bench.BenchJob", args, extra_jvm),
-                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S)
+                              capture_output=True, text=True, timeout=RUN_TIMEOUT_S, env=env)
         rc, stderr = proc.returncode, proc.stderr
     except subprocess.TimeoutExpired:
         rc, stderr = -1, f"timed out after {RUN_TIMEOUT_S} s"
@@ -307,6 +361,12 @@ def main():
     ap.add_argument("--classpath-2x-file", help="classpath of the Flink 2.x build (cases @2.x)")
     ap.add_argument("--work", default=os.environ.get("TWOPC_BENCH_WORK", "/tmp/twopc-bench"))
     ap.add_argument("--pg-url", default=os.environ.get("TWOPC_BENCH_PG_URL"))
+    # Not TWOPC_S3_ENDPOINT: that is the test command's server, which the benchmark leaves alone.
+    ap.add_argument("--s3-endpoint", default=os.environ.get("TWOPC_BENCH_S3_ENDPOINT"),
+                    help="the local S3 server for the *-s3 cases (scripts/bench.sh starts one)")
+    ap.add_argument("--s3-plugins-dir",
+                    help="Flink plugins directory holding s3-fs-hadoop/ (default: plugins/ beside the "
+                         "classpath file, where gradle benchClasspath puts it)")
     ap.add_argument("--out", default="docs/bench/results.json")
     ap.add_argument("--only", default="", help="comma-separated case names (for development)")
     ap.add_argument("--rounds", type=int, default=0)
@@ -323,6 +383,14 @@ def main():
     if opts.classpath_2x_file:
         classpaths["2.x"] = snapshot_classpath(opts.classpath_2x_file, os.path.join(opts.work, "classpath-2x"))
     shutil.rmtree(os.path.join(opts.work, "results"), ignore_errors=True)
+    plugins_src = opts.s3_plugins_dir or os.path.join(os.path.dirname(os.path.abspath(opts.classpath_file)),
+                                                      "plugins")
+    plugins_dir = None
+    if os.path.isdir(plugins_src):
+        # A copy, as for the classpath: a rebuild must not change a plugin under a running benchmark.
+        plugins_dir = os.path.join(opts.work, "plugins")
+        shutil.rmtree(plugins_dir, ignore_errors=True)
+        shutil.copytree(plugins_src, plugins_dir)
 
     only = [c for c in opts.only.split(",") if c]
     cases = [c for c in CASES if not only or c[0] in only]
@@ -336,10 +404,20 @@ def main():
             if c[4]:
                 skipped[c[0]] = "no PostgreSQL server (TWOPC_BENCH_PG_URL unset)"
         cases = [c for c in cases if not c[4]]
+    if not opts.s3_endpoint:
+        for c in cases:
+            if needs_s3(c):
+                skipped[c[0]] = "no S3 server (--s3-endpoint / TWOPC_BENCH_S3_ENDPOINT unset)"
+        cases = [c for c in cases if not needs_s3(c)]
+    if not plugins_dir:
+        for c in cases:
+            if c[1] == "filesink-s3":
+                skipped[c[0]] = f"no Flink S3 plugin in {plugins_src} (gradle benchClasspath lays it out)"
+        cases = [c for c in cases if c[1] != "filesink-s3"]
 
     started = datetime.datetime.now(datetime.timezone.utc)
     log(f"{mode} run: {len(cases)} cases x {rounds} rounds; load average {load_average()}")
-    machine = machine_info(opts.work, opts.pg_url)
+    machine = machine_info(opts.work, opts.pg_url, opts.s3_endpoint, plugins_dir)
 
     copy_files = []
     if any(c[1] == "raw-copy" for c in cases):
@@ -362,7 +440,8 @@ def main():
             else:
                 res = run_java_case(classpaths[line_of(case)], opts.work, name, sink, records, interval,
                                     opts.pg_url if sink.startswith(("twopc-pg", "jdbc")) else None,
-                                    f"r{r + 1}", opts.jvm_arg)
+                                    f"r{r + 1}", opts.jvm_arg,
+                                    (opts.s3_endpoint, plugins_dir) if needs_s3(case) else None)
             res["case"] = name
             res["round"] = r + 1
             res["flink"] = line_of(case)
@@ -370,6 +449,9 @@ def main():
             log(f"  -> {'ok' if res.get('ok') else 'FAILED'}: "
                 + (f"{rate:,.0f} records/s" if rate else "no rate")
                 + ("" if res.get("ok") else f" ({(res.get('verification') or '')} {(res.get('error') or '')[-800:]})"))
+            if (res.get("s3Cleanup") or "").startswith("failed"):
+                # The server keeps what a run leaves in its memory, and later runs pay for it.
+                log(f"  bucket not removed: {res['s3Cleanup'][:300]}")
             runs.append(res)
 
     jni = None

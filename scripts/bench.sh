@@ -4,6 +4,8 @@
 # 2, exactly-once checkpoints every second) on the in-process cluster into
 # each sink in turn, in alternating rounds, plus the physical limits (raw
 # disk write, psql \copy) and a JNI micro-benchmark; then writes the report.
+# The object-store cases run the same job into a local S3 server: twopc beside
+# Flink's FileSink through its S3 filesystem plugin.
 #
 #   bash scripts/bench.sh           full run (about half an hour); writes
 #                                   docs/benchmarks.md, docs/bench/*.png and
@@ -12,13 +14,19 @@
 #                                   same report to build/bench/quick/
 #   bash scripts/bench.sh --history only the commit-history benchmark (about a
 #                                   minute): docs/bench/history.json
+#   bash scripts/bench.sh [--quick] --only=CASE,CASE
+#                                   only the named cases (bench/run.py's
+#                                   CASES, e.g. --only=twopc-s3,filesink-s3),
+#                                   for development: the report goes to
+#                                   build/bench/only/, never to docs/
 #
 # Installs what it needs when run as root on Debian (a JDK, Gradle,
 # PostgreSQL, matplotlib), or says what to install. Starts a throw-away
-# PostgreSQL server on 127.0.0.1:${TWOPC_BENCH_PG_PORT:-54339} (its own port,
-# so that a concurrent test run's server is left alone) and removes it at the
-# end. Figures mean something only on a quiet machine: the report records the
-# load average before and during every run.
+# PostgreSQL server on 127.0.0.1:${TWOPC_BENCH_PG_PORT:-54339} and a local S3
+# server (moto, scripts/s3.sh) on 127.0.0.1:${TWOPC_BENCH_S3_PORT:-54372}
+# (their own ports, so that a concurrent test run's servers are left alone)
+# and stops both at the end. Figures mean something only on a quiet machine:
+# the report records the load average before and during every run.
 #
 # Environment: TWOPC_BENCH_WORK (scratch directory for the runs' output,
 # default /tmp/twopc-bench: it is the disk that is measured),
@@ -29,12 +37,14 @@ cd "$(dirname "$0")/.."
 
 QUICK=""
 HISTORY=""
+ONLY=""
 for arg in "$@"; do
     case "$arg" in
     --quick) QUICK="--quick" ;;
     --history) HISTORY=1 ;;
+    --only=?*) ONLY="${arg#--only=}" ;;
     *)
-        say "usage: bash scripts/bench.sh [--quick] [--history]"
+        say "usage: bash scripts/bench.sh [--quick] [--history] [--only=CASE,CASE,...]"
         exit 2
         ;;
     esac
@@ -81,7 +91,10 @@ if ! command -v python3 >/dev/null 2>&1; then
 fi
 ensure_plotting
 
-if [ -n "$QUICK" ]; then
+if [ -n "$ONLY" ]; then
+    # A partial run must not replace the published report.
+    OUT_DIR="build/bench/only"
+elif [ -n "$QUICK" ]; then
     OUT_DIR="build/bench/quick"
 else
     OUT_DIR="docs"
@@ -90,10 +103,13 @@ fi
 say "load average before the run: $(cut -d' ' -f1-3 /proc/loadavg) on $(nproc) cores"
 
 export TWOPC_PG_PORT="${TWOPC_BENCH_PG_PORT:-54339}"
-stop_postgres() {
+# scripts/s3.sh reads TWOPC_S3_PORT; the test command's server (54371) stays untouched.
+export TWOPC_S3_PORT="${TWOPC_BENCH_S3_PORT:-54372}"
+stop_servers() {
     bash scripts/postgres.sh stop >/dev/null 2>&1 || true
+    bash scripts/s3.sh stop >/dev/null 2>&1 || true
 }
-trap stop_postgres EXIT
+trap stop_servers EXIT
 say "starting PostgreSQL on 127.0.0.1:$TWOPC_PG_PORT"
 # Bulk-load settings, as a server taking a stream of loads would have them:
 # with the defaults (max_wal_size 1GB) PostgreSQL checkpoints every few
@@ -101,6 +117,8 @@ say "starting PostgreSQL on 127.0.0.1:$TWOPC_PG_PORT"
 # The same server serves every PostgreSQL case.
 export TWOPC_PG_SETTINGS="max_wal_size = 8GB; checkpoint_timeout = 30min; shared_buffers = 2GB; wal_buffers = 64MB"
 eval "$(TWOPC_PG_MAX_PREPARED=64 bash scripts/postgres.sh start)"
+say "starting the local S3 server (moto) on 127.0.0.1:$TWOPC_S3_PORT"
+eval "$(bash scripts/s3.sh start)"
 
 say "building the JNI library (release) and the benchmark classes"
 gradle --no-daemon -q benchClasspath bench2xClasspath \
@@ -111,6 +129,9 @@ python3 bench/run.py $QUICK \
     --classpath-file build/bench/classpath.txt \
     --classpath-2x-file build/bench/classpath-2x.txt \
     --pg-url "$TWOPC_PG_URL" \
+    --s3-endpoint "$TWOPC_S3_ENDPOINT" \
+    --s3-plugins-dir build/bench/plugins \
+    ${ONLY:+--only "$ONLY" --command "bash scripts/bench.sh --only=$ONLY"} \
     --out "$OUT_DIR/bench/results.json"
 python3 bench/report.py "$OUT_DIR/bench/results.json" "$OUT_DIR/benchmarks.md"
 say "report: $OUT_DIR/benchmarks.md"

@@ -10,6 +10,7 @@ import org.apache.flink.runtime.checkpoint.AbstractCheckpointStats;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsCounts;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsSnapshot;
 import org.apache.flink.runtime.checkpoint.CheckpointStatsStatus;
+import org.apache.flink.runtime.checkpoint.FailedCheckpointStats;
 import org.apache.flink.runtime.executiongraph.ArchivedExecutionGraph;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.minicluster.MiniCluster;
@@ -45,11 +46,16 @@ import java.util.concurrent.TimeUnit;
  *
  * <pre>
  * java -cp ... io.twopc.flink.bench.BenchJob --sink=twopc-fs --records=20000000 --interval-ms=1000 \
- *      --dir=/tmp/bench/run1 --out=/tmp/bench/run1.json [--pg-url=postgres://...]
+ *      --dir=/tmp/bench/run1 --out=/tmp/bench/run1.json [--pg-url=postgres://...] \
+ *      [--s3-endpoint=http://127.0.0.1:54372 --s3-plugins-dir=build/bench/plugins]
  * </pre>
  *
  * Sinks: {@code discard}, {@code twopc-fs}, {@code filesink}, {@code twopc-pg-tx}, {@code
- * twopc-pg-idem}, {@code jdbc-xa}, {@code raw-disk}, {@code raw-disk-direct}, {@code copy-file}.
+ * twopc-pg-idem}, {@code jdbc-xa}, {@code twopc-s3}, {@code filesink-s3}, {@code raw-disk},
+ * {@code raw-disk-direct}, {@code copy-file}. The object-store cases write to a bucket of their
+ * own on the local S3 server ({@code --s3-endpoint}; credentials from {@code AWS_ACCESS_KEY_ID} /
+ * {@code AWS_SECRET_ACCESS_KEY}), FileSink through the flink-s3-fs-hadoop plugin under {@code
+ * --s3-plugins-dir}; the bucket is read back, then emptied and removed.
  */
 public final class BenchJob {
     static final int PARALLELISM = 2;
@@ -64,6 +70,8 @@ public final class BenchJob {
         Path dir = Paths.get(required(args, "dir")).toAbsolutePath();
         Path out = Paths.get(required(args, "out")).toAbsolutePath();
         String pgUrl = args.get("pg-url");
+        Sinks.S3Settings s3 = new Sinks.S3Settings(args.get("s3-endpoint"),
+                args.containsKey("s3-plugins-dir") ? Paths.get(args.get("s3-plugins-dir")).toAbsolutePath() : null);
 
         Map<String, Object> result = new LinkedHashMap<>();
         result.put("sink", sink);
@@ -87,7 +95,7 @@ public final class BenchJob {
                     RawDisk.writeCopyFiles(dir, records, PARALLELISM, result);
                     break;
                 default:
-                    runJob(sink, records, intervalMs, dir, pgUrl, sampler, result);
+                    runJob(sink, records, intervalMs, dir, pgUrl, s3, sampler, result);
             }
         } catch (Throwable e) {
             // Reported as a failed run; the cluster's threads must not keep this JVM alive.
@@ -110,8 +118,8 @@ public final class BenchJob {
 
     // ------------------------------------------------------------------ the job
 
-    static void runJob(String sink, long records, long intervalMs, Path dir, String pgUrl, Sampler sampler,
-            Map<String, Object> result) throws Exception {
+    static void runJob(String sink, long records, long intervalMs, Path dir, String pgUrl, Sinks.S3Settings s3,
+            Sampler sampler, Map<String, Object> result) throws Exception {
         Files.createDirectories(dir);
         Configuration conf = new Configuration();
         // A failure must surface as a failed run, not be retried into a slower one.
@@ -126,8 +134,36 @@ public final class BenchJob {
                 .setNumSlotsPerTaskManager(PARALLELISM)
                 .build();
 
-        Sinks.Target target = Sinks.prepare(sink, dir, pgUrl);
-        OutputWatcher watcher = target.watchDirectory ? new OutputWatcher(dir) : null;
+        Sinks.Target target = Sinks.prepare(sink, dir, pgUrl, s3);
+        try {
+            runOnCluster(sink, records, intervalMs, dir, pgUrl, target, clusterConf, conf, sampler, result);
+        } finally {
+            if (target.store != null) {
+                result.put("s3Bucket", target.store.url());
+                // The server holds every bucket in its memory: a run's output must not stay
+                // there for the runs after it.
+                try {
+                    target.store.s3.deleteBucket(target.store.bucket);
+                    result.put("s3Cleanup", "ok: bucket removed");
+                } catch (IOException e) {
+                    // In the results, not only on stderr: a bucket left behind weighs on later runs.
+                    result.put("s3Cleanup", "failed: " + e.getMessage());
+                    System.err.println("could not remove bucket " + target.store.bucket + ": " + e.getMessage());
+                }
+            }
+        }
+    }
+
+    private static void runOnCluster(String sink, long records, long intervalMs, Path dir, String pgUrl,
+            Sinks.Target target, MiniClusterConfiguration clusterConf, Configuration conf, Sampler sampler,
+            Map<String, Object> result) throws Exception {
+        Watcher watcher = null;
+        if (target.watchDirectory) {
+            watcher = new OutputWatcher(dir);
+        } else if (target.store != null) {
+            watcher = new ObjectWatcher(target.store.s3, target.store.bucket, target.store.prefix);
+            result.put("visibilityPollMs", ObjectWatcher.POLL_MS);
+        }
 
         StreamExecutionEnvironment env = StreamExecutionEnvironment.getExecutionEnvironment(conf);
         env.setParallelism(PARALLELISM);
@@ -156,15 +192,26 @@ public final class BenchJob {
             CheckpointStatsCounts counts = stats.getCounts();
             result.put("checkpointsCompleted", counts.getNumberOfCompletedCheckpoints());
             result.put("checkpointsFailed", counts.getNumberOfFailedCheckpoints());
+            java.util.Set<String> failures = new java.util.TreeSet<>();
             for (AbstractCheckpointStats c : stats.getHistory().getCheckpoints()) {
                 if (c.getStatus() == CheckpointStatsStatus.COMPLETED) {
                     completedCheckpoints.add(new long[] {c.getCheckpointId(), c.getTriggerTimestamp(),
                             c.getLatestAckTimestamp()});
+                } else if (c instanceof FailedCheckpointStats) {
+                    // Why, so that a failed checkpoint reads as start-up or shutdown noise (tasks not
+                    // yet or no longer running) or as the sink's. Those refused before their trigger
+                    // are only counted, not kept in the history.
+                    String m = ((FailedCheckpointStats) c).getFailureMessage();
+                    failures.add(m == null ? "no message" : m.length() > 300 ? m.substring(0, 300) : m);
                 }
             }
+            result.put("checkpointFailures", new ArrayList<>(failures));
         }
         if (watcher != null) {
             watcher.stop();
+            if (watcher instanceof ObjectWatcher) {
+                result.put("visibilityListings", ((ObjectWatcher) watcher).listings());
+            }
         }
         completedCheckpoints.sort((a, b) -> Long.compare(a[0], b[0]));
         List<Long> durations = new ArrayList<>();
@@ -181,7 +228,8 @@ public final class BenchJob {
         }
 
         if (watcher != null) {
-            result.put("commitLatenciesMs", commitLatencies(sink, dir, watcher, completedCheckpoints, result));
+            result.put("commitLatenciesMs",
+                    commitLatencies(sink, committedRecords(sink, dir, target), watcher, completedCheckpoints, result));
         }
         String verified = Sinks.verify(sink, dir, records, pgUrl, target);
         result.put("verification", verified);
@@ -190,14 +238,41 @@ public final class BenchJob {
     }
 
     /**
+     * The names of twopc's commit records ({@code <lineage>-<checkpoint>-<transaction id>}), from
+     * the output directory or the bucket; null for the other sinks.
+     */
+    static List<String> committedRecords(String sink, Path dir, Sinks.Target target) throws IOException {
+        List<String> names = new ArrayList<>();
+        if (sink.equals("twopc-fs")) {
+            Path committed = dir.resolve("_twopc").resolve(Sinks.SINK_ID).resolve("committed");
+            try (DirectoryStream<Path> entries = Files.newDirectoryStream(committed)) {
+                for (Path p : entries) {
+                    names.add(p.getFileName().toString());
+                }
+            }
+            return names;
+        }
+        if (sink.equals("twopc-s3")) {
+            // The object store's layout is the directory's: <prefix>/_twopc/<sink>/committed/<name>.
+            String area = target.store.prefix + "/_twopc/" + Sinks.SINK_ID + "/committed/";
+            for (BenchS3.ObjectInfo o : target.store.s3.list(target.store.bucket, area)) {
+                names.add(o.key.substring(area.length()));
+            }
+            return names;
+        }
+        return null;
+    }
+
+    /**
      * Commit latency: from a checkpoint's completion (its last acknowledgement at the job manager,
      * which precedes the completion itself by its finalisation, so the figure is if anything
      * high) to the moment the file holding its output became visible in the output directory
-     * (seen through inotify). twopc's files are mapped to their checkpoint exactly, through the
-     * commit records; FileSink's to the last checkpoint completed before the file appeared.
+     * (seen through inotify) or the object in the bucket's listing (polled). twopc's output is
+     * mapped to its checkpoint exactly, through the commit records; FileSink's to the last
+     * checkpoint completed before the output appeared.
      */
-    static List<Long> commitLatencies(String sink, Path dir, OutputWatcher watcher, List<long[]> checkpoints,
-            Map<String, Object> result) throws IOException {
+    static List<Long> commitLatencies(String sink, List<String> commitRecords, Watcher watcher,
+            List<long[]> checkpoints, Map<String, Object> result) {
         Map<Long, Long> ackById = new HashMap<>();
         TreeMap<Long, Long> idByAck = new TreeMap<>();
         for (long[] c : checkpoints) {
@@ -205,15 +280,12 @@ public final class BenchJob {
             idByAck.put(c[2], c[0]);
         }
         Map<String, Long> checkpointOfTxn = new HashMap<>();
-        if (sink.equals("twopc-fs")) {
-            Path committed = dir.resolve("_twopc").resolve(Sinks.SINK_ID).resolve("committed");
-            try (DirectoryStream<Path> names = Files.newDirectoryStream(committed)) {
-                for (Path p : names) {
-                    // <lineage, 16 hex>-<checkpoint>-<transaction id>
-                    String[] parts = p.getFileName().toString().split("-", 3);
-                    if (parts.length == 3) {
-                        checkpointOfTxn.put(parts[2], Long.parseLong(parts[1]));
-                    }
+        if (commitRecords != null) {
+            for (String name : commitRecords) {
+                // <lineage, 16 hex>-<checkpoint>-<transaction id>
+                String[] parts = name.split("-", 3);
+                if (parts.length == 3) {
+                    checkpointOfTxn.put(parts[2], Long.parseLong(parts[1]));
                 }
             }
         }
@@ -225,7 +297,7 @@ public final class BenchJob {
             long seenAt = e.getValue();
             Long ack = null;
             Long checkpoint = null;
-            if (sink.equals("twopc-fs")) {
+            if (commitRecords != null) {
                 checkpoint = name.startsWith("part-") ? checkpointOfTxn.get(name.substring(5)) : null;
                 ack = checkpoint == null ? null : ackById.get(checkpoint);
             } else {

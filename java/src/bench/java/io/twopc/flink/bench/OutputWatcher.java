@@ -16,7 +16,7 @@ import java.util.concurrent.TimeUnit;
  * service): names starting with {@code .} or {@code _} are hidden (in-progress and staging files)
  * and ignored. A rename into the directory counts as the file appearing.
  */
-final class OutputWatcher {
+final class OutputWatcher implements Watcher {
     private final WatchService service;
     private final Map<String, Long> firstSeen = new LinkedHashMap<>();
     private final Thread thread;
@@ -30,11 +30,13 @@ final class OutputWatcher {
         thread.setDaemon(true);
     }
 
-    void start() {
+    @Override
+    public void start() {
         thread.start();
     }
 
-    void stop() throws InterruptedException, IOException {
+    @Override
+    public void stop() throws InterruptedException, IOException {
         Thread.sleep(200); // events of the last commit
         running = false;
         thread.join();
@@ -44,7 +46,8 @@ final class OutputWatcher {
         }
     }
 
-    synchronized Map<String, Long> events() {
+    @Override
+    public synchronized Map<String, Long> events() {
         return new LinkedHashMap<>(firstSeen);
     }
 
