@@ -78,11 +78,13 @@ pub enum Command {
 /// Options of a PostgreSQL destination (<DESTINATION> = postgres://user@host:port/db).
 #[derive(Args, Debug, Default)]
 pub struct PgCli {
-    /// The table the sink writes to (schema.table). Needed by reconcile.
+    /// The table the sink writes to (schema.table). Needed by reconcile
+    /// unless the sink recorded it at start-up (then it must agree).
     #[arg(long, value_name = "T")]
     pub table: Option<String>,
     /// The sink's transaction-id column (transactionIdColumn); reconcile
-    /// --apply removes rows by it and refuses without it.
+    /// --apply removes rows by it and refuses without it. Needed unless the
+    /// sink recorded it at start-up (then it must agree).
     #[arg(long, value_name = "C")]
     pub transaction_id_column: Option<String>,
     /// Schema of the twopc_* control tables [default: public].
@@ -146,6 +148,11 @@ pub struct ReconcileCli {
     /// Remove the output (default: a dry run that only lists it).
     #[arg(long)]
     pub apply: bool,
+    /// PostgreSQL, a sink without a transaction-id column: the rows of
+    /// these transactions were deleted by hand; remove their commit records
+    /// only (single or folded into history segments).
+    #[arg(long, conflicts_with = "transaction_id_column")]
+    pub rows_deleted_by_hand: bool,
     #[command(flatten)]
     pub pg: PgCli,
 }
@@ -270,11 +277,19 @@ impl InspectCli {
 
 impl ReconcileCli {
     pub fn into_args(self) -> Result<ReconcileArgs, String> {
+        if self.rows_deleted_by_hand && !Target::is_postgres(&self.destination) {
+            return Err(format!(
+                "--rows-deleted-by-hand is for a PostgreSQL destination (postgres://...), and {} \
+                 is a directory",
+                self.destination
+            ));
+        }
         Ok(ReconcileArgs {
             sink: operate::parse_sink(&self.sink)?,
             lineage: operate::parse_lineage(&self.lineage)?,
             after: self.after_checkpoint,
             apply: self.apply,
+            rows_deleted_by_hand: self.rows_deleted_by_hand,
             target: self.pg.target(self.destination)?,
         })
     }
@@ -363,5 +378,41 @@ mod tests {
         };
         let e = r.into_args().err().unwrap();
         assert!(e.contains("--table is for a PostgreSQL destination"), "{e}");
+    }
+
+    #[test]
+    fn rows_deleted_by_hand_is_for_postgres_and_excludes_a_column() {
+        let reconcile = |dest: &str, extra: &[&str]| {
+            let args = [
+                &[
+                    "reconcile",
+                    dest,
+                    "--sink",
+                    "s",
+                    "--lineage",
+                    "1f",
+                    "--after-checkpoint",
+                    "3",
+                    "--rows-deleted-by-hand",
+                ][..],
+                extra,
+            ]
+            .concat();
+            parse(&args)
+        };
+        let Command::Reconcile(r) = reconcile("/d", &[]).unwrap().command else {
+            panic!("reconcile")
+        };
+        let e = r.into_args().err().unwrap();
+        assert!(
+            e.contains("--rows-deleted-by-hand is for a PostgreSQL destination"),
+            "{e}"
+        );
+        let Command::Reconcile(r) = reconcile("postgres://u@h/db", &[]).unwrap().command else {
+            panic!("reconcile")
+        };
+        assert!(r.into_args().unwrap().rows_deleted_by_hand);
+        let e = reconcile("postgres://u@h/db", &["--transaction-id-column", "txn"]).unwrap_err();
+        assert_eq!(e.exit_code(), 2, "{e}");
     }
 }

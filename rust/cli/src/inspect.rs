@@ -91,6 +91,46 @@ pub struct SinkReport {
     /// counted; the latest of them listed (all with `--all`).
     pub operations_total: usize,
     pub operations: Vec<OperationEntry>,
+    /// PostgreSQL: the target table and transaction-id column the sink
+    /// recorded at its latest start (`twopc_sinks`); `null` when it has not
+    /// recorded them, and for a directory.
+    pub target: Option<TargetEntry>,
+}
+
+/// What a PostgreSQL sink recorded of its configuration at start-up.
+#[derive(Debug, Serialize)]
+pub struct TargetEntry {
+    /// `schema.table`, as the sink resolved it.
+    pub table: String,
+    /// `null` when the sink fills no transaction-id column.
+    pub transaction_id_column: Option<String>,
+    /// When this configuration was first recorded.
+    pub recorded_at_ms: u64,
+}
+
+/// Adds what a PostgreSQL sink recorded of its target table to its report
+/// (the report of that one sink); a failure to read it is a note.
+pub fn add_pg_target(report: &mut Report, dest: &mut twopc_pg::PgDestination) {
+    let Some(sink) = report.sinks.first_mut() else {
+        return;
+    };
+    match dest.sink_record() {
+        Ok(r) => {
+            sink.target = r.map(|r| TargetEntry {
+                table: r.table(),
+                transaction_id_column: r.transaction_id_column,
+                recorded_at_ms: r.recorded_at_ms,
+            })
+        }
+        Err(e) => report.notes.push(Finding::new(
+            "target-unreadable",
+            Some(&sink.sink),
+            format!(
+                "what sink '{}' recorded of its target table cannot be read: {e}",
+                sink.sink
+            ),
+        )),
+    }
 }
 
 /// One entry of a sink's operations log.
@@ -189,7 +229,7 @@ pub struct Finding {
     /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
     /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`, `history-summarised`,
     /// `open-past-retention`, `output-changed`, `unreferenced-file`,
-    /// `scratch-files`, `unknown-entry`.
+    /// `scratch-files`, `unknown-entry`, `target-unreadable`.
     pub kind: &'static str,
     pub sink: Option<String>,
     pub transaction: Option<String>,
@@ -742,6 +782,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             scratch_files,
             operations_total: inv.operations.len(),
             operations: operation_entries(&inv.operations, opts.limit),
+            target: None,
         },
         attention,
         notes,
@@ -1146,6 +1187,16 @@ pub fn inspect_destination(
             InspectError(format!("sink '{sink}': {what} failed: {e}"))
         }
     };
+    // The commands of the advice reach the control tables this inspection
+    // read (its control schema and password variable).
+    let command_target = match &opts.postgres {
+        Some(pg) => format!(
+            "{}{}",
+            crate::operate::shell_word(destination),
+            crate::operate::pg_connection_flags(pg)
+        ),
+        None => destination.to_string(),
+    };
     let lineages = dest.lineages().map_err(fail("listing lineages"))?;
     let lost = dest
         .lost_notes()
@@ -1220,7 +1271,7 @@ pub fn inspect_destination(
                     .map(|c| c.run.clone())
             })
     });
-    attention.extend(lost_findings(name, destination, &lost, &checkpoints));
+    attention.extend(lost_findings(name, &command_target, &lost, &checkpoints));
     let mut staged = Vec::new();
     for s in &staged_all {
         let txn = s.transaction.as_str();
@@ -1252,7 +1303,7 @@ pub fn inspect_destination(
             StagedState::Prepared(h) => prepared_finding(
                 &PreparedContext {
                     sink: name,
-                    destination: destination.to_string(),
+                    destination: command_target.clone(),
                     retention_ms: opts.retention_ms,
                     reference_run: reference_run.as_deref(),
                     run_given: opts.run.is_some(),
@@ -1270,7 +1321,7 @@ pub fn inspect_destination(
                     "transaction {txn} is prepared but its handle cannot be used: {reason}. Its \
                      run and checkpoint are unknown, so a job started without state stops on \
                      it. Restore the run that prepared it, or, if its output is not wanted, \
-                     `twopc decide {destination} --sink {name} --abort {txn}`"
+                     `twopc decide {command_target} --sink {name} --abort {txn}`"
                 ),
             ),
             StagedState::Committing(h) => Finding::new(
@@ -1279,7 +1330,7 @@ pub fn inspect_destination(
                 format!(
                     "transaction {txn} (checkpoint {}) was claimed for commit and the commit did \
                      not finish. Restart the job from its latest checkpoint, or `twopc decide \
-                     {destination} --sink {name} --commit {txn}`",
+                     {command_target} --sink {name} --commit {txn}`",
                     h.checkpoint().unwrap_or_default()
                 ),
             ),
@@ -1299,7 +1350,7 @@ pub fn inspect_destination(
             format!(
                 "sink '{name}' holds committed output of {} lineages ({}), not appended on \
                  purpose (fresh-start policy APPEND): the same records may be there more than \
-                 once. Keep one lineage's output: `twopc reconcile {destination} --sink {name} \
+                 once. Keep one lineage's output: `twopc reconcile {command_target} --sink {name} \
                  --lineage <lineage> --after-checkpoint 0` lists another's, --apply removes it",
                 lineages.len(),
                 unasked.join(", ")
@@ -1375,6 +1426,7 @@ pub fn inspect_destination(
             scratch_files: Vec::new(),
             operations_total: operations.len(),
             operations: operation_entries(&operations, opts.limit),
+            target: None,
         }],
         unreferenced_files: Vec::new(),
         attention,

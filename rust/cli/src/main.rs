@@ -100,7 +100,8 @@ fn inspect_every_pg_sink(
     let mut merged: Option<Report> = None;
     for sink in &sinks {
         let mut dest = operate::open_pg(pg, sink, false).map_err(fail)?;
-        let report = inspect::inspect_destination(&mut dest, sink, &destination, opts)?;
+        let mut report = inspect::inspect_destination(&mut dest, sink, &destination, opts)?;
+        inspect::add_pg_target(&mut report, &mut dest);
         merged = Some(match merged {
             None => report,
             Some(mut all) => {
@@ -130,7 +131,11 @@ fn run_inspect(opts: &InspectOptions, json: bool) -> u8 {
                     &sink,
                     &twopc_pg::redact_url(&pg.url),
                     opts,
-                ),
+                )
+                .map(|mut report| {
+                    inspect::add_pg_target(&mut report, &mut dest);
+                    report
+                }),
                 Err(f) => Err(inspect::InspectError(f.message)),
             }
         }

@@ -10,7 +10,7 @@ use twopc_core::destination::Destination;
 use twopc_core::operator::{self, Decided, Decision, OperatorError};
 use twopc_core::{LineageId, RetryPolicy, SinkId, SystemClock, TransactionId, TwopcError};
 use twopc_fs::{FsDestination, FsOptions, CONTROL_DIR};
-use twopc_pg::{Endpoint, Password, PgDestination, PgOptions};
+use twopc_pg::{Endpoint, Password, PgDestination, PgOptions, SinkRecord};
 
 /// The environment variable the PostgreSQL password is read from unless
 /// `--password-env` names another (libpq's own).
@@ -50,6 +50,9 @@ pub struct ReconcileArgs {
     pub lineage: LineageId,
     pub after: u64,
     pub apply: bool,
+    /// PostgreSQL, a sink without a transaction-id column: the operator
+    /// deleted the rows by hand; only the commit records are removed.
+    pub rows_deleted_by_hand: bool,
 }
 
 pub struct DecideArgs {
@@ -149,16 +152,12 @@ pub fn open(
 }
 
 pub fn open_pg(pg: &PgTarget, sink: &SinkId, needs_table: bool) -> Result<PgDestination, Failed> {
-    let table =
-        match (&pg.table, needs_table) {
-            (Some(t), _) => t.clone(),
-            (None, true) => return Err(failed(
-                "missing --table: give the table the sink writes to (schema.table), so that its \
-                 rows can be removed",
-            )),
-            // Only the control tables are used; any table name that exists.
-            (None, false) => format!("{}.twopc_commit_records", pg.control_schema),
-        };
+    let table = match (&pg.table, needs_table) {
+        (Some(t), _) => t.clone(),
+        (None, true) => return Err(failed(MISSING_TABLE)),
+        // Only the control tables are used; any table name that exists.
+        (None, false) => format!("{}.twopc_commit_records", pg.control_schema),
+    };
     let mut options = PgOptions::new(Endpoint::Url(pg.url.clone()), table, &[]);
     options.control_schema = pg.control_schema.clone();
     options.transaction_id_column = pg.transaction_id_column.clone();
@@ -196,17 +195,141 @@ fn instance() -> u64 {
     twopc_core::ids::random_u64()
 }
 
+/// What a PostgreSQL sink recorded of its configuration at start-up
+/// (`twopc_sinks`), reconciled with the flags given: the table and
+/// transaction-id column to use, and where they came from.
+pub struct PgResolved {
+    /// The flags given, completed by the record.
+    pub target: PgTarget,
+    pub record: Option<SinkRecord>,
+}
+
+/// Reads what sink `sink` recorded at its latest start and completes `pg`
+/// with it: a table or column not given is taken from the record, one
+/// given must agree with it (else the error says both and what to do).
+/// Without a record, `pg` is used as given.
+pub fn resolve_pg(pg: &PgTarget, sink: &SinkId) -> Result<PgResolved, Failed> {
+    // The column is compared with the record before it is looked for in
+    // the table, so that a contradiction is named as such.
+    let probe_target = PgTarget {
+        transaction_id_column: None,
+        ..pg.clone()
+    };
+    let mut probe = open_pg(&probe_target, sink, false)?;
+    let record = probe.sink_record().map_err(|e| {
+        failed(format!(
+            "reading what sink '{sink}' recorded of its target table failed: {e}"
+        ))
+    })?;
+    let Some(rec) = record else {
+        return Ok(PgResolved {
+            target: pg.clone(),
+            record: None,
+        });
+    };
+    let recorded = |rec: &SinkRecord| {
+        format!(
+            "recorded in {}.twopc_sinks at its start on {}",
+            pg.control_schema,
+            twopc_core::clock::format_utc(rec.recorded_at_ms)
+        )
+    };
+    let mut target = pg.clone();
+    match &pg.table {
+        Some(given) => {
+            let (schema, name) = probe
+                .resolved_table()
+                .map_err(|e| failed(format!("looking up --table {given} failed: {e}")))?;
+            if (schema.as_str(), name.as_str())
+                != (rec.table_schema.as_str(), rec.table_name.as_str())
+            {
+                return Err(failed(format!(
+                    "--table {given} ({schema}.{name}) is not the table sink '{sink}' writes to: \
+                     it writes to {} ({}). Leave --table out to use the recorded table (or pass \
+                     --table {}); if the sink now writes to {given}, start it once with that \
+                     configuration, so that it records it, and run the command again",
+                    rec.table(),
+                    recorded(&rec),
+                    rec.table()
+                )));
+            }
+        }
+        None => target.table = Some(rec.table()),
+    }
+    match (&pg.transaction_id_column, &rec.transaction_id_column) {
+        (Some(given), Some(column)) if given != column => {
+            return Err(failed(format!(
+                "--transaction-id-column {given} is not the column sink '{sink}' fills: it \
+                 fills {column} ({}). Leave --transaction-id-column out to use the recorded \
+                 column (or pass --transaction-id-column {column}); if the sink now fills \
+                 {given}, start it once with that configuration, so that it records it, and \
+                 run the command again",
+                recorded(&rec)
+            )))
+        }
+        (Some(given), None) => {
+            return Err(failed(format!(
+                "--transaction-id-column {given} is not a column sink '{sink}' fills: it fills \
+                 no transaction-id column ({}), so no row of its transactions could be told by \
+                 {given}. Leave --transaction-id-column out (a dry run says how to remove such \
+                 rows); if the sink now fills {given}, start it once with that configuration, \
+                 so that it records it, and run the command again",
+                recorded(&rec)
+            )))
+        }
+        (None, column) => target.transaction_id_column = column.clone(),
+        (Some(_), Some(_)) => {}
+    }
+    Ok(PgResolved {
+        target,
+        record: Some(rec),
+    })
+}
+
+/// The message of a missing `--table` when the sink recorded none.
+const MISSING_TABLE: &str = "missing --table: give the table the sink writes to (schema.table), \
+                             so that its rows can be removed";
+
 /// Runs `twopc reconcile`; returns the exit code and the report.
 pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
-    if let (Target::Postgres(pg), true) = (&a.target, a.apply) {
-        if pg.transaction_id_column.is_none() {
-            return Err(Failed {
-                code: EXIT_REFUSED,
-                message: no_txn_column(a, pg),
-            });
+    let (mut dest, resolved): (Box<dyn Destination>, Option<PgResolved>) = match &a.target {
+        Target::Dir(_) => (open(&a.target, &a.sink, true)?, None),
+        Target::Postgres(pg) => {
+            let resolved = resolve_pg(pg, &a.sink)?;
+            let eff = &resolved.target;
+            if eff.table.is_none() {
+                return Err(failed(MISSING_TABLE));
+            }
+            match (&eff.transaction_id_column, a.rows_deleted_by_hand) {
+                (Some(column), true) => {
+                    return Err(failed(format!(
+                        "--rows-deleted-by-hand is for a sink that fills no transaction-id \
+                         column, and sink '{}' fills {column}{}: leave the option out, and \
+                         `--apply` removes the rows by that column itself (rows deleted by hand \
+                         already are simply not found)",
+                        a.sink,
+                        if resolved.record.is_some() {
+                            " (as it recorded at its start)"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
+                (None, false) if a.apply => {
+                    return Err(Failed {
+                        code: EXIT_REFUSED,
+                        message: no_txn_column(a, &resolved),
+                    })
+                }
+                _ => {}
+            }
+            let mut d = open_pg(eff, &a.sink, true)?;
+            if a.rows_deleted_by_hand {
+                d.retract_records_only();
+            }
+            (Box::new(d), Some(resolved))
         }
-    }
-    let mut dest = open(&a.target, &a.sink, true)?;
+    };
     operator::hold_sink(
         &mut dest,
         &SystemClock,
@@ -248,21 +371,24 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
              lineage {}. Dry run: nothing was changed.\n",
             a.sink, a.after, a.lineage
         ));
+        if let Some(r) = &resolved {
+            out.push_str(&rows_line(a, r));
+        }
         for c in &plan.transactions {
             out.push_str(&format!(
                 "  would remove {} (checkpoint {}, subtask {}, {} records)\n",
                 c.transaction, c.checkpoint, c.subtask, c.records
             ));
         }
-        out.push_str(&format!(
-            "To remove them, while the job stays stopped: {} --apply\n",
-            command_line(a)
-        ));
-        if let Target::Postgres(pg) = &a.target {
-            if pg.transaction_id_column.is_none() {
-                out.push_str(&no_txn_column(a, pg));
+        match &resolved {
+            Some(r) if r.target.transaction_id_column.is_none() && !a.rows_deleted_by_hand => {
+                out.push_str(&no_txn_column(a, r));
                 out.push('\n');
             }
+            _ => out.push_str(&format!(
+                "To remove them, while the job stays stopped: {} --apply\n",
+                command_line(a)
+            )),
         }
         return Ok((EXIT_ATTENTION, out));
     }
@@ -274,8 +400,13 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                 c.transaction, c.checkpoint, c.subtask, c.records
             ))
         });
+    let what = if a.rows_deleted_by_hand {
+        "the commit records of the output (its rows deleted by hand)"
+    } else {
+        "output"
+    };
     out.push_str(&format!(
-        "sink '{}': removing output committed after checkpoint {} of lineage {}:\n",
+        "sink '{}': removing {what} committed after checkpoint {} of lineage {}:\n",
         a.sink, a.after, a.lineage
     ));
     for r in &removed {
@@ -283,9 +414,17 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
     }
     match result {
         Ok(()) => {
+            let removed = if a.rows_deleted_by_hand {
+                format!(
+                    "Removed the commit records of {n} transaction(s) ({records} records, their \
+                     rows deleted by hand)"
+                )
+            } else {
+                format!("Removed {n} transaction(s), {records} records")
+            };
             out.push_str(&format!(
-                "Removed {n} transaction(s), {records} records. Restart the job from checkpoint \
-                 {} (or a savepoint of it) of lineage {}.\n",
+                "{removed}. Restart the job from checkpoint {} (or a savepoint of it) of lineage \
+                 {}.\n",
                 a.after, a.lineage
             ));
             Ok((EXIT_OK, out))
@@ -297,50 +436,123 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
     }
 }
 
-fn no_txn_column(a: &ReconcileArgs, pg: &PgTarget) -> String {
-    format!(
-        "PostgreSQL rows can only be removed by transaction when the sink fills a transaction-id \
-         column (transactionIdColumn), and none was given (--transaction-id-column). If the sink \
-         has one, run again with --transaction-id-column <column>. If it has none, the rows of \
-         these transactions cannot be told apart from other rows of {}: delete them by hand \
-         (by a business key or time range), then remove their commit records with DELETE FROM \
-         {}.twopc_commit_records WHERE sink_id = '{}' AND lineage = {} AND checkpoint > {}; and \
-         configure a transaction-id column for the future",
-        pg.table.as_deref().unwrap_or("the table"),
-        pg.control_schema,
-        a.sink,
-        a.lineage.0 as i64,
-        a.after
-    )
+/// Where a dry run's rows are, and by which column they are told apart.
+fn rows_line(a: &ReconcileArgs, r: &PgResolved) -> String {
+    let table = r.target.table.as_deref().unwrap_or("?");
+    let source = match &r.record {
+        Some(rec) => format!(
+            " (as sink '{}' recorded at its start on {})",
+            a.sink,
+            twopc_core::clock::format_utc(rec.recorded_at_ms)
+        ),
+        None => String::new(),
+    };
+    match (&r.target.transaction_id_column, a.rows_deleted_by_hand) {
+        (_, true) => format!(
+            "Their rows in {table} were deleted by hand (--rows-deleted-by-hand): only their \
+             commit records would be removed.\n"
+        ),
+        (Some(c), false) => {
+            format!("Their rows are in {table}, told apart by column {c}{source}.\n")
+        }
+        (None, false) => {
+            format!("Their rows are in {table}, which has no transaction-id column{source}.\n")
+        }
+    }
 }
 
+/// Why PostgreSQL rows cannot be removed without a transaction-id column,
+/// and the commands that remove them by hand.
+fn no_txn_column(a: &ReconcileArgs, r: &PgResolved) -> String {
+    let table = r.target.table.as_deref().unwrap_or("the table");
+    let schema = &r.target.control_schema;
+    let by_hand = format!(
+        "delete the rows of these transactions from {table} by hand (e.g. by a business key or \
+         time range), then run `{} --rows-deleted-by-hand --apply`: it removes their commit \
+         records, whether still single in {schema}.twopc_commit_records or folded into \
+         {schema}.twopc_commit_segments (which only twopc rewrites: a DELETE FROM \
+         twopc_commit_records by hand misses the folded ones, and a restore of checkpoint {} \
+         would still stop on them). Configure a transaction-id column (transactionIdColumn) for \
+         the future",
+        command_line(a),
+        a.after
+    );
+    match &r.record {
+        Some(rec) => format!(
+            "PostgreSQL rows can only be removed by transaction when the sink fills a \
+             transaction-id column (transactionIdColumn), and sink '{}' fills none (recorded in \
+             {schema}.twopc_sinks at its start on {}), so the rows of these transactions cannot \
+             be told apart from other rows of {table}. To remove them, while the job stays \
+             stopped: {by_hand}",
+            a.sink,
+            twopc_core::clock::format_utc(rec.recorded_at_ms)
+        ),
+        None => format!(
+            "PostgreSQL rows can only be removed by transaction when the sink fills a \
+             transaction-id column (transactionIdColumn), and none was given \
+             (--transaction-id-column) nor recorded by the sink (it records its configuration \
+             in {schema}.twopc_sinks at start-up, when it may). If the sink has one, run again \
+             with --transaction-id-column <column>. If it has none, the rows of these \
+             transactions cannot be told apart from other rows of {table}: {by_hand}"
+        ),
+    }
+}
+
+/// The command as given (a table or column the sink recorded is read
+/// again from its record), without `--apply`; a shell runs it as it is.
 fn command_line(a: &ReconcileArgs) -> String {
-    let mut s = format!("twopc reconcile {}", describe_target(&a.target));
+    let mut s = format!(
+        "twopc reconcile {}",
+        shell_word(&describe_target(&a.target))
+    );
     s.push_str(&format!(
         " --sink {} --lineage {} --after-checkpoint {}",
-        a.sink, a.lineage, a.after
+        shell_word(a.sink.as_str()),
+        a.lineage,
+        a.after
     ));
     if let Target::Postgres(pg) = &a.target {
-        s.push_str(&pg_flags(pg));
+        if let Some(t) = &pg.table {
+            s.push_str(&format!(" --table {}", shell_word(t)));
+        }
+        if let Some(c) = &pg.transaction_id_column {
+            s.push_str(&format!(" --transaction-id-column {}", shell_word(c)));
+        }
+        s.push_str(&pg_connection_flags(pg));
+        if a.rows_deleted_by_hand {
+            s.push_str(" --rows-deleted-by-hand");
+        }
     }
     s
 }
 
-fn pg_flags(pg: &PgTarget) -> String {
+/// The flags that reach a PostgreSQL destination's control tables, when
+/// not their defaults: for commands printed to be run as they are.
+pub fn pg_connection_flags(pg: &PgTarget) -> String {
     let mut s = String::new();
-    if let Some(t) = &pg.table {
-        s.push_str(&format!(" --table {t}"));
-    }
-    if let Some(c) = &pg.transaction_id_column {
-        s.push_str(&format!(" --transaction-id-column {c}"));
-    }
     if pg.control_schema != "public" {
-        s.push_str(&format!(" --control-schema {}", pg.control_schema));
+        s.push_str(&format!(
+            " --control-schema {}",
+            shell_word(&pg.control_schema)
+        ));
     }
     if pg.password_env != DEFAULT_PASSWORD_ENV {
-        s.push_str(&format!(" --password-env {}", pg.password_env));
+        s.push_str(&format!(" --password-env {}", shell_word(&pg.password_env)));
     }
     s
+}
+
+/// `w` as one word of a POSIX shell command line: as it is when it holds
+/// no character a shell would read otherwise, else single-quoted.
+pub fn shell_word(w: &str) -> String {
+    let plain = !w.is_empty()
+        && w.chars()
+            .all(|c| c.is_ascii_alphanumeric() || "_-./:@%+=,".contains(c));
+    if plain {
+        w.to_string()
+    } else {
+        format!("'{}'", w.replace('\'', "'\\''"))
+    }
 }
 
 fn describe_target(t: &Target) -> String {
@@ -402,4 +614,26 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
         ),
     };
     Ok((EXIT_OK, format!("sink '{}': {what}.\n", a.sink)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::shell_word;
+
+    #[test]
+    fn words_a_shell_would_read_otherwise_are_quoted() {
+        for plain in [
+            "postgres://app@db:5432/shop",
+            "public.orders",
+            "a-b_c.d",
+            "/tmp/out",
+        ] {
+            assert_eq!(shell_word(plain), plain);
+        }
+        assert_eq!(shell_word("my schema"), "'my schema'");
+        assert_eq!(shell_word("it's"), "'it'\\''s'");
+        assert_eq!(shell_word("a*"), "'a*'");
+        assert_eq!(shell_word("$HOME"), "'$HOME'");
+        assert_eq!(shell_word(""), "''");
+    }
 }

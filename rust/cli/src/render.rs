@@ -107,6 +107,18 @@ fn sink(report: &Report, s: &SinkReport, out: &mut String) {
         s.staged.len() - prepared,
         s.expired.len()
     );
+    if let Some(t) = &s.target {
+        let _ = writeln!(
+            out,
+            "  Target table {}, {} (as the sink recorded it on {})",
+            t.table,
+            match &t.transaction_id_column {
+                Some(c) => format!("transaction-id column {c}"),
+                None => "no transaction-id column".to_string(),
+            },
+            utc(t.recorded_at_ms)
+        );
+    }
     if !s.lineages.is_empty() {
         out.push_str("\n  Committed output by lineage and run\n");
         let mut t = Table::new(&["LINEAGE", "RUN", "TRANSACTIONS", "RECORDS", "CHECKPOINTS"]);

@@ -51,6 +51,12 @@
 //! every start stays small; every lookup above reads the segments too. See
 //! the [`history`] module.
 //!
+//! ## What the sink records for operators: `twopc_sinks`
+//!
+//! A transactional sink records at start-up its target table as the
+//! server resolved it, its transaction-id column and control schema, so
+//! that `twopc reconcile` needs no `--table`; see the `sinks` module.
+//!
 //! ## The prepared handle: `twopc_prepared`
 //!
 //! Recovery rules need, for each prepared transaction, the run and
@@ -103,6 +109,9 @@
 //! "busy" (55000), which is again `Err` and retried.
 
 mod history;
+mod sinks;
+
+pub use sinks::SinkRecord;
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -248,6 +257,9 @@ pub struct PgDestination {
     /// The history segments' table is known to exist (see
     /// [`history`]).
     segments_known: bool,
+    /// Retracts remove commit records only (see
+    /// [`PgDestination::retract_records_only`]).
+    records_only: bool,
 }
 
 /// The advisory lock held for one sink and subtask, and the writer session
@@ -358,7 +370,7 @@ impl PgDestination {
                 options.operation_field,
             )),
         };
-        Ok(PgDestination {
+        let mut dest = PgDestination {
             sink: ctx.sink.clone(),
             table,
             control_tables,
@@ -370,8 +382,14 @@ impl PgDestination {
             stage_generation: None,
             owner: None,
             segments_known: false,
+            records_only: false,
             options,
-        })
+        };
+        if dest.txn_sql().is_some() {
+            // For `twopc reconcile` (see the `sinks` module).
+            dest.record_sink(&info.schema, &info.name);
+        }
+        Ok(dest)
     }
 
     /// Connects for an operator's tool (`twopc reconcile`, `twopc decide`,
@@ -473,8 +491,17 @@ impl PgDestination {
             stage_generation: None,
             owner: None,
             segments_known: false,
+            records_only: false,
             options,
         })
+    }
+
+    /// For `twopc reconcile --rows-deleted-by-hand` of a sink that fills no
+    /// transaction-id column: from now on a retract removes a transaction's
+    /// commit record only (loose, or its entry in a history segment), and
+    /// no row of the target table; the operator deleted those by hand.
+    pub fn retract_records_only(&mut self) {
+        self.records_only = true;
     }
 
     fn lost_table_exists(&mut self) -> Result<bool, DestinationError> {
@@ -1280,52 +1307,15 @@ impl PgDestination {
         let sql = self.txn_sql().expect("transactional");
         let (delete_record, find_record) = (sql.delete_record.clone(), sql.find_record.clone());
         let txn = committed.transaction.as_str();
-        let Some(retract_rows) = sql.retract_rows.clone() else {
-            // Where its commit record is decides what "remove it" means.
-            let loose = self.control.run("looking up the commit record", |c| {
-                Ok(c.query_opt(&find_record, &[&txn])?.is_some())
-            })?;
-            let folded = if loose {
-                None
-            } else {
-                self.folded(&committed.transaction, committed.checkpoint)?
-            };
-            let record = match folded {
-                None => format!(
-                    "remove its commit record with DELETE FROM {} WHERE transaction_id = {}; and \
-                     start again",
-                    self.control_tables.commit_records,
-                    quote_literal(txn)
-                ),
-                Some(f) => format!(
-                    "remove its commit record: it is folded into the history segment with id {} \
-                     in {} (lineage {}, checkpoints {} to {}), which only twopc rewrites, so add \
-                     a text column to {} (ALTER TABLE {} ADD COLUMN twopc_txn text), set \
-                     transaction_id_column to it and start again: REPLACE_RANGE then removes the \
-                     record (this transaction's rows are gone already)",
-                    f.segment_id,
-                    self.control_tables.segments,
-                    f.lineage,
-                    f.first,
-                    f.last,
-                    self.table,
-                    self.table
-                ),
-            };
-            return Err(self.err(
-                DestinationErrorKind::Rejected,
-                format!(
-                    "cannot retract transaction {txn} (checkpoint {}, {} rows in {}): the table \
-                     has no transaction-id column configured, so its rows cannot be told apart \
-                     from other rows. Reconcile by hand: delete the rows this transaction wrote \
-                     from {} (e.g. by a business key or time range), then {record}. Or set \
-                     transaction_id_column to a text column the sink fills, so that \
-                     REPLACE_RANGE can do this itself",
-                    committed.checkpoint, committed.records, self.table, self.table,
-                ),
-            ));
+        let retract_rows = match (sql.retract_rows.clone(), self.records_only) {
+            (_, true) => None,
+            (Some(r), false) => Some(r),
+            (None, false) => {
+                return Err(self.cannot_retract(committed, &find_record)?);
+            }
         };
-        let (removed, record) = self.retract_record(committed, &retract_rows, &delete_record)?;
+        let (removed, record) =
+            self.retract_record(committed, retract_rows.as_deref(), &delete_record)?;
         let record = match record {
             history::RecordRemoved::Loose => "its commit record".to_string(),
             history::RecordRemoved::Folded { id, emptied } => format!(
@@ -1340,10 +1330,68 @@ impl PgDestination {
             history::RecordRemoved::Nothing => "no commit record (gone already)".to_string(),
         };
         log::info!(
-            "retracted transaction {txn}: removed {removed} rows from {} and {record}",
-            self.table
+            "retracted transaction {txn}: removed {removed} rows from {}{} and {record}",
+            self.table,
+            if retract_rows.is_none() {
+                " (its rows were deleted by hand)"
+            } else {
+                ""
+            }
         );
         Ok(())
+    }
+
+    /// Why a transaction cannot be retracted without a transaction-id
+    /// column, and how to do it by hand (see `retract_transactional`).
+    fn cannot_retract(
+        &mut self,
+        committed: &CommittedTransaction,
+        find_record: &str,
+    ) -> Result<DestinationError, DestinationError> {
+        let txn = committed.transaction.as_str();
+        // Where its commit record is decides what "remove it" means.
+        let loose = self.control.run("looking up the commit record", |c| {
+            Ok(c.query_opt(find_record, &[&txn])?.is_some())
+        })?;
+        let folded = if loose {
+            None
+        } else {
+            self.folded(&committed.transaction, committed.checkpoint)?
+        };
+        let record = match folded {
+            None => format!(
+                "remove its commit record with DELETE FROM {} WHERE transaction_id = {}; and \
+                 start again",
+                self.control_tables.commit_records,
+                quote_literal(txn)
+            ),
+            Some(f) => format!(
+                "remove its commit record: it is folded into the history segment with id {} \
+                 in {} (lineage {}, checkpoints {} to {}), which only twopc rewrites, so add \
+                 a text column to {} (ALTER TABLE {} ADD COLUMN twopc_txn text), set \
+                 transaction_id_column to it and start again: REPLACE_RANGE then removes the \
+                 record (this transaction's rows are gone already)",
+                f.segment_id,
+                self.control_tables.segments,
+                f.lineage,
+                f.first,
+                f.last,
+                self.table,
+                self.table
+            ),
+        };
+        Ok(self.err(
+            DestinationErrorKind::Rejected,
+            format!(
+                "cannot retract transaction {txn} (checkpoint {}, {} rows in {}): the table \
+                 has no transaction-id column configured, so its rows cannot be told apart \
+                 from other rows. Reconcile by hand: delete the rows this transaction wrote \
+                 from {} (e.g. by a business key or time range), then {record}. Or set \
+                 transaction_id_column to a text column the sink fills, so that \
+                 REPLACE_RANGE can do this itself",
+                committed.checkpoint, committed.records, self.table, self.table,
+            ),
+        ))
     }
 
     fn expire_transactional(

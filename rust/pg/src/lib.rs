@@ -35,5 +35,5 @@ pub mod schema;
 pub mod sql;
 
 pub use conninfo::redact as redact_url;
-pub use destination::PgDestination;
+pub use destination::{PgDestination, SinkRecord};
 pub use options::{CopyFormat, Endpoint, Password, PgMode, PgOptions};

@@ -33,6 +33,12 @@ pub const OPERATIONS_TABLE: &str = "twopc_operations";
 /// created with the others when the user may, else by the first compaction
 /// when it may; without it nothing is folded and the records stay single.
 pub const SEGMENTS_TABLE: &str = "twopc_commit_segments";
+/// What each transactional sink recorded of its configuration at its
+/// latest start (target table as resolved, transaction-id column, control
+/// schema), so that `twopc reconcile` needs no `--table`. Optional like the
+/// lost notes: created with the others when the user may; without it the
+/// sink runs (with a warning) and the tool asks for `--table`.
+pub const SINKS_TABLE: &str = "twopc_sinks";
 
 /// Oldest server accepted: generated columns (checked below) and
 /// `to_regclass(text)` need 12.
@@ -74,6 +80,7 @@ pub(crate) struct ControlTables {
     pub lost: String,
     pub operations: String,
     pub segments: String,
+    pub sinks: String,
 }
 
 impl ControlTables {
@@ -90,6 +97,7 @@ impl ControlTables {
             lost: q(LOST_TABLE),
             operations: q(OPERATIONS_TABLE),
             segments: q(SEGMENTS_TABLE),
+            sinks: q(SINKS_TABLE),
         }
     }
 
@@ -182,7 +190,15 @@ impl ControlTables {
              \x20   created_at timestamptz NOT NULL\n\
              );\n\
              CREATE INDEX IF NOT EXISTS {segl} ON {seg} (sink_id, lineage, last_checkpoint);\n\
-             CREATE INDEX IF NOT EXISTS {segf} ON {seg} (sink_id, lineage, first_checkpoint);\n",
+             CREATE INDEX IF NOT EXISTS {segf} ON {seg} (sink_id, lineage, first_checkpoint);\n\
+             CREATE TABLE IF NOT EXISTS {sinks} (\n\
+             \x20   sink_id text PRIMARY KEY,\n\
+             \x20   table_schema text NOT NULL,\n\
+             \x20   table_name text NOT NULL,\n\
+             \x20   transaction_id_column text,\n\
+             \x20   control_schema text NOT NULL,\n\
+             \x20   recorded_at timestamptz NOT NULL\n\
+             );\n",
             cr = self.commit_records,
             cri = quote_ident("twopc_commit_records_by_lineage"),
             p = self.prepared,
@@ -195,6 +211,7 @@ impl ControlTables {
             seg = self.segments,
             segl = quote_ident("twopc_commit_segments_by_last"),
             segf = quote_ident("twopc_commit_segments_by_first"),
+            sinks = self.sinks,
         )
     }
 }
@@ -250,6 +267,9 @@ pub(crate) struct TargetInfo {
     /// SQL types of the configured columns, in configured order (for the
     /// idempotent mode's staging table).
     pub column_types: Vec<String>,
+    /// The target table as the server resolved it: its schema and name.
+    pub schema: String,
+    pub name: String,
 }
 
 struct Column {
@@ -315,7 +335,7 @@ pub(crate) fn check(
     }
 
     let table = options.table_name()?;
-    let oid = target_oid(client, &table, &who, secrets)?;
+    let (oid, schema, name) = target_oid(client, &table, &who, secrets)?;
     let columns = read_columns(client, oid, secrets)?;
     let column_types = check_columns(options, &table, &columns)?;
     check_rights(client, options, &table, oid, &user, secrets)?;
@@ -344,7 +364,11 @@ pub(crate) fn check(
     // Both modes keep the owner of each subtask's share there (idempotent
     // mode needs no other control table).
     ensure_control_tables(client, control, &user, secrets)?;
-    Ok(TargetInfo { column_types })
+    Ok(TargetInfo {
+        column_types,
+        schema,
+        name,
+    })
 }
 
 fn target_oid(
@@ -352,10 +376,12 @@ fn target_oid(
     table: &TableName,
     who: &str,
     secrets: &Secrets,
-) -> Result<u32, StartupError> {
+) -> Result<(u32, String, String), StartupError> {
     let row = client
         .query_opt(
-            "SELECT c.oid, c.relkind::text FROM pg_class c WHERE c.oid = to_regclass($1::text)",
+            "SELECT c.oid, c.relkind::text, n.nspname::text, c.relname::text \
+             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace \
+             WHERE c.oid = to_regclass($1::text)",
             &[&table.quoted()],
         )
         .map_err(|e| StartupError::Pg(error::pg(secrets, "looking up the target table", &e)))?;
@@ -388,7 +414,7 @@ fn target_oid(
         ))
         .into());
     }
-    Ok(oid)
+    Ok((oid, row.get(2), row.get(3)))
 }
 
 fn read_columns(
@@ -692,10 +718,16 @@ fn ensure_control_tables(
             quote_ident(&control.schema)
         );
     }
-    // The tables of lost-transaction notes, of the operations log and of
-    // the history segments came later: created when the user may, else
-    // left out (the sink works without them).
-    let later = [&control.lost, &control.operations, &control.segments];
+    // The tables of lost-transaction notes, of the operations log, of the
+    // history segments and of the sinks' recorded configuration came later:
+    // created when the user may, else left out (the sink works without
+    // them).
+    let later = [
+        &control.lost,
+        &control.operations,
+        &control.segments,
+        &control.sinks,
+    ];
     let later_missing: bool = client
         .query_one(
             "SELECT EXISTS (SELECT 1 FROM unnest($1::text[]) AS t WHERE to_regclass(t) IS NULL) \
@@ -712,7 +744,8 @@ fn ensure_control_tables(
                 let _ = client.batch_execute("ROLLBACK");
                 StartupError::Pg(error::pg(
                     secrets,
-                    "creating the lost-transaction, operations-log and history-segment tables",
+                    "creating the lost-transaction, operations-log, history-segment and sink \
+                     tables",
                     &e,
                 ))
             })?;
@@ -782,6 +815,30 @@ mod tests {
         assert!(ddl.ends_with(" COMMIT;"), "{ddl}");
         // The statements of one table only.
         assert!(!create.contains("twopc_commit_segments"), "{create}");
+    }
+
+    #[test]
+    fn the_sinks_table_is_in_the_full_ddl_and_can_be_created_alone() {
+        let t = ControlTables::new("ops schema");
+        let create = t.create_statements(&t.sinks);
+        assert!(
+            create.starts_with("CREATE TABLE IF NOT EXISTS \"ops schema\".\"twopc_sinks\" ("),
+            "{create}"
+        );
+        for column in [
+            "sink_id text PRIMARY KEY",
+            "table_schema text NOT NULL",
+            "table_name text NOT NULL",
+            "transaction_id_column text,",
+            "control_schema text NOT NULL",
+            "recorded_at timestamptz NOT NULL",
+        ] {
+            assert!(create.contains(column), "{column} missing in {create}");
+        }
+        assert_eq!(create.matches("CREATE TABLE").count(), 1, "{create}");
+        assert!(create.ends_with(");"), "{create}");
+        // The segments' statements end where it begins.
+        assert!(!t.segments_create().contains("twopc_sinks"));
     }
 
     #[test]

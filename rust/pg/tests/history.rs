@@ -814,3 +814,236 @@ fn a_missing_segments_table_is_created_at_start_up_when_the_user_may() {
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"));
     assert_eq!(indexes, 3, "the key and both lookups");
 }
+
+/// As small as compactions get: every commit folded at once into a segment
+/// of its own, at most 8 per segment.
+const EVERY_COMMIT: HistoryPolicy = HistoryPolicy {
+    keep_checkpoints: 0,
+    min_segment: 1,
+    max_segment: 8,
+    every_commits: 1,
+};
+
+#[test]
+fn many_small_compactions_merge_into_few_segments_and_every_reader_answers_as_before() {
+    let url = server!();
+    let mut f = fixture(&url, "hist_merge");
+    let mut s = f.open("run1");
+    let mut dest = f.destination("run1");
+    let n: u64 = 40;
+    let mut handles = Vec::new();
+    let mut merged = 0;
+    for cp in 1..=n {
+        let h = committed(&mut s, &rows_of(cp), cp);
+        let before = seen(&mut dest, h.lineage);
+        let done = dest.compact_history(&EVERY_COMMIT).unwrap();
+        assert_eq!(
+            (done.folded, done.segments, done.busy),
+            (1, 1, false),
+            "{cp}"
+        );
+        merged += done.merged;
+        assert_eq!(seen(&mut dest, h.lineage), before, "checkpoint {cp}");
+        // The bound holds all along, not only at the end.
+        let rows = segment_rows(&mut f).len() as u64;
+        assert!(rows <= cp / 4 + 2, "{rows} segments after {cp} compactions");
+        handles.push(h);
+    }
+    let rows = segment_rows(&mut f);
+    // One row per compaction without merging; segments under half of 8
+    // merge, so about one row per 4 transactions.
+    assert!(
+        (n / 8..=n / 4 + 1).contains(&(rows.len() as u64)),
+        "{} segments for {n} transactions: {rows:?}",
+        rows.len()
+    );
+    assert!(merged >= n - rows.len() as u64, "merged {merged}");
+    assert!(rows.iter().all(|r| r.2 <= 8), "{rows:?}");
+    assert_eq!(rows.iter().map(|r| r.2).sum::<i64>(), n as i64);
+    // In checkpoint order, without overlaps: each merge took neighbours.
+    assert!(rows.windows(2).all(|w| w[0].1 < w[1].0), "{rows:?}");
+    assert_eq!(loose_count(&mut f), 0);
+    // Every transaction is in exactly one segment.
+    let mut expected: Vec<String> = handles.iter().map(|h| h.transaction.to_string()).collect();
+    expected.sort();
+    assert_eq!(folded_ids(&mut f), expected);
+    // A fresh destination reads the same, and a repeated commit of a
+    // transaction in a merged segment is found committed.
+    let lineage = handles[0].lineage;
+    assert_eq!(
+        seen(&mut f.destination("run1"), lineage),
+        seen(&mut dest, lineage)
+    );
+    let now = SystemClock.now_ms();
+    assert_eq!(
+        dest.commit(&handles[1], now).unwrap(),
+        CommitStatus::AlreadyCommitted
+    );
+    // Nothing left to fold or merge.
+    assert_eq!(
+        dest.compact_history(&EVERY_COMMIT).unwrap(),
+        Compaction::default()
+    );
+}
+
+#[test]
+fn a_damaged_segment_in_a_merge_group_fails_the_compaction_and_changes_nothing() {
+    let url = server!();
+    let mut f = fixture(&url, "hist_merge_damaged");
+    let _repair = RemoveSegmentsOnPanic {
+        url: url.clone(),
+        sink: f.sink.clone(),
+    };
+    let mut s = f.open("run1");
+    let mut dest = f.destination("run1");
+    let h1 = committed(&mut s, &rows_of(1), 1);
+    assert_eq!(dest.compact_history(&EVERY_COMMIT).unwrap().folded, 1);
+    let h2 = committed(&mut s, &rows_of(2), 2);
+    // The next compaction folds checkpoint 2 and would merge its segment
+    // with checkpoint 1's, whose bytes are damaged now.
+    let (id, original): (i64, Vec<u8>) = {
+        let r = f
+            .admin
+            .query_one(
+                &format!("SELECT id, segment FROM {SEGMENTS} WHERE sink_id = $1"),
+                &[&f.sink],
+            )
+            .unwrap();
+        (r.get(0), r.get(1))
+    };
+    f.admin
+        .execute(
+            &format!(
+                "UPDATE {SEGMENTS} SET segment = overlay(segment placing '\\xdeadbeef'::bytea \
+                 from 12) WHERE id = $1"
+            ),
+            &[&id],
+        )
+        .unwrap();
+    let snapshot = |f: &mut Fixture| -> Vec<(i64, Vec<u8>, i64, i64)> {
+        f.admin
+            .query(
+                &format!(
+                    "SELECT id, segment, first_checkpoint, transactions FROM {SEGMENTS} \
+                     WHERE sink_id = $1 ORDER BY id"
+                ),
+                &[&f.sink],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3)))
+            .collect()
+    };
+    let damaged = snapshot(&mut f);
+    let records = f.commit_records();
+
+    let msg = corrupt(dest.compact_history(&EVERY_COMMIT), "compaction");
+    for needle in [
+        "twopc_commit_segments",
+        &format!("with id {id}"),
+        f.sink.as_str(),
+        "merging small segments changed nothing",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} missing: {msg}");
+    }
+    assert_eq!(snapshot(&mut f), damaged, "no segment row changed");
+    assert_eq!(f.commit_records(), records, "checkpoint 2 is still loose");
+    assert_eq!(
+        f.commit_records(),
+        [(h2.transaction.to_string(), 2)],
+        "nothing folded"
+    );
+
+    // Repaired: the same compaction folds and merges.
+    f.admin
+        .execute(
+            &format!("UPDATE {SEGMENTS} SET segment = $2 WHERE id = $1"),
+            &[&id, &original],
+        )
+        .unwrap();
+    let done = dest.compact_history(&EVERY_COMMIT).unwrap();
+    assert_eq!(
+        done,
+        Compaction {
+            folded: 1,
+            segments: 1,
+            merged: 2,
+            busy: false
+        }
+    );
+    assert_eq!(
+        segment_rows(&mut f),
+        [(1, 2, 2, (rows_of(1).len() + rows_of(2).len()) as i64)]
+    );
+    let after: Vec<TransactionId> = dest
+        .committed_after(h1.lineage, 0)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.transaction)
+        .collect();
+    assert_eq!(after, [h1.transaction.clone(), h2.transaction.clone()]);
+}
+
+#[test]
+fn a_retract_waits_for_a_compaction_that_merges_its_segment() {
+    let url = server!();
+    let mut f = fixture(&url, "hist_merge_retract");
+    let mut s = f.open("run1");
+    let mut dest = f.destination("run1");
+    // Segments too small to merge under this policy: [1] and [2].
+    let no_merge = HistoryPolicy {
+        max_segment: 2,
+        ..EVERY_COMMIT
+    };
+    let h1 = committed(&mut s, &rows_of(1), 1);
+    dest.compact_history(&no_merge).unwrap();
+    let h2 = committed(&mut s, &rows_of(2), 2);
+    dest.compact_history(&no_merge).unwrap();
+    drop(s);
+    assert_eq!(segment_rows(&mut f).len(), 2);
+    let c1 = dest
+        .committed_after(h1.lineage, 0)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.transaction == h1.transaction)
+        .unwrap();
+
+    // A compaction that merges them is held inside its SQL transaction,
+    // having locked [1], waiting for [2] (an admin session holds it).
+    let mut blocker = admin(&url);
+    let mut hold = blocker.transaction().unwrap();
+    hold.execute(
+        &format!("SELECT 1 FROM {SEGMENTS} WHERE sink_id = $1 AND first_checkpoint = 2 FOR UPDATE"),
+        &[&f.sink],
+    )
+    .unwrap();
+    let mut merging = f.destination("run1");
+    let merging_pid = merging.control_backend_pid().unwrap();
+    let compaction = std::thread::spawn(move || merging.compact_history(&EVERY_COMMIT).unwrap());
+    let compaction_waited = waits_for_a_lock(&mut f, merging_pid);
+    // Meanwhile checkpoint 1 is retracted: it waits for the compaction.
+    let retract_pid = dest.control_backend_pid().unwrap();
+    let retract = std::thread::spawn(move || {
+        let result = dest.retract(&c1);
+        (dest, result)
+    });
+    let retract_waited = waits_for_a_lock(&mut f, retract_pid);
+    hold.rollback().unwrap();
+    let done = compaction.join().unwrap();
+    let (mut dest, result) = retract.join().unwrap();
+    assert!(compaction_waited && retract_waited);
+    assert_eq!(done.merged, 2, "{done:?}");
+    result.unwrap();
+
+    // The retract found checkpoint 1 in the merged segment and took it out.
+    assert_eq!(rows_of_txn(&mut f, &h1.transaction), 0);
+    assert_eq!(folded_ids(&mut f), [h2.transaction.to_string()]);
+    assert_eq!(segment_rows(&mut f), [(2, 2, 1, rows_of(2).len() as i64)]);
+    let left: Vec<TransactionId> = dest
+        .committed_after(h1.lineage, 0)
+        .unwrap()
+        .into_iter()
+        .map(|c| c.transaction)
+        .collect();
+    assert_eq!(left, std::slice::from_ref(&h2.transaction));
+}

@@ -28,6 +28,22 @@
 //! invisible, and not folded, until COMMIT PREPARED; a later compaction
 //! folds it.
 //!
+//! Then, in the same SQL transaction, small segments are merged, so that
+//! the number of rows grows with the history divided by `max_segment`, not
+//! by what one compaction folds (a committer folds a few hundred records at
+//! a time): the core's `plan_merge` groups them by their columns, each
+//! group's rows are locked (`FOR UPDATE`, as a retract locks them) and read
+//! back checked, their transactions deduplicated by id, one row inserted
+//! and the old ones deleted. A damaged row in a group is a `Corrupt` error
+//! and the whole compaction is rolled back: nothing folded, nothing merged.
+//!
+//! A retract takes the same advisory lock, waiting for it, first in its SQL
+//! transaction: a merge replaces segment rows with a new one, which a
+//! retract already reading (its statement's snapshot taken before the merge
+//! committed) would not see; it would find the old rows deleted and take
+//! the record for gone. Compactions are short, and one that finds a retract
+//! holding the lock reports busy.
+//!
 //! # Readers
 //!
 //! Lists read the loose records first, then the segments, each statement
@@ -53,10 +69,13 @@ use std::collections::{HashMap, HashSet};
 use postgres::Row;
 use twopc_core::destination::{CommittedTransaction, Compaction, HistoryPolicy, HistoryTally};
 use twopc_core::error::{DestinationError, DestinationErrorKind};
-use twopc_core::history::{decode_segment, encode_segment, plan_compaction};
+use twopc_core::history::{
+    decode_segment, encode_segment, plan_compaction, plan_merge, SegmentInfo,
+};
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 
 use super::{lock_key, to_i64, PgDestination};
+use crate::link::CallError;
 
 /// What a read of loose commit records selects, in [`record_of`]'s order.
 pub(super) const RECORD_COLUMNS: &str =
@@ -232,6 +251,15 @@ impl PgDestination {
         }
     }
 
+    /// The advisory lock of this sink's commit history: a compaction takes
+    /// it (or reports busy), a retract waits for it.
+    fn history_lock_key(&self) -> i64 {
+        lock_key(&format!(
+            "twopc-history\0{}\0{}",
+            self.options.control_schema, self.sink
+        ))
+    }
+
     fn corrupt(&self, message: String) -> DestinationError {
         self.err(DestinationErrorKind::Corrupt, message)
     }
@@ -369,13 +397,14 @@ impl PgDestination {
     }
 
     /// Removes the rows of a committed transaction from the target table
-    /// (`retract_rows`) and its commit record, loose or folded, in one SQL
-    /// transaction: both go, or neither. A folded record's segment row is
-    /// locked, rewritten without it, and deleted when it was the last.
+    /// (`retract_rows`; none when `None`, rows deleted by hand) and its
+    /// commit record, loose or folded, in one SQL transaction: both go, or
+    /// neither. A folded record's segment row is locked, rewritten without
+    /// it, and deleted when it was the last.
     pub(super) fn retract_record(
         &mut self,
         committed: &CommittedTransaction,
-        retract_rows: &str,
+        retract_rows: Option<&str>,
         delete_record: &str,
     ) -> Result<(u64, RecordRemoved), DestinationError> {
         let txn = committed.transaction.clone();
@@ -395,11 +424,22 @@ impl PgDestination {
         let known = self.segments_known;
         let sink = self.sink.as_str().to_string();
         let segments = self.segments();
+        let key = self.history_lock_key();
         let outcome = self
             .control
             .run("retracting a committed transaction", |c| {
                 let mut t = c.transaction()?;
-                let rows = t.execute(retract_rows, &[&txn.as_str()])?;
+                // Waits for a compaction that runs: one that merges the
+                // segment holding this transaction replaces its row with a
+                // new one, which a read of this statement's snapshot would
+                // not see (it would find the old row deleted, and the
+                // record gone). Taken first, before any row lock, so that
+                // neither waits for the other holding what it needs.
+                t.execute("SELECT pg_advisory_xact_lock($1)", &[&key])?;
+                let rows = match retract_rows {
+                    Some(sql) => t.execute(sql, &[&txn.as_str()])?,
+                    None => 0,
+                };
                 if t.execute(delete_record, &[&txn.as_str()])? > 0 {
                     t.commit()?;
                     return Ok(Ok((rows, RecordRemoved::Loose)));
@@ -462,27 +502,19 @@ impl PgDestination {
         policy: &HistoryPolicy,
     ) -> Result<Compaction, DestinationError> {
         self.ensure_segments_table()?;
-        let (cr, seg) = (
+        let statements = Statements::new(
             &self.control_tables.commit_records,
             &self.control_tables.segments,
         );
-        let read = format!("SELECT {RECORD_COLUMNS} FROM {cr} WHERE sink_id = $1");
-        let delete = format!(
-            "DELETE FROM {cr} WHERE sink_id = $1 AND transaction_id = ANY($2::text[]) \
-             RETURNING {RECORD_COLUMNS}"
+        let read = format!(
+            "SELECT {RECORD_COLUMNS} FROM {} WHERE sink_id = $1",
+            statements.records
         );
-        let insert = format!(
-            "INSERT INTO {seg} (sink_id, lineage, run_id, first_checkpoint, last_checkpoint, \
-                                transactions, row_count, segment, created_at) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())"
-        );
-        let cr = cr.clone();
-        let key = lock_key(&format!(
-            "twopc-history\0{}\0{}",
-            self.options.control_schema, self.sink
-        ));
+        let cr = statements.records.clone();
+        let key = self.history_lock_key();
         let sink = self.sink.clone();
         let sink_text = sink.as_str().to_string();
+        let segments = self.segments();
         let policy = *policy;
         let done = self.control.run("compacting the commit history", |c| {
             let mut t = c.transaction()?;
@@ -495,6 +527,7 @@ impl PgDestination {
                     ..Compaction::default()
                 }));
             }
+            let mut done = Compaction::default();
             let mut loose = Vec::new();
             for row in t.query(&read, &[&sink_text])? {
                 match record_of(&row, &cr) {
@@ -503,80 +536,29 @@ impl PgDestination {
                 }
             }
             let groups = plan_compaction(&loose, &policy);
-            if groups.is_empty() {
-                return Ok(Ok(Compaction::default()));
-            }
-            let ids: Vec<&str> = groups
-                .iter()
-                .flatten()
-                .map(|&i| loose[i].transaction.as_str())
-                .collect();
-            let mut current: HashMap<TransactionId, CommittedTransaction> = HashMap::new();
-            for row in t.query(&delete, &[&sink_text, &ids])? {
-                match record_of(&row, &cr) {
-                    Ok(r) => {
-                        current.insert(r.transaction.clone(), r);
+            if !groups.is_empty() {
+                match fold(&mut t, &sink, &loose, &groups, &statements) {
+                    Ok((folded, written)) => {
+                        done.folded = folded;
+                        done.segments = written;
                     }
-                    Err(m) => return Ok(Err(m)),
+                    Err(Failed::Sql(e)) => return Err(e),
+                    Err(Failed::Refused(m)) => return Ok(Err(m)),
                 }
             }
-            let mut done = Compaction::default();
-            for group in &groups {
-                // What the delete returned: a record retracted meanwhile is
-                // not folded (see the module docs).
-                let txns: Vec<CommittedTransaction> = group
-                    .iter()
-                    .filter_map(|&i| current.get(&loose[i].transaction).cloned())
-                    .collect();
-                let Some(head) = txns.first() else { continue };
-                let (lineage, run) = (head.lineage, head.run.clone());
-                if txns.iter().any(|c| c.lineage != lineage || c.run != run) {
+            match merge(&mut t, &segments, &policy, &statements) {
+                Ok(merged) => done.merged = merged,
+                Err(Failed::Sql(e)) => return Err(e),
+                Err(Failed::Refused(m)) => {
                     return Ok(Err(format!(
-                        "the commit records of {} in {cr} changed lineage or run while being \
-                         folded; they were edited by hand",
-                        txns.iter()
-                            .map(|c| c.transaction.as_str())
-                            .collect::<Vec<_>>()
-                            .join(", ")
-                    )));
+                        "{m}. The compaction that met it while merging small segments changed \
+                         nothing"
+                    )))
                 }
-                let bytes = encode_segment(lineage, &run, &txns);
-                // Read back before it replaces the records: what a later
-                // reader would refuse (a record whose subtask contradicts
-                // its id, checkpoint 0) stays loose, and the error names it.
-                match decode_segment(&bytes, &sink, Some((lineage, &run))) {
-                    Ok(back) if back == txns => {}
-                    Ok(_) => {
-                        return Ok(Err(format!(
-                            "a history segment of lineage {lineage} run {run} did not read back \
-                             as written (a bug; please report it); nothing was folded"
-                        )))
-                    }
-                    Err(e) => {
-                        return Ok(Err(format!(
-                            "the commit records of lineage {lineage} run {run} in {cr} cannot be \
-                             folded: {e}. A row was edited by hand (its transaction id, subtask \
-                             and checkpoint disagree); nothing was folded. Correct or remove that \
-                             row"
-                        )))
-                    }
-                }
-                let (n, records, first, last) = summary(&txns);
-                t.execute(
-                    &insert,
-                    &[
-                        &sink_text,
-                        &(lineage.0 as i64),
-                        &run.as_str(),
-                        &first,
-                        &last,
-                        &n,
-                        &records,
-                        &bytes,
-                    ],
-                )?;
-                done.folded += txns.len() as u64;
-                done.segments += 1;
+            }
+            if done == Compaction::default() {
+                // Nothing to fold or merge: the transaction only held the lock.
+                return Ok(Ok(done));
             }
             t.commit()?;
             Ok(Ok(done))
@@ -720,4 +702,235 @@ impl PgDestination {
         out.sort_by(|a, b| a.transaction.cmp(&b.transaction));
         Ok(out)
     }
+}
+
+/// The statements of a compaction.
+struct Statements {
+    /// The loose records' table, for messages.
+    records: String,
+    /// Deletes the planned loose records, returning what it deleted.
+    delete_records: String,
+    /// Inserts one segment row.
+    insert_segment: String,
+    /// The summary columns of every segment row of a sink, for the merge
+    /// plan (no bytes).
+    list_segments: String,
+    /// Locks and reads the segment rows of a merge group.
+    lock_segments: String,
+    /// Deletes the segment rows of a merge group.
+    delete_segments: String,
+}
+
+impl Statements {
+    fn new(records: &str, segments: &str) -> Self {
+        Statements {
+            records: records.to_string(),
+            delete_records: format!(
+                "DELETE FROM {records} WHERE sink_id = $1 AND transaction_id = ANY($2::text[]) \
+                 RETURNING {RECORD_COLUMNS}"
+            ),
+            insert_segment: format!(
+                "INSERT INTO {segments} (sink_id, lineage, run_id, first_checkpoint, \
+                                         last_checkpoint, transactions, row_count, segment, \
+                                         created_at) \
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, now())"
+            ),
+            list_segments: format!(
+                "SELECT id, lineage, run_id, first_checkpoint, transactions FROM {segments} \
+                 WHERE sink_id = $1"
+            ),
+            lock_segments: format!(
+                "SELECT {SEGMENT_COLUMNS} FROM {segments} \
+                 WHERE sink_id = $1 AND id = ANY($2::int8[]) \
+                 ORDER BY first_checkpoint, id FOR UPDATE"
+            ),
+            delete_segments: format!("DELETE FROM {segments} WHERE id = ANY($1::int8[])"),
+        }
+    }
+}
+
+/// Why a step of a compaction stopped: the server failed (retryable, as
+/// any statement), or what it found refuses it (a `Corrupt` error). Either
+/// way the compaction's SQL transaction is rolled back.
+enum Failed {
+    Sql(CallError),
+    Refused(String),
+}
+
+impl From<postgres::Error> for Failed {
+    fn from(e: postgres::Error) -> Self {
+        Failed::Sql(e.into())
+    }
+}
+
+/// Checks that `txns` (one lineage and run) read back from the segment
+/// they encode to; returns its bytes. `what` names them in the error.
+fn encoded(
+    sink: &SinkId,
+    lineage: LineageId,
+    run: &RunId,
+    txns: &[CommittedTransaction],
+    what: &str,
+) -> Result<Vec<u8>, Failed> {
+    let bytes = encode_segment(lineage, run, txns);
+    // Read back before it replaces what it holds: what a later reader would
+    // refuse (a record whose subtask contradicts its id, checkpoint 0)
+    // stays where it is, and the error names it.
+    match decode_segment(&bytes, sink, Some((lineage, run))) {
+        Ok(back) if back == txns => Ok(bytes),
+        Ok(_) => Err(Failed::Refused(format!(
+            "a history segment of lineage {lineage} run {run} did not read back as written (a \
+             bug; please report it); nothing was folded or merged"
+        ))),
+        Err(e) => Err(Failed::Refused(format!(
+            "{what} of lineage {lineage} run {run} cannot be folded: {e}. A row was edited by \
+             hand (its transaction id, subtask and checkpoint disagree); nothing was folded or \
+             merged. Correct or remove that row"
+        ))),
+    }
+}
+
+/// Inserts the segment row holding `txns` (one lineage and run).
+fn insert_segment(
+    t: &mut postgres::Transaction<'_>,
+    statements: &Statements,
+    sink: &SinkId,
+    txns: &[CommittedTransaction],
+    bytes: &[u8],
+) -> Result<(), Failed> {
+    let (n, records, first, last) = summary(txns);
+    let head = &txns[0];
+    t.execute(
+        &statements.insert_segment,
+        &[
+            &sink.as_str(),
+            &(head.lineage.0 as i64),
+            &head.run.as_str(),
+            &first,
+            &last,
+            &n,
+            &records,
+            &bytes,
+        ],
+    )?;
+    Ok(())
+}
+
+/// Folds the planned `groups` of `loose` records, inside the compaction's
+/// SQL transaction: deletes them with RETURNING and writes one segment row
+/// per group from what the delete returned (see the module docs). Returns
+/// the records folded and the segments written.
+fn fold(
+    t: &mut postgres::Transaction<'_>,
+    sink: &SinkId,
+    loose: &[CommittedTransaction],
+    groups: &[Vec<usize>],
+    statements: &Statements,
+) -> Result<(u64, u64), Failed> {
+    let cr = &statements.records;
+    let ids: Vec<&str> = groups
+        .iter()
+        .flatten()
+        .map(|&i| loose[i].transaction.as_str())
+        .collect();
+    let mut current: HashMap<TransactionId, CommittedTransaction> = HashMap::new();
+    for row in t.query(&statements.delete_records, &[&sink.as_str(), &ids])? {
+        let r = record_of(&row, cr).map_err(Failed::Refused)?;
+        current.insert(r.transaction.clone(), r);
+    }
+    let (mut folded, mut written) = (0, 0);
+    for group in groups {
+        // What the delete returned: a record retracted meanwhile is not
+        // folded (see the module docs).
+        let txns: Vec<CommittedTransaction> = group
+            .iter()
+            .filter_map(|&i| current.get(&loose[i].transaction).cloned())
+            .collect();
+        let Some(head) = txns.first() else { continue };
+        let (lineage, run) = (head.lineage, head.run.clone());
+        if txns.iter().any(|c| c.lineage != lineage || c.run != run) {
+            return Err(Failed::Refused(format!(
+                "the commit records of {} in {cr} changed lineage or run while being folded; \
+                 they were edited by hand",
+                txns.iter()
+                    .map(|c| c.transaction.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let bytes = encoded(
+            sink,
+            lineage,
+            &run,
+            &txns,
+            &format!("the commit records in {cr}"),
+        )?;
+        insert_segment(t, statements, sink, &txns, &bytes)?;
+        folded += txns.len() as u64;
+        written += 1;
+    }
+    Ok((folded, written))
+}
+
+/// Merges small segment rows of one lineage and run into one row each
+/// group (the core's `plan_merge`), inside the compaction's SQL
+/// transaction: the group's rows locked and read (checked: a damaged one
+/// refuses the whole compaction), their transactions deduplicated by id,
+/// one row inserted, the old rows deleted. Returns how many rows went.
+fn merge(
+    t: &mut postgres::Transaction<'_>,
+    segments: &Segments,
+    policy: &HistoryPolicy,
+    statements: &Statements,
+) -> Result<u64, Failed> {
+    let sink = segments.sink.as_str();
+    let mut ids = Vec::new();
+    let mut infos = Vec::new();
+    for row in t.query(&statements.list_segments, &[&sink])? {
+        // A row whose run is no run id is left alone here; every reader
+        // reports it.
+        let Ok(run) = RunId::new(row.get::<_, String>(2)) else {
+            continue;
+        };
+        ids.push(row.get::<_, i64>(0));
+        infos.push(SegmentInfo {
+            lineage: LineageId(row.get::<_, i64>(1) as u64),
+            run,
+            first: row.get::<_, i64>(3).max(0) as u64,
+            transactions: row.get::<_, i64>(4).max(0) as u64,
+        });
+    }
+    let mut merged = 0;
+    for group in plan_merge(&infos, policy) {
+        let wanted: Vec<i64> = group.iter().map(|&i| ids[i]).collect();
+        // Locked, then read as they are now: a retract that rewrote or
+        // emptied one meanwhile is seen (it locks them the same way).
+        let rows: Vec<SegmentRow> = t
+            .query(&statements.lock_segments, &[&sink, &wanted])?
+            .iter()
+            .map(SegmentRow::of)
+            .collect();
+        let Some(head) = rows.first() else { continue };
+        let (lineage, run) = (head.lineage, head.run.clone());
+        if rows.len() < 2 || rows.iter().any(|s| s.lineage != lineage || s.run != run) {
+            continue;
+        }
+        let mut by_id: HashMap<TransactionId, CommittedTransaction> = HashMap::new();
+        for s in &rows {
+            for c in segments.read(s).map_err(Failed::Refused)? {
+                by_id.entry(c.transaction.clone()).or_insert(c);
+            }
+        }
+        let mut txns: Vec<CommittedTransaction> = by_id.into_values().collect();
+        txns.sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
+        let lineage = LineageId(lineage as u64);
+        let run = RunId::new(run.as_str()).map_err(|e| Failed::Refused(e.to_string()))?;
+        let what = format!("the history segments in {}", segments.table);
+        let bytes = encoded(&segments.sink, lineage, &run, &txns, &what)?;
+        insert_segment(t, statements, &segments.sink, &txns, &bytes)?;
+        let gone: Vec<i64> = rows.iter().map(|s| s.id).collect();
+        t.execute(&statements.delete_segments, &[&gone])?;
+        merged += gone.len() as u64;
+    }
+    Ok(merged)
 }

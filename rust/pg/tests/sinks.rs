@@ -1,0 +1,200 @@
+//! What a transactional sink records of its configuration at start-up
+//! (`twopc_sinks`), for `twopc reconcile`: its target table as the server
+//! resolved it, its transaction-id column and control schema; updated when
+//! the configuration changes; never written by the operator's connection;
+//! and a sink whose user may not create the table runs without it.
+
+#[macro_use]
+mod common;
+
+use common::*;
+use twopc_core::SinkId;
+use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions, SinkRecord};
+
+type Row = (String, String, Option<String>, String, i64);
+
+/// The sink's row, as stored: schema, table, column, control schema and
+/// the time in microseconds.
+fn row(f: &mut Fixture, control_schema: &str) -> Option<Row> {
+    f.admin
+        .query_opt(
+            &format!(
+                "SELECT table_schema, table_name, transaction_id_column, control_schema, \
+                        (extract(epoch FROM recorded_at) * 1000000)::int8 \
+                 FROM {control_schema}.twopc_sinks WHERE sink_id = $1"
+            ),
+            &[&f.sink],
+        )
+        .unwrap()
+        .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
+}
+
+#[test]
+fn a_transactional_sink_records_its_resolved_table_and_updates_it_when_it_changes() {
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "sinks_rec", "id bigint NOT NULL, body text, txn text");
+    f.opts.transaction_id_column = Some("txn".into());
+    // Configured unqualified: recorded as the server resolved it.
+    assert!(!f.opts.table.contains('.'));
+    let mut s = f.open("run1");
+    committed(&mut s, &rows(0..2, "a"), 1);
+    let (schema, table, column, control, at) = row(&mut f, "public").expect("recorded");
+    assert_eq!(
+        (
+            schema.as_str(),
+            table.as_str(),
+            column.as_deref(),
+            control.as_str()
+        ),
+        ("public", f.table.as_str(), Some("txn"), "public")
+    );
+    let read = s.destination().sink_record().unwrap().unwrap();
+    assert_eq!(
+        read,
+        SinkRecord {
+            table_schema: "public".into(),
+            table_name: f.table.clone(),
+            transaction_id_column: Some("txn".into()),
+            control_schema: "public".into(),
+            recorded_at_ms: read.recorded_at_ms,
+        }
+    );
+    assert_eq!(read.table(), format!("public.{}", f.table));
+    // Milliseconds, rounded.
+    assert!(
+        (read.recorded_at_ms as i64 - at / 1000).abs() <= 1,
+        "{read:?} at {at}"
+    );
+    drop(s);
+
+    // The same configuration again (another subtask, a restart): the row
+    // and its time stay.
+    drop(f.destination("run2"));
+    assert_eq!(
+        row(&mut f, "public"),
+        Some((schema, table, column, control, at))
+    );
+
+    // The configuration changed: the row follows, with the time of the
+    // change.
+    f.opts.transaction_id_column = None;
+    f.opts.table = format!("public.{}", f.table);
+    drop(f.destination("run3"));
+    let (_, _, column, _, changed_at) = row(&mut f, "public").unwrap();
+    assert_eq!(column, None);
+    assert!(changed_at > at, "{changed_at} after {at}");
+
+    // The operator's connection reads it and never writes it.
+    f.admin
+        .execute(
+            "DELETE FROM public.twopc_sinks WHERE sink_id = $1",
+            &[&f.sink],
+        )
+        .unwrap();
+    let mut operator =
+        PgDestination::connect_operator(f.opts.clone(), &SinkId::new(f.sink.as_str()).unwrap())
+            .unwrap();
+    assert_eq!(operator.sink_record().unwrap(), None);
+    assert_eq!(row(&mut f, "public"), None);
+}
+
+#[test]
+fn an_idempotent_sink_records_nothing() {
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "sinks_idem", "id bigint PRIMARY KEY, body text");
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["id".into()],
+    };
+    drop(f.destination("run1"));
+    assert_eq!(row(&mut f, "public"), None);
+}
+
+#[test]
+fn a_user_who_may_not_create_the_sinks_table_runs_the_sink_with_a_warning() {
+    capture_logs();
+    let url = server!();
+    let mut f = Fixture::with_columns(
+        &url,
+        "sinks_nocreate",
+        "id bigint NOT NULL, body text, txn text",
+    );
+    let schema = unique("ctl");
+    let role = unique("nosinks");
+    let pw = "nosinks-pw-93c1";
+    f.opts.control_schema = schema.clone();
+    f.admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    // Control tables of a release before twopc_sinks, and a sink user who
+    // may not create tables.
+    drop(f.destination("run1"));
+    let table = f.table.clone();
+    f.admin
+        .batch_execute(&format!(
+            "DROP TABLE {schema}.twopc_sinks; \
+             CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+             GRANT USAGE ON SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {schema} TO {role}; \
+             GRANT SELECT, INSERT, DELETE ON {table} TO {role}"
+        ))
+        .unwrap();
+    let cleanup = |f: &mut Fixture| {
+        for sql in [
+            format!("DROP SCHEMA {schema} CASCADE"),
+            format!("REVOKE ALL ON {} FROM {role}", f.table),
+            format!("DROP ROLE {role}"),
+        ] {
+            if let Err(e) = f.admin.batch_execute(&sql) {
+                eprintln!("cleanup: {sql}: {e}");
+            }
+        }
+    };
+    let mut cfg: postgres::Config = url.parse().unwrap();
+    cfg.user(&role);
+    let host = match &cfg.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".to_string(),
+    };
+    let mut opts = PgOptions::new(
+        Endpoint::Params {
+            host,
+            port: port_of(&url),
+            dbname: cfg.get_dbname().unwrap().to_string(),
+            user: role.clone(),
+        },
+        table.clone(),
+        &["id", "body"],
+    );
+    opts.password = Some(Password::new(pw));
+    opts.control_schema = schema.clone();
+    opts.transaction_id_column = Some("txn".into());
+    let result = || {
+        let mut s = open(&opts, f.ctx("run2"), sink_options(), None).unwrap();
+        committed(&mut s, &rows(0..3, "n"), 1);
+        assert_eq!(f.count(), 3, "the sink runs");
+        let warned = logged(&format!(
+            "sink '{}' could not record its target table",
+            f.sink
+        ));
+        assert_eq!(warned.len(), 1, "{warned:?}");
+        for needle in [
+            "WARN",
+            "twopc_sinks",
+            &format!("--table public.{table} --transaction-id-column txn"),
+            "CREATE TABLE IF NOT EXISTS",
+        ] {
+            assert!(
+                warned[0].contains(needle),
+                "{needle:?} missing: {}",
+                warned[0]
+            );
+        }
+        assert_eq!(s.destination().sink_record().unwrap(), None);
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
+    cleanup(&mut f);
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
