@@ -56,6 +56,10 @@ ensure_rust
 # fresh-start check and inspect against 10^2..10^5 committed transactions,
 # folded and single; about a minute, 10^2..10^4 with --quick).
 if [ -n "$HISTORY" ]; then
+    # The PostgreSQL half measures a throw-away server of its own port.
+    export TWOPC_PG_PORT="${TWOPC_BENCH_PG_PORT:-54339}"
+    trap 'bash scripts/postgres.sh stop >/dev/null 2>&1 || true' EXIT
+    eval "$(TWOPC_PG_MAX_PREPARED=64 bash scripts/postgres.sh start)"
     cargo build --release --locked -p twopc-cli --bin twopc --example history-bench
     if [ -n "$QUICK" ]; then
         mkdir -p build/bench/quick
