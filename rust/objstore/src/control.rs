@@ -1,5 +1,6 @@
 //! The control objects of the object store destination (prepared markers,
-//! commit records, lineage records, ownership leases), the location of a
+//! commit records, lineage records, ownership leases, history segments and
+//! their index), the location of a
 //! prepared upload that travels in the handle, their encoding, and the
 //! checks each passes when read back before the sink acts on it.
 //!
@@ -17,6 +18,7 @@ use twopc_core::envelope::PayloadKind;
 use twopc_core::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
 use twopc_core::ids::{RunId, SinkId, TransactionId};
 
+use crate::history::HistoryIndex;
 use crate::names::{commit_record_name, Layout};
 
 /// Where a prepared transaction's records are: one multipart upload of its
@@ -80,13 +82,18 @@ pub enum ControlObject {
     Committed(CommitRecord),
     Lineage(LineageRecord),
     Lease(LeaseRecord),
+    /// A history segment: commit records folded together (see `history`).
+    Segment(Vec<CommitRecord>),
+    /// The live history segments (see `history`).
+    HistoryIndex(HistoryIndex),
 }
 
 /// Control objects are small (a location with 10,000 parts is about
 /// 400 KiB); anything larger is not ours.
 pub(crate) const MAX_CONTROL_OBJECT: usize = 1 << 20;
 
-pub(crate) fn encode(object: &ControlObject) -> Vec<u8> {
+/// Encodes a control object (tests and tools forge and repair with it).
+pub fn encode(object: &ControlObject) -> Vec<u8> {
     encode_payload(PayloadKind::Manifest, object)
 }
 
@@ -102,6 +109,12 @@ pub fn decode(bytes: &[u8]) -> Result<ControlObject, HandleError> {
             SinkId::new(l.sink.as_str()).map_err(|e| HandleError::Invalid(e.to_string()))?;
             RunId::new(l.run.as_str()).map_err(|e| HandleError::Invalid(e.to_string()))?;
         }
+        ControlObject::Segment(records) => {
+            for r in records {
+                r.handle.validate()?;
+            }
+        }
+        ControlObject::HistoryIndex(index) => index.validate()?,
     }
     Ok(object)
 }

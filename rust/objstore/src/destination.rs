@@ -16,8 +16,9 @@ use object_store::{
 };
 
 use twopc_core::destination::{
-    AbortStatus, CommitStatus, CommittedTransaction, Destination, LineageRecord, LineageSummary,
-    LostNote, OperationRecord, OwnerClaim, Ownership, StagedState, StagedTransaction,
+    AbortStatus, CommitStatus, CommittedTransaction, Compaction, Destination, HistoryPolicy,
+    HistoryTally, LineageRecord, LineageSummary, LostNote, OperationRecord, OwnerClaim, Ownership,
+    StagedState, StagedTransaction,
 };
 use twopc_core::error::{DestinationError, DestinationErrorKind, RecordFault, RecordPosition};
 use twopc_core::handle::{TransactionHandle, TransactionState};
@@ -36,6 +37,8 @@ use crate::names::{
 };
 use crate::options::{RecordFormat, S3Options, MAX_PARTS};
 use crate::s3api::{OpenUpload, S3Api};
+
+mod history;
 
 /// Lost notes and operation records are a few hundred bytes.
 const NOTE_LIMIT: usize = 64 * 1024;
@@ -94,6 +97,13 @@ fn store_err(op: &str, bucket: &str, key: &str, e: object_store::Error) -> Desti
 fn path(key: &str) -> Result<Path, DestinationError> {
     Path::parse(key)
         .map_err(|e| DestinationError::corrupt(format!("{key:?} is not a usable object key: {e}")))
+}
+
+/// An ETag without its quotes: the header of HEAD has them, the XML answer
+/// of some servers to CompleteMultipartUpload (whose ETag a commit record
+/// keeps) may not.
+fn unquoted(e_tag: &str) -> &str {
+    e_tag.trim_matches('"')
 }
 
 /// The number of parts an S3 multipart ETag names (`"<hex>-<n>"`), when it
@@ -403,7 +413,23 @@ impl ObjectStoreDestination {
         Ok(uploads)
     }
 
+    /// A commit record by name: the single record, or else the one folded
+    /// into a history segment (in that order; see `crate::history`).
     async fn read_commit_record(
+        &self,
+        name: &str,
+    ) -> Result<Option<CommitRecord>, DestinationError> {
+        if let Some(r) = self.read_single_record(name).await? {
+            return Ok(Some(r));
+        }
+        let Some((lineage, checkpoint, txn)) = parse_commit_record_name(name) else {
+            return Ok(None);
+        };
+        self.find_folded(lineage, checkpoint, &txn).await
+    }
+
+    /// The single commit record `name`, checked.
+    async fn read_single_record(
         &self,
         name: &str,
     ) -> Result<Option<CommitRecord>, DestinationError> {
@@ -453,7 +479,8 @@ impl ObjectStoreDestination {
         &self,
         handle: &TransactionHandle,
         key: &str,
-        meta: &ObjectMeta,
+        size: u64,
+        e_tag: Option<String>,
         keep_upload: Option<&str>,
         now_ms: u64,
     ) -> Result<(), DestinationError> {
@@ -462,8 +489,8 @@ impl ObjectStoreDestination {
         let record = CommitRecord {
             handle: handle.clone(),
             key: key.to_string(),
-            size: meta.size,
-            e_tag: meta.e_tag.clone().unwrap_or_default(),
+            size,
+            e_tag: e_tag.unwrap_or_default(),
             committed_at_ms: now_ms,
         };
         let record_key = self.layout.control(COMMITTED, &name);
@@ -524,9 +551,13 @@ impl ObjectStoreDestination {
         uploads: &[OpenUpload],
     ) -> Result<String, DestinationError> {
         let record_names = "no commit record";
+        let history = format!(
+            " nor in the history segments listed by {}",
+            self.layout.history_index()
+        );
         let mut evidence = format!(
             "{looked_for}; ListMultipartUploads with prefix {key} lists {}; HEAD of \
-             s3://{}/{key} finds no object; {record_names} under {}",
+             s3://{}/{key} finds no object; {record_names} under {}{history}",
             if uploads.is_empty() {
                 "no upload".to_string()
             } else {
@@ -578,7 +609,8 @@ impl ObjectStoreDestination {
             Some(meta)
                 if meta.size == record.size
                     && (record.e_tag.is_empty()
-                        || meta.e_tag.as_deref() == Some(&record.e_tag)) =>
+                        || meta.e_tag.as_deref().map(unquoted)
+                            == Some(unquoted(&record.e_tag))) =>
             {
                 self.tidy_after_commit(txn, &record.key, None).await;
                 Ok(CommitStatus::AlreadyCommitted)
@@ -597,12 +629,11 @@ impl ObjectStoreDestination {
         }
     }
 
-    /// Does `meta` look like the completion of `location`'s upload?
-    fn is_completion_of(meta: &ObjectMeta, location: &UploadLocation) -> bool {
-        meta.size == location.bytes
-            && meta
-                .e_tag
-                .as_deref()
+    /// Does an object of `size` bytes and ETag `e_tag` look like the
+    /// completion of `location`'s upload?
+    fn is_completion_of(size: u64, e_tag: Option<&str>, location: &UploadLocation) -> bool {
+        size == location.bytes
+            && e_tag
                 .and_then(etag_parts)
                 .is_none_or(|n| n == location.parts.len())
     }
@@ -621,10 +652,17 @@ impl ObjectStoreDestination {
         let txn = &handle.transaction;
         let key = location.key.as_str();
         if let Some(meta) = self.head(key).await? {
-            if Self::is_completion_of(&meta, location) {
+            if Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
                 // Completed, by this call (its answer lost) or an earlier one.
-                self.record_commit(handle, key, &meta, Some(&location.upload_id), now_ms)
-                    .await?;
+                self.record_commit(
+                    handle,
+                    key,
+                    meta.size,
+                    meta.e_tag,
+                    Some(&location.upload_id),
+                    now_ms,
+                )
+                .await?;
                 return Ok(CommitStatus::Committed);
             }
             return Err(self.corrupt(format!(
@@ -805,6 +843,9 @@ impl ObjectStoreDestination {
                     ),
                     )
                 })?;
+            if uploads.is_empty() {
+                return Ok((Vec::new(), Vec::new())); // nothing staged: no marker matters
+            }
             // Markers listed after the uploads: a transaction prepared before
             // this listing shows its marker (it is written after its parts).
             let markers = self.names_in(PREPARED).await?;
@@ -857,30 +898,19 @@ impl ObjectStoreDestination {
         })
     }
 
-    /// Every commit record of this sink whose name `pick` selects, checked.
-    fn commit_records(
+    /// Every commit record of this sink, single or folded, each
+    /// transaction once (tests, tools and the crash simulation).
+    pub fn all_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
+        self.rt.block_on(self.all_records(|_, _| true, |_| true))
+    }
+
+    /// The live history segments (as the index lists them) and the name of
+    /// every object under `_twopc/<sink>/history/` (more than the live
+    /// ones while leftovers of an interrupted compaction wait for the next).
+    pub fn history_segments(
         &self,
-        pick: impl Fn(LineageId, CheckpointId) -> bool,
-    ) -> Result<Vec<CommitRecord>, DestinationError> {
-        self.rt.block_on(async {
-            let mut out = Vec::new();
-            for name in self.names_in(COMMITTED).await? {
-                let Some((l, c, _)) = parse_commit_record_name(&name) else {
-                    log::warn!(
-                        "sink '{}': ignoring {}{name}: not a commit record name",
-                        self.layout.sink,
-                        self.layout.area(COMMITTED)
-                    );
-                    continue;
-                };
-                if pick(l, c) {
-                    if let Some(r) = self.read_commit_record(&name).await? {
-                        out.push(r);
-                    }
-                }
-            }
-            Ok(out)
-        })
+    ) -> Result<(Vec<crate::history::SegmentName>, Vec<String>), DestinationError> {
+        self.rt.block_on(self.segments_and_objects())
     }
 
     fn removal(&mut self, txn: &TransactionId) -> Result<Removal, DestinationError> {
@@ -890,9 +920,11 @@ impl ObjectStoreDestination {
             .map(|o| o.upload_id.clone());
         let key = self.layout.part_key(txn);
         self.rt.block_on(async {
-            if self.head(&key).await?.is_some() {
-                return Ok(Removal::Published);
-            }
+            // The uploads first, the object after: an upload completed
+            // before the listing shows as the object below, one completed
+            // after it fails our abort and shows there too. (An object with
+            // uploads beside it is a committed transaction with strays of
+            // its key, which go as well.)
             let mut ids: Vec<String> = self
                 .uploads_of(&key)
                 .await?
@@ -918,12 +950,19 @@ impl ObjectStoreDestination {
                     Err(e) => return Err(self.err("aborting the upload of", &key, e)),
                 }
             }
-            // A complete that won the race against the abort published it.
+            // Committed before, or a complete that won the race against the
+            // abort published it.
             if self.head(&key).await?.is_some() {
                 return Ok(Removal::Published);
             }
-            self.delete(&self.layout.control(PREPARED, txn.as_str()))
-                .await?;
+            // The marker goes with the upload. Without an upload (the usual
+            // abort of a transaction that never received a record) there is
+            // none, or a leftover of an upload removed outside twopc, which
+            // nothing reads: one request saved per such abort.
+            if !ids.is_empty() {
+                self.delete(&self.layout.control(PREPARED, txn.as_str()))
+                    .await?;
+            }
             Ok(if removed {
                 Removal::Removed
             } else {
@@ -1177,25 +1216,33 @@ impl Destination for ObjectStoreDestination {
                 .collect();
             let id = MultipartId::from(location.upload_id.clone());
             match self.store.complete_multipart(&key, &id, parts).await {
-                Ok(_) => {
-                    let Some(meta) = self.head(&location.key).await? else {
-                        return Err(DestinationError::new(
-                            DestinationErrorKind::Io,
-                            format!(
-                                "the upload of {txn} was completed but s3://{}/{} is not there \
-                                 yet; the commit is retried by id",
-                                self.layout.bucket, location.key
-                            ),
-                        ));
+                Ok(done) => {
+                    // The answer names the object's ETag; its size is the sum
+                    // of the parts S3 just joined, which the location counts.
+                    // Only an answer without an ETag is looked at again.
+                    let (size, e_tag) = match done.e_tag {
+                        Some(e_tag) => (location.bytes, Some(e_tag)),
+                        None => {
+                            let Some(meta) = self.head(&location.key).await? else {
+                                return Err(DestinationError::new(
+                                    DestinationErrorKind::Io,
+                                    format!(
+                                        "the upload of {txn} was completed but s3://{}/{} is \
+                                         not there yet; the commit is retried by id",
+                                        self.layout.bucket, location.key
+                                    ),
+                                ));
+                            };
+                            (meta.size, meta.e_tag)
+                        }
                     };
-                    if !Self::is_completion_of(&meta, &location) {
+                    if !Self::is_completion_of(size, e_tag.as_deref(), &location) {
                         return Err(self.corrupt(format!(
-                            "completing the upload of {txn} gave s3://{}/{} of {} bytes (ETag \
-                             {}), but {} bytes in {} parts were prepared",
+                            "completing the upload of {txn} gave s3://{}/{} of {size} bytes \
+                             (ETag {}), but {} bytes in {} parts were prepared",
                             self.layout.bucket,
                             location.key,
-                            meta.size,
-                            meta.e_tag.unwrap_or_default(),
+                            e_tag.unwrap_or_default(),
                             location.bytes,
                             location.parts.len()
                         )));
@@ -1203,7 +1250,8 @@ impl Destination for ObjectStoreDestination {
                     self.record_commit(
                         handle,
                         &location.key,
-                        &meta,
+                        size,
+                        e_tag,
                         Some(&location.upload_id),
                         now_ms,
                     )
@@ -1243,7 +1291,8 @@ impl Destination for ObjectStoreDestination {
         checkpoint: CheckpointId,
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
         Ok(self
-            .commit_records(|l, c| l == lineage && c > checkpoint)?
+            .rt
+            .block_on(self.records_after(lineage, checkpoint))?
             .iter()
             .map(CommitRecord::view)
             .collect())
@@ -1256,12 +1305,14 @@ impl Destination for ObjectStoreDestination {
             &committed.transaction,
         );
         self.rt.block_on(async {
-            let Some(record) = self.read_commit_record(&name).await? else {
-                return Ok(()); // retracted already
-            };
-            // The record was checked: its key is this transaction's object.
-            self.delete(&record.key).await?;
-            self.delete(&self.layout.control(COMMITTED, &name)).await
+            // Single or folded; none when retracted already (a folded copy
+            // may still be on its way out: `retract_folded` sees to it).
+            if let Some(record) = self.read_commit_record(&name).await? {
+                // The record was checked: its key is this transaction's object.
+                self.delete(&record.key).await?;
+            }
+            self.delete(&self.layout.control(COMMITTED, &name)).await?;
+            self.retract_folded(committed).await
         })
     }
 
@@ -1357,19 +1408,12 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
-        // Counts from the record names; records are read only for each
-        // lineage's latest checkpoint.
-        let names = self.rt.block_on(self.names_in(COMMITTED))?;
-        let mut by: std::collections::BTreeMap<LineageId, (u64, CheckpointId)> = Default::default();
-        for (l, c, _) in names.iter().filter_map(|n| parse_commit_record_name(n)) {
-            let e = by.entry(l).or_insert((0, c));
-            e.0 += 1;
-            e.1 = e.1.max(c);
-        }
+        // Counts from the names of single records and segments; records are
+        // read only for each lineage's latest checkpoint.
+        let latest = self.rt.block_on(self.lineage_view())?;
         let records = self.lineage_records()?;
         let mut out = Vec::new();
-        for (lineage, (count, last)) in by {
-            let latest = self.commit_records(|l, c| l == lineage && c == last)?;
+        for (lineage, (count, last, latest)) in latest {
             let mut runs: Vec<RunId> = Vec::new();
             for r in &latest {
                 if !runs.contains(&r.handle.run) {
@@ -1391,6 +1435,15 @@ impl Destination for ObjectStoreDestination {
         Ok(out)
     }
 
+    fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        let policy = crate::history::effective(policy, &self.layout);
+        self.rt.block_on(self.compact(&policy))
+    }
+
+    fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        self.rt.block_on(self.tallies())
+    }
+
     fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
         let key = self.layout.control(LINEAGES, &record.lineage.to_string());
         // Every subtask records it; the first one's record stays.
@@ -1409,13 +1462,23 @@ impl Destination for ObjectStoreDestination {
         lineage: LineageId,
     ) -> Result<(), DestinationError> {
         let key = self.layout.control(RUNS, run.as_str());
-        let created =
-            self.rt
-                .block_on(self.put(&key, lineage.to_string().into_bytes(), PutMode::Create))?;
-        if created {
-            return Ok(());
-        }
-        match self.run_lineage(run)? {
+        // Read first: every subtask of every attempt records it, and only
+        // the first finds it absent.
+        let recorded = match self.run_lineage(run)? {
+            Some(l) => Some(l),
+            None => {
+                let created = self.rt.block_on(self.put(
+                    &key,
+                    lineage.to_string().into_bytes(),
+                    PutMode::Create,
+                ))?;
+                if created {
+                    return Ok(());
+                }
+                self.run_lineage(run)?
+            }
+        };
+        match recorded {
             Some(l) if l == lineage => Ok(()),
             other => Err(self.corrupt(format!(
                 "{key} records lineage {other:?} for run {run}, but this run writes in lineage \

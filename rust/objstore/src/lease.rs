@@ -8,12 +8,17 @@
 //!   One that expired, or one of an older attempt of the same run and sink
 //!   operator (a failover), or our own: replace it with `PutMode::Update`
 //!   (If-Match: the ETag read), so that of two claimants taking over the
-//!   same expired lease exactly one wins. Otherwise: `HeldBy`.
+//!   same expired lease exactly one wins. Otherwise: `HeldBy`. A write that
+//!   fails in transit is read back: if the lease now holds this claim, the
+//!   write landed with its answer lost, and the lease is held (and
+//!   released) as acquired, instead of barring everyone until it lapses.
 //! * Renewal: the holder renews (If-Match its own last ETag) when a third
 //!   of the lease has passed, at its next call (every write, prepare and
 //!   commit passes by). A renewal that finds another ETag means someone
 //!   took the lease over: the call fails with `NotPermitted`, so this
-//!   writer stops instead of working next to the new owner.
+//!   writer stops instead of working next to the new owner. (Unless the
+//!   lease read back still holds this writer's claim: then the other ETag
+//!   came from its own earlier write whose answer was lost.)
 //! * Release, when the destination is dropped: the lease is rewritten as
 //!   expired (If-Match), never deleted, so a release cannot remove a
 //!   successor's lease.
@@ -156,10 +161,24 @@ pub(crate) async fn claim(
                     renewed_at_ms: now_ms,
                 }))
             }
-            // Another claimant was faster: look again.
+            // Another claimant was faster (or our own write, resent after
+            // its answer was lost): look again.
             Err(object_store::Error::AlreadyExists { .. })
             | Err(object_store::Error::Precondition { .. }) => continue,
-            Err(e) => return Err(store_err("writing", &key, e)),
+            // The write may have landed with its answer lost: then the lease
+            // is ours, and must be held (and released) as ours, or it
+            // would bar everyone else until it lapses.
+            Err(e) => {
+                return match read_own(store, &key, &record).await {
+                    Some(version) => Ok(Claimed::Acquired(HeldLease {
+                        key,
+                        record,
+                        version,
+                        renewed_at_ms: now_ms,
+                    })),
+                    None => Err(store_err("writing", &key, e)),
+                }
+            }
         }
     }
     Err(DestinationError::new(
@@ -186,32 +205,76 @@ pub(crate) async fn rewrite(
     } else {
         now_ms.saturating_add(lease_ms)
     };
-    let mode = PutMode::Update(held.version.clone());
-    match store
-        .put_opts(
-            &held.key,
-            PutPayload::from(encode(&ControlObject::Lease(record.clone()))),
-            PutOptions::from(mode),
-        )
-        .await
-    {
-        Ok(result) => {
-            held.version = UpdateVersion::from(result);
-            held.record = record;
-            held.renewed_at_ms = now_ms;
-            Ok(())
+    let mut read_back = false;
+    loop {
+        let mode = PutMode::Update(held.version.clone());
+        let put = store
+            .put_opts(
+                &held.key,
+                PutPayload::from(encode(&ControlObject::Lease(record.clone()))),
+                PutOptions::from(mode),
+            )
+            .await;
+        match put {
+            Ok(result) => {
+                held.version = UpdateVersion::from(result);
+                held.record = record;
+                held.renewed_at_ms = now_ms;
+                return Ok(());
+            }
+            // An earlier write of ours whose answer was lost (a renewal
+            // that failed, or this one resent) changed the ETag: the lease
+            // is still ours if it holds our claim. Looked at once.
+            Err(object_store::Error::Precondition { .. }) if !read_back => {
+                read_back = true;
+                if let Some(version) = read_own(store, &held.key, &held.record).await {
+                    held.version = version;
+                    continue;
+                }
+                return Err(taken_over(held));
+            }
+            Err(object_store::Error::Precondition { .. })
+            | Err(object_store::Error::NotFound { .. }) => return Err(taken_over(held)),
+            Err(e) => return Err(store_err("renewing", &held.key, e)),
         }
-        Err(object_store::Error::Precondition { .. })
-        | Err(object_store::Error::NotFound { .. }) => Err(DestinationError::new(
-            DestinationErrorKind::NotPermitted,
-            format!(
-                "subtask {} of sink '{}' lost its ownership lease {}: another writer took it \
-                     over after it lapsed (this writer was idle or paused longer than the lease). \
-                     This writer stops; the job restarts from its last checkpoint. If two jobs \
-                     write the same sink id, give one of them another sink id",
-                held.record.subtask, held.record.sink, held.key
-            ),
-        )),
-        Err(e) => Err(store_err("renewing", &held.key, e)),
+    }
+}
+
+fn taken_over(held: &HeldLease) -> DestinationError {
+    DestinationError::new(
+        DestinationErrorKind::NotPermitted,
+        format!(
+            "subtask {} of sink '{}' lost its ownership lease {}: another writer took it over \
+             after it lapsed (this writer was idle or paused longer than the lease). This writer \
+             stops; the job restarts from its last checkpoint. If two jobs write the same sink \
+             id, give one of them another sink id",
+            held.record.subtask, held.record.sink, held.key
+        ),
+    )
+}
+
+/// The version of the lease at `key` if it is `ours` (the same claim of
+/// the same process, whatever its expiry): what a write whose answer was
+/// lost left.
+async fn read_own(store: &AmazonS3, key: &Path, ours: &LeaseRecord) -> Option<UpdateVersion> {
+    let got = store.get(key).await.ok()?;
+    let version = UpdateVersion {
+        e_tag: got.meta.e_tag.clone(),
+        version: got.meta.version.clone(),
+    };
+    let bytes = got.bytes().await.ok()?;
+    match decode(&bytes) {
+        Ok(ControlObject::Lease(l))
+            if l.sink == ours.sink
+                && l.subtask == ours.subtask
+                && l.run == ours.run
+                && l.attempt == ours.attempt
+                && l.instance == ours.instance
+                && l.holder == ours.holder
+                && l.acquired_at_ms == ours.acquired_at_ms =>
+        {
+            Some(version)
+        }
+        _ => None,
     }
 }

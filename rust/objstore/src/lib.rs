@@ -16,6 +16,8 @@
 //!     runs/<run>                               the lineage a run writes in
 //!     lost/<txn-id>                            note of a transaction found LOST
 //!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
+//!     history/<lineage>.<first>.<last>...      commit records folded together (see `history`)
+//!   _twopc/<sink>/history.index                the live history segments (If-Match replaced)
 //! ```
 //!
 //! Open and prepared transactions are not objects: they are the multipart
@@ -46,7 +48,8 @@
 //! * **Commit**: a commit record present answers `AlreadyCommitted` if the
 //!   object is there with the recorded size and ETag (`Missing` if it is
 //!   gone, an error if it was replaced). Otherwise CompleteMultipartUpload
-//!   with the handle's ids publishes the object atomically, then the
+//!   with the handle's ids publishes the object atomically (its answer
+//!   gives the object's ETag; the size is what the parts held), then the
 //!   commit record is written with `PutMode::Create`. A complete that
 //!   fails is never judged by its error (S3 answers NoSuchUpload for both
 //!   completed and aborted uploads; moto answers 500): the object is
@@ -56,11 +59,12 @@
 //!   an error, the outcome unknown, and the core retries with the same
 //!   ids. Absent with no such upload: `Missing`, the evidence saying what
 //!   was looked at (and an expiry tombstone, if any).
-//! * **Abort**: an object at the key means the commit was decided
-//!   (`WasCommitted`); otherwise every upload of the key is aborted and the
-//!   object looked at again: complete and abort of one upload are
-//!   serialised by the server, so exactly one wins, and a complete that
-//!   won shows as the object. `NotFound` when there was no upload.
+//! * **Abort**: every upload of the key is aborted, then the object is
+//!   looked at: an object at the key means the commit was decided
+//!   (`WasCommitted`; any upload beside it was a stray). Complete and abort
+//!   of one upload are serialised by the server, so exactly one wins, and a
+//!   complete that won shows as the object. `NotFound` when there was no
+//!   upload.
 //! * **Expire**: an abort that leaves a tombstone, so a later commit says
 //!   why the transaction is missing.
 //! * **Retention**: `ObjectStoreDestination::open_checked` refuses a
@@ -68,15 +72,20 @@
 //!   this sink's uploads with fewer days than it needs (`retention`).
 //! * **Ownership**: a lease object per subtask with conditional writes
 //!   (`lease`, with the limits of that approach).
-//! * **History**: commit records stay one object each (the trait's
-//!   default `compact_history` does nothing and `history_tallies` reads
-//!   them all); folding them into segments is future work.
+//! * **History**: `compact_history` folds commit records behind the
+//!   policy's watermark into segment objects and merges small ones, every
+//!   change decided by one conditional replacement (If-Match) of the
+//!   history index, no lock and no clock involved; every reader reads the
+//!   single record first and the segments after (see `history` for the
+//!   argument). `history_tallies` answers from the index's segment names
+//!   and the few single records.
 #![forbid(unsafe_code)]
 
 pub mod control;
 pub mod credentials;
 pub mod destination;
 pub mod faults;
+pub mod history;
 mod lease;
 pub mod names;
 pub mod options;

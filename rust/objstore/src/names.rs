@@ -16,6 +16,11 @@ pub const LINEAGES: &str = "lineages";
 pub const RUNS: &str = "runs";
 pub const LOST: &str = "lost";
 pub const OPERATIONS: &str = "operations";
+/// Folded commit records (see `history`).
+pub const HISTORY: &str = "history";
+/// The list of live history segments, replaced with If-Match (see
+/// `history`); beside the area, not in it.
+pub const HISTORY_INDEX: &str = "history.index";
 
 /// Longest part prefix and suffix (without its dot) accepted.
 pub(crate) const MAX_PREFIX_LEN: usize = 32;
@@ -60,6 +65,11 @@ impl Layout {
 
     pub fn control(&self, area: &str, name: &str) -> String {
         format!("{}{name}", self.area(area))
+    }
+
+    /// `prefix/_twopc/<sink>/history.index`.
+    pub fn history_index(&self) -> String {
+        self.under_prefix(&format!("{CONTROL_DIR}/{}/{HISTORY_INDEX}", self.sink))
     }
 
     pub fn commit_record_key(

@@ -1,7 +1,7 @@
 //! The few S3 calls object_store does not have: ListMultipartUploads (the
 //! open uploads under a prefix: `staged()` and lingering cleanup),
 //! GetBucketLifecycleConfiguration (the retention check), and, for tests and
-//! tools, CreateBucket and PutBucketLifecycleConfiguration.
+//! tools, CreateBucket, DeleteBucket and PutBucketLifecycleConfiguration.
 //!
 //! Why no signer of our own: object_store exports its SigV4 signer
 //! (`AwsAuthorizer::try_authorize`) and its credential chain
@@ -333,6 +333,19 @@ impl S3Api {
         match self.send(http::Method::PUT, "", "", body, &[]).await {
             Ok(_) => Ok(()),
             Err(e) if e.code.as_deref() == Some("BucketAlreadyOwnedByYou") => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    /// Deletes the bucket, which must be empty (tests and tools: a
+    /// throw-away bucket on a local server).
+    pub async fn delete_bucket(&self) -> Result<(), ApiError> {
+        match self
+            .send(http::Method::DELETE, "", "", Bytes::new(), &[])
+            .await
+        {
+            Ok(_) => Ok(()),
+            Err(e) if e.code.as_deref() == Some("NoSuchBucket") => Ok(()),
             Err(e) => Err(e),
         }
     }

@@ -544,3 +544,43 @@ fn secrets_never_show_in_errors_or_debug() {
     let shown = format!("{:?}", d.commit(&forged, 1));
     assert!(!shown.contains(SECRET), "{shown}");
 }
+
+#[test]
+fn a_lease_write_whose_answer_was_lost_is_held_and_released_as_ours() {
+    let endpoint = server!();
+    let mut o = options(&endpoint);
+    o.lease_ms = 10_000;
+    let (mut a, faults) = open_faulty(&o);
+    let claim = |run: &str| OwnerClaim {
+        sink: sink(),
+        subtask: 0,
+        run: RunId::new(run).unwrap(),
+        attempt: 0,
+        instance: 1,
+    };
+    // The claim lands, its answer is lost: the lease is ours all the same.
+    faults.arm(S3Call::PutObject, FaultAction::FailAfter("cut".into()));
+    assert_eq!(
+        a.claim_ownership(&claim("run-a")).unwrap(),
+        Ownership::Acquired
+    );
+    let mut b = ObjectStoreDestination::open(o.clone(), &sink()).unwrap();
+    assert!(matches!(
+        b.claim_ownership(&claim("run-b")).unwrap(),
+        Ownership::HeldBy(_)
+    ));
+    // A renewal (due after a third of the lease) that lands with its answer
+    // lost fails that call; the next renewal meets its own ETag change and
+    // is not taken for a takeover.
+    std::thread::sleep(std::time::Duration::from_millis(3_500));
+    faults.arm(S3Call::PutObject, FaultAction::FailAfter("cut".into()));
+    let err = write(&mut a, 1, &records(1, 5, 1)).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    write(&mut a, 1, &records(1, 5, 1)).unwrap();
+    // Released when dropped: the other job gets it at once.
+    drop(a);
+    assert_eq!(
+        b.claim_ownership(&claim("run-b")).unwrap(),
+        Ownership::Acquired
+    );
+}

@@ -3,9 +3,11 @@
 //! A simulated Flink job (replayable source, checkpoints, failovers,
 //! savepoint restores, stateless restarts, rescaling between 1 and 4
 //! subtasks) drives the real core against the in-memory destination with
-//! injected faults and against the real filesystem destination in a
-//! temporary directory, crashing at every step of the protocol. After every
-//! schedule the invariants in `sim/invariants.rs` are checked.
+//! injected faults, against the real filesystem destination in a
+//! temporary directory, and against the real object store destination in
+//! a bucket of the local S3 server (moto), crashing at every step of the
+//! protocol. After every schedule the invariants in `sim/invariants.rs`
+//! are checked.
 //!
 //! Each schedule drives one of the sink's two Flink topologies, drawn from
 //! its seed (half each): the SinkFunction shim's (one `SubtaskSink` per
@@ -15,19 +17,25 @@
 //! `retryLater()` does). See `sim/job.rs` and `sim/job/v2.rs`.
 //!
 //! Every run first plays the scripted regression scenarios
-//! (`sim/scenarios.rs`, against both destinations) and replays
+//! (`sim/scenarios.rs`, against every destination) and replays
 //! [`ONCE_FAILED`], then the random schedules.
 //!
 //! Environment:
 //! * `TWOPC_SIM_SEED=<n>`: replay one schedule with a step-by-step trace
-//!   (seeds from 1000000000 on run against the filesystem destination).
+//!   (seeds from 1000000000 on run against the filesystem destination,
+//!   from 2000000000 on against the object store).
 //! * `TWOPC_SIM_SCENARIO=<n>`: replay scenario `n` (1-based, as listed in
-//!   the summary) with a trace, against both destinations.
+//!   the summary) with a trace, against every destination.
 //! * `TWOPC_SIM_SCHEDULES=<n>`: in-memory schedules (default 10000).
 //! * `TWOPC_SIM_FS_SCHEDULES=<n>`: filesystem schedules (default 500).
+//! * `TWOPC_SIM_OBJ_SCHEDULES=<n>`: object store schedules (default 200).
+//!   They need the local S3 server: `eval "$(bash scripts/s3.sh start)"`
+//!   sets `TWOPC_S3_ENDPOINT` (the test command starts it); without it the
+//!   run fails and says so, unless this is 0.
 //! * `TWOPC_SIM_FIRST_SEED=<k>`: the in-memory schedules are seeds
-//!   `k..k+n` (default 0), and `TWOPC_SIM_FS_FIRST_SEED=<k>` the
-//!   filesystem ones `1000000000+k..` (default 0): several runs or machines
+//!   `k..k+n` (default 0), `TWOPC_SIM_FS_FIRST_SEED=<k>` the filesystem
+//!   ones `1000000000+k..` and `TWOPC_SIM_OBJ_FIRST_SEED=<k>` the object
+//!   store ones `2000000000+k..` (default 0): several runs or machines
 //!   split a large run into ranges (`scripts/simulate.sh --part`).
 //!
 //! Runs without the test harness so that its summary always prints; a
@@ -42,7 +50,7 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use twopc_core::SinkId;
 
-use sim::backend::{FsBackend, MemoryBackend};
+use sim::backend::{FsBackend, MemoryBackend, ObjBackend, S3_ENDPOINT_VAR};
 use sim::checkpoints::Redistribution;
 use sim::clock::ManualClock;
 use sim::coverage::{Coverage, Section};
@@ -50,16 +58,22 @@ use sim::faults::SharedFaults;
 use sim::job::SimulatedJob;
 use sim::rng::Rng;
 use sim::scenarios::{Scenario, Verdict};
-use sim::schedule::{CommitRetry, CrashPoint, Schedule, Topology};
+use sim::schedule::{CommitRetry, CrashPoint, Schedule, Target, Topology};
 use sim::trace::{install_core_logger, Trace};
 
 const DEFAULT_MEMORY_SCHEDULES: u64 = 10_000;
 const DEFAULT_FS_SCHEDULES: u64 = 500;
+const DEFAULT_OBJ_SCHEDULES: u64 = 200;
 /// Seeds at or above this run against the filesystem destination, so that
 /// one number names one schedule.
 const FS_SEED_BASE: u64 = 1_000_000_000;
+/// Seeds at or above this run against the object store destination.
+const OBJ_SEED_BASE: u64 = 2_000_000_000;
 /// Filesystem schedules wait on fsync far more than they compute.
 const FS_WORKERS: usize = 4;
+/// Object store schedules wait on the S3 server (one process, which does
+/// the most of the work): a few at once keep it busy.
+const OBJ_WORKERS: usize = 4;
 /// Simulated start time of in-memory schedules (fixed: part of the seed).
 const MEMORY_CLOCK_START_MS: u64 = 1_790_000_000_000;
 /// Seeds that once failed (triaged in `rust/sim/TRIAGE.md`), replayed by
@@ -74,6 +88,9 @@ const ONCE_FAILED: [u64; 15] = [
 /// Scenarios run against the filesystem destination in a directory of
 /// their own, named by a number far from every seed.
 const SCENARIO_DIR_BASE: u64 = u64::MAX / 2;
+/// The same for the object store's scenarios (apart from the others, whose
+/// numbers also fix their live draws).
+const OBJ_SCENARIO_BASE: u64 = SCENARIO_DIR_BASE + 1_000_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -93,25 +110,61 @@ fn panic_text(payload: &(dyn std::any::Any + Send)) -> String {
         .unwrap_or_else(|| "non-text panic".to_string())
 }
 
+/// The destination a seed runs against.
+fn target_of(seed: u64) -> Target {
+    if seed >= OBJ_SEED_BASE {
+        Target::Obj
+    } else if seed >= FS_SEED_BASE {
+        Target::Fs
+    } else {
+        Target::Memory
+    }
+}
+
 /// Runs one schedule; `Err` is a violated invariant (or a panic).
 fn run_schedule(seed: u64, trace_on: bool) -> (Result<(), String>, Coverage) {
-    let fs = seed >= FS_SEED_BASE;
-    run(Schedule::generate(seed, fs), fs, seed, trace_on)
+    let target = target_of(seed);
+    run(Schedule::generate(seed, target), target, seed, trace_on)
 }
 
 /// Runs scenario `index` against one destination.
 fn run_scenario(
     index: usize,
     scenario: &Scenario,
-    fs: bool,
+    target: Target,
     trace_on: bool,
 ) -> (Result<(), String>, Coverage) {
-    let tag = SCENARIO_DIR_BASE + 2 * index as u64 + u64::from(fs);
-    run(scenario.schedule.clone(), fs, tag, trace_on)
+    let tag = match target {
+        Target::Obj => OBJ_SCENARIO_BASE + index as u64,
+        _ => SCENARIO_DIR_BASE + 2 * index as u64 + u64::from(target == Target::Fs),
+    };
+    run(scenario.schedule.clone(), target, tag, trace_on)
+}
+
+/// The local S3 server's endpoint; `None` when it is not set.
+fn s3_endpoint() -> Option<String> {
+    std::env::var(S3_ENDPOINT_VAR)
+        .ok()
+        .filter(|e| !e.trim().is_empty())
+}
+
+/// The destinations scenarios run against: the object store too when its
+/// server is there.
+fn scenario_targets() -> Vec<Target> {
+    let mut targets = vec![Target::Memory, Target::Fs];
+    if s3_endpoint().is_some() {
+        targets.push(Target::Obj);
+    }
+    targets
 }
 
 /// `seed` fixes the live draws (and names the filesystem directory).
-fn run(schedule: Schedule, fs: bool, seed: u64, trace_on: bool) -> (Result<(), String>, Coverage) {
+fn run(
+    schedule: Schedule,
+    target: Target,
+    seed: u64,
+    trace_on: bool,
+) -> (Result<(), String>, Coverage) {
     let trace = Trace::new(trace_on);
     // Live decisions use a stream apart from the one that drew the shape.
     let mut rng = Rng::new(seed ^ 0x0DD5_EED5_0DD5_EED5);
@@ -126,7 +179,16 @@ fn run(schedule: Schedule, fs: bool, seed: u64, trace_on: bool) -> (Result<(), S
     };
     let sink = SinkId::new("sim").expect("valid sink id");
     let outcome = catch_unwind(AssertUnwindSafe(|| {
-        if fs {
+        if target == Target::Obj {
+            // As for the filesystem: the destination's times are real.
+            let now = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let endpoint = s3_endpoint().unwrap_or_else(|| no_s3_server());
+            let backend = ObjBackend::new(sink, faults.clone(), seed, &endpoint);
+            let clock = ManualClock::new(now, None);
+            SimulatedJob::new(schedule, backend, clock, faults, rng, trace).run()
+        } else if target == Target::Fs {
             // Real files carry real modification times, which retention
             // compares with the clock: start it at the real time.
             let now = SystemTime::now()
@@ -206,14 +268,15 @@ fn run_seeds(
     (coverage, started.elapsed().as_secs_f64())
 }
 
-/// Plays every scenario against both destinations; returns the failures
-/// (a scenario whose verdict did not come, with what came instead).
-fn scenarios() -> Vec<String> {
+/// Plays every scenario against every destination in `targets`; returns
+/// the failures (a scenario whose verdict did not come, with what came
+/// instead).
+fn scenarios(targets: &[Target]) -> Vec<String> {
     let mut failed = Vec::new();
     for (i, scenario) in sim::scenarios::all().iter().enumerate() {
-        for fs in [false, true] {
-            let backend = if fs { "fs" } else { "memory" };
-            let (result, _) = run_scenario(i, scenario, fs, false);
+        for &target in targets {
+            let backend = target.label();
+            let (result, _) = run_scenario(i, scenario, target, false);
             let verdict = judge(scenario.verdict, &result);
             println!(
                 "simulation: scenario {} on {backend}: {}{}: {}",
@@ -257,11 +320,16 @@ fn judge(verdict: Verdict, result: &Result<(), String>) -> Result<(), String> {
 }
 
 /// Coverage the default run must reach; losing it would make the
-/// simulation pass without testing what it claims to.
-fn required_coverage(memory: &Coverage, fs: &Coverage) -> Vec<String> {
+/// simulation pass without testing what it claims to. `real` are the
+/// destinations other than memory that ran at full size.
+fn required_coverage(memory: &Coverage, real: &[(&str, &Coverage)]) -> Vec<String> {
     let mut missing = Vec::new();
+    let all: Vec<(&str, &Coverage)> = [("memory", memory)]
+        .into_iter()
+        .chain(real.iter().copied())
+        .collect();
     for point in CrashPoint::ALL {
-        for (name, c) in [("memory", memory), ("fs", fs)] {
+        for &(name, c) in &all {
             if c.get(Section::CrashPoint, point.label()) == 0 {
                 missing.push(format!("{name}: crash point '{}'", point.label()));
             }
@@ -303,13 +371,22 @@ fn required_coverage(memory: &Coverage, fs: &Coverage) -> Vec<String> {
             committer_redistribution: Redistribution::RoundRobin,
         },
     ] {
-        for (name, c) in [("memory", memory), ("fs", fs)] {
+        for &(name, c) in &all {
             if c.get(Section::Schedules, topology.label()) == 0 {
                 missing.push(format!("{name}: '{}'", topology.label()));
             }
         }
     }
     missing
+}
+
+/// Why an object store run cannot go on without its server.
+fn no_s3_server() -> ! {
+    panic!(
+        "simulation: {S3_ENDPOINT_VAR} is not set: the object store schedules need the local S3 \
+         server. Run `eval \"$(bash scripts/s3.sh start)\"` in the same shell and run the \
+         simulation again, or set TWOPC_SIM_OBJ_SCHEDULES=0 to leave the object store out"
+    )
 }
 
 fn main() {
@@ -326,10 +403,10 @@ fn main() {
             .get((n as usize).wrapping_sub(1))
             .unwrap_or_else(|| panic!("TWOPC_SIM_SCENARIO={n}: scenarios are 1..={}", all.len()));
         let mut failed = false;
-        for fs in [false, true] {
-            let backend = if fs { "fs" } else { "memory" };
+        for target in scenario_targets() {
+            let backend = target.label();
             println!("simulation: scenario {n} on {backend}: {}", scenario.name);
-            let (result, _) = run_scenario(n as usize - 1, scenario, fs, true);
+            let (result, _) = run_scenario(n as usize - 1, scenario, target, true);
             let verdict = judge(scenario.verdict, &result);
             println!("simulation: scenario {n} on {backend}: {verdict:?} (run gave {result:?})");
             failed |= verdict.is_err();
@@ -339,7 +416,11 @@ fn main() {
     }
 
     if let Some(seed) = env_u64("TWOPC_SIM_SEED") {
-        let backend = if seed >= FS_SEED_BASE { "fs" } else { "memory" };
+        let target = target_of(seed);
+        if target == Target::Obj && s3_endpoint().is_none() {
+            no_s3_server();
+        }
+        let backend = target.label();
         println!("simulation: replaying seed {seed} against the {backend} destination");
         let (result, coverage) = run_schedule(seed, true);
         println!("{}", Coverage::table(&[(backend, &coverage)]));
@@ -355,14 +436,25 @@ fn main() {
 
     let memory_n = env_u64("TWOPC_SIM_SCHEDULES").unwrap_or(DEFAULT_MEMORY_SCHEDULES);
     let fs_n = env_u64("TWOPC_SIM_FS_SCHEDULES").unwrap_or(DEFAULT_FS_SCHEDULES);
+    let obj_n = env_u64("TWOPC_SIM_OBJ_SCHEDULES").unwrap_or(DEFAULT_OBJ_SCHEDULES);
     let memory_first = env_u64("TWOPC_SIM_FIRST_SEED").unwrap_or(0);
     let fs_first = FS_SEED_BASE + env_u64("TWOPC_SIM_FS_FIRST_SEED").unwrap_or(0);
+    let obj_first = OBJ_SEED_BASE + env_u64("TWOPC_SIM_OBJ_FIRST_SEED").unwrap_or(0);
     assert!(
         memory_first + memory_n <= FS_SEED_BASE,
         "in-memory seeds end below {FS_SEED_BASE}, where the filesystem seeds begin"
     );
+    assert!(
+        fs_first + fs_n <= OBJ_SEED_BASE,
+        "filesystem seeds end below {OBJ_SEED_BASE}, where the object store seeds begin"
+    );
+    // Before anything runs: a missing server fails the run at once.
+    if obj_n > 0 && s3_endpoint().is_none() {
+        no_s3_server();
+    }
 
-    let scenario_failures = scenarios();
+    let scenario_targets = scenario_targets();
+    let scenario_failures = scenarios(&scenario_targets);
     let mut failures = Vec::new();
     let (once, _) = batch_of(ONCE_FAILED.to_vec(), 1, &mut failures);
     println!(
@@ -372,24 +464,44 @@ fn main() {
     );
     let (memory, memory_secs) = batch(memory_first..memory_first + memory_n, 1, &mut failures);
     let (fs, fs_secs) = batch(fs_first..fs_first + fs_n, FS_WORKERS, &mut failures);
+    let (obj, obj_secs) = batch(obj_first..obj_first + obj_n, OBJ_WORKERS, &mut failures);
 
     println!("\ntwopc crash simulation: coverage (counts over all schedules)\n");
-    println!("{}", Coverage::table(&[("memory", &memory), ("fs", &fs)]));
+    println!(
+        "{}",
+        Coverage::table(&[("memory", &memory), ("fs", &fs), ("obj", &obj)])
+    );
     println!(
         "simulation: {memory_n} in-memory schedules in {memory_secs:.1}s (seeds \
-         {memory_first}..{}), {fs_n} filesystem schedules in {fs_secs:.1}s (seeds {fs_first}..{})",
+         {memory_first}..{}), {fs_n} filesystem schedules in {fs_secs:.1}s (seeds {fs_first}..{}), \
+         {obj_n} object store schedules in {obj_secs:.1}s (seeds {obj_first}..{})",
         memory_first + memory_n,
-        fs_first + fs_n
+        fs_first + fs_n,
+        obj_first + obj_n
     );
     let with_history =
         sim::backend::FS_RUNS_WITH_HISTORY.load(std::sync::atomic::Ordering::Relaxed);
-    println!("simulation: {with_history} filesystem schedules ended with folded commit history");
+    let obj_with_history =
+        sim::backend::OBJ_RUNS_WITH_HISTORY.load(std::sync::atomic::Ordering::Relaxed);
+    println!(
+        "simulation: {with_history} filesystem and {obj_with_history} object store schedules \
+         ended with folded commit history"
+    );
     // Checked only at full size: a small replay run need not reach it all.
     let gaps = if memory_n >= DEFAULT_MEMORY_SCHEDULES && fs_n >= DEFAULT_FS_SCHEDULES {
-        let mut gaps = required_coverage(&memory, &fs);
+        let mut real = vec![("fs", &fs)];
+        if obj_n >= DEFAULT_OBJ_SCHEDULES {
+            real.push(("obj", &obj));
+        }
+        let mut gaps = required_coverage(&memory, &real);
         if with_history < fs_n / 10 {
             gaps.push(format!(
                 "only {with_history} of {fs_n} filesystem schedules folded commit history"
+            ));
+        }
+        if obj_n >= DEFAULT_OBJ_SCHEDULES && obj_with_history < obj_n / 10 {
+            gaps.push(format!(
+                "only {obj_with_history} of {obj_n} object store schedules folded commit history"
             ));
         }
         gaps
@@ -404,10 +516,11 @@ fn main() {
         let _ = run_schedule(*seed, true);
     }
     let failed = failures.len() as u64;
-    let total = memory_n + fs_n + ONCE_FAILED.len() as u64;
+    let total = memory_n + fs_n + obj_n + ONCE_FAILED.len() as u64;
     println!(
-        "simulation: {} scenarios x 2 destinations, {} not as expected",
+        "simulation: {} scenarios x {} destinations, {} not as expected",
         sim::scenarios::all().len(),
+        scenario_targets.len(),
         scenario_failures.len()
     );
     println!("simulation: {} passed, {failed} failed", total - failed);

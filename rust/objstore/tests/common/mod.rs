@@ -230,3 +230,77 @@ pub fn head(d: &ObjectStoreDestination, key: &str) -> Option<object_store::Objec
         }
     })
 }
+
+/// Fails the n-th request after being armed (counting from 1), once:
+/// walks a failure through every request of an operation.
+#[derive(Debug, Default)]
+pub struct StepFaults {
+    armed: Mutex<Option<(usize, FaultAction)>>,
+    count: std::sync::atomic::AtomicUsize,
+    fired: Mutex<Option<S3Call>>,
+}
+
+impl StepFaults {
+    pub fn arm(&self, n: usize, action: FaultAction) {
+        self.count.store(0, std::sync::atomic::Ordering::SeqCst);
+        *self.fired.lock().unwrap() = None;
+        *self.armed.lock().unwrap() = Some((n, action));
+    }
+
+    /// The call that failed, if the armed request came.
+    pub fn fired(&self) -> Option<S3Call> {
+        *self.fired.lock().unwrap()
+    }
+}
+
+impl RequestFaults for StepFaults {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        let mut armed = self.armed.lock().unwrap();
+        let Some((n, action)) = armed.clone() else {
+            return FaultAction::Proceed;
+        };
+        let seen = self.count.fetch_add(1, std::sync::atomic::Ordering::SeqCst) + 1;
+        if seen < n {
+            return FaultAction::Proceed;
+        }
+        *armed = None;
+        *self.fired.lock().unwrap() = Some(request.call);
+        action
+    }
+}
+
+pub fn open_stepped(o: &S3Options) -> (ObjectStoreDestination, Arc<StepFaults>) {
+    let faults = Arc::new(StepFaults::default());
+    let d = ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults.clone()).unwrap();
+    d.block_on(d.api().create_bucket()).unwrap();
+    (d, faults)
+}
+
+/// Names of the objects directly under a control area of the sink.
+pub fn names_in(d: &ObjectStoreDestination, area: &str) -> Vec<String> {
+    use futures_util::TryStreamExt;
+    use object_store::ObjectStore;
+    let prefix = d.layout().area(area);
+    let p = object_store::path::Path::parse(prefix.trim_end_matches('/')).unwrap();
+    let listed: Vec<object_store::ObjectMeta> =
+        d.block_on(d.store().list(Some(&p)).try_collect()).unwrap();
+    let mut names: Vec<String> = listed
+        .iter()
+        .filter_map(|m| m.location.as_ref().strip_prefix(prefix.as_str()))
+        .map(str::to_string)
+        .collect();
+    names.sort();
+    names
+}
+
+pub fn get_raw(d: &ObjectStoreDestination, key: &str) -> Option<Vec<u8>> {
+    use object_store::ObjectStoreExt;
+    let p = object_store::path::Path::parse(key).unwrap();
+    d.block_on(async {
+        match d.store().get(&p).await {
+            Ok(g) => Some(g.bytes().await.unwrap().to_vec()),
+            Err(object_store::Error::NotFound { .. }) => None,
+            Err(e) => panic!("{e}"),
+        }
+    })
+}

@@ -17,6 +17,7 @@ use twopc_core::records::RecordBatch;
 use twopc_core::{CheckpointId, LineageId, SinkId, TransactionHandle, TransactionId};
 
 use twopc_fs::{IoFaults, IoStep, IoTiming};
+use twopc_objstore::{FaultAction, RequestFaults, RequestInfo, S3Call};
 
 use super::rng::Rng;
 
@@ -145,6 +146,44 @@ impl FaultPlan {
         Some((timing, errno))
     }
 
+    /// Whether one S3 request of the object store destination fails, and
+    /// how: refused before it reaches the server, or acted on by the server
+    /// with its answer lost. Shares the budget of the call-level faults.
+    pub fn decide_request(&mut self, call: S3Call) -> FaultAction {
+        if !self.enabled || self.budget == 0 || !self.rng.chance(self.rate) {
+            return FaultAction::Proceed;
+        }
+        self.budget -= 1;
+        let before = self.rng.chance(0.5);
+        *self
+            .injected
+            .entry(format!(
+                "S3 {} {}",
+                request_label(call),
+                if before {
+                    "refused"
+                } else {
+                    "done, answer lost"
+                }
+            ))
+            .or_default() += 1;
+        if self.echo {
+            println!(
+                "      fault: S3 {call:?} {}",
+                if before {
+                    "refused before the server"
+                } else {
+                    "done by the server, answer lost"
+                }
+            );
+        }
+        if before {
+            FaultAction::FailBefore("simulated refused connection".to_string())
+        } else {
+            FaultAction::FailAfter("simulated lost answer".to_string())
+        }
+    }
+
     /// Attempt `attempt` of the `run`-th submission begins: scripted faults
     /// count calls from here.
     pub fn at(&mut self, run: u32, attempt: u32) {
@@ -184,6 +223,9 @@ pub struct FaultyDestination<D> {
     faults: SharedFaults,
     /// Stands in for "no transaction" when a scan is decided on.
     scan_id: TransactionId,
+    /// Request faults inside the destination, silenced before it drops
+    /// (see [`PlanRequests`]).
+    requests: Option<Arc<PlanRequests>>,
 }
 
 impl<D: Destination> FaultyDestination<D> {
@@ -192,6 +234,24 @@ impl<D: Destination> FaultyDestination<D> {
             inner,
             faults,
             scan_id: TransactionId::compose(sink, 0, 0, 0),
+            requests: None,
+        }
+    }
+
+    /// As [`Self::new`], for a destination whose requests `requests` may
+    /// fail while it is in use.
+    pub fn with_requests(
+        inner: D,
+        faults: SharedFaults,
+        sink: &SinkId,
+        requests: Arc<PlanRequests>,
+    ) -> Self {
+        requests.set_active(true);
+        FaultyDestination {
+            inner,
+            faults,
+            scan_id: TransactionId::compose(sink, 0, 0, 0),
+            requests: Some(requests),
         }
     }
 
@@ -208,6 +268,14 @@ impl<D: Destination> FaultyDestination<D> {
                 effect(&mut self.inner)?;
                 Err(injected(op, txn, true))
             }
+        }
+    }
+}
+
+impl<D> Drop for FaultyDestination<D> {
+    fn drop(&mut self) {
+        if let Some(r) = &self.requests {
+            r.set_active(false);
         }
     }
 }
@@ -380,5 +448,65 @@ impl IoFaults for PlanIo {
                 }
             },
         }
+    }
+}
+
+/// The coverage label of an S3 call (part numbers folded together).
+fn request_label(call: S3Call) -> &'static str {
+    match call {
+        S3Call::CreateUpload => "CreateMultipartUpload",
+        S3Call::PutPart { .. } => "UploadPart",
+        S3Call::CompleteUpload => "CompleteMultipartUpload",
+        S3Call::AbortUpload => "AbortMultipartUpload",
+        S3Call::ListUploads => "ListMultipartUploads",
+        S3Call::PutObject => "PutObject",
+        S3Call::GetObject => "GetObject",
+        S3Call::HeadObject => "HeadObject",
+        S3Call::DeleteObject => "DeleteObject",
+        S3Call::List => "ListObjectsV2",
+        S3Call::Other => "other request",
+    }
+}
+
+/// The plan's request faults for the object store destination (its
+/// request hook), switched on once a destination is open and off before
+/// it is dropped: a dropped handle stands for a process that died, whose
+/// leases lapse during the restart's downtime (the simulation does not
+/// wait out a lease in real time), so its release must not fail.
+pub struct PlanRequests {
+    faults: SharedFaults,
+    active: std::sync::atomic::AtomicBool,
+    /// Counts every request that passes (active or not), so that a reader
+    /// can tell whether anything could have changed since it looked.
+    sent: Arc<std::sync::atomic::AtomicU64>,
+}
+
+impl std::fmt::Debug for PlanRequests {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PlanRequests")
+    }
+}
+
+impl PlanRequests {
+    pub fn new(faults: SharedFaults, sent: Arc<std::sync::atomic::AtomicU64>) -> Self {
+        PlanRequests {
+            faults,
+            active: std::sync::atomic::AtomicBool::new(false),
+            sent,
+        }
+    }
+
+    pub fn set_active(&self, on: bool) {
+        self.active.store(on, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl RequestFaults for PlanRequests {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        self.sent.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        if !self.active.load(std::sync::atomic::Ordering::SeqCst) {
+            return FaultAction::Proceed;
+        }
+        self.faults.lock().decide_request(request.call)
     }
 }

@@ -709,6 +709,7 @@ impl<B: Backend> SimulatedJob<B> {
     fn check_finished(&mut self) -> Result<(), String> {
         invariants::exactly_once(&self.backend.visible(), self.source.len())?;
         invariants::nothing_staged(&self.backend.staged())?;
+        self.backend.audit()?;
         trace!(self.trace, "finished: output exactly once, nothing staged");
         self.coverage.bump(
             Section::Outcome,

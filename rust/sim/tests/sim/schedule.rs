@@ -234,6 +234,32 @@ pub struct Script {
     pub mutant: Option<Mutant>,
 }
 
+/// Which destination a schedule runs against.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Target {
+    Memory,
+    /// The filesystem destination in a temporary directory.
+    Fs,
+    /// The object store destination on the local S3 server.
+    Obj,
+}
+
+impl Target {
+    pub fn label(self) -> &'static str {
+        match self {
+            Target::Memory => "memory",
+            Target::Fs => "fs",
+            Target::Obj => "obj",
+        }
+    }
+
+    /// A real destination: smaller schedules (every prepare and commit is
+    /// real I/O), and history compaction in half of them.
+    pub fn real(self) -> bool {
+        self != Target::Memory
+    }
+}
+
 /// The shape of one schedule, drawn from its seed.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -279,9 +305,10 @@ pub struct Schedule {
     /// Filesystem only: I/O of the staged data through direct I/O where
     /// possible, or through the page cache.
     pub buffered_io: bool,
-    /// Filesystem only: fold commit records into history segments at every
-    /// chance (keep one checkpoint single, segments of one or two), so
-    /// that rewinds, repeated commits and recovery meet folded records.
+    /// Real destinations only: fold commit records into history segments
+    /// at every chance (keep one checkpoint single, segments of one or
+    /// two), so that rewinds, repeated commits and recovery meet folded
+    /// records.
     pub compact_history: bool,
     /// Set for a scripted scenario: every rate above is zero and the
     /// script decides instead.
@@ -290,17 +317,31 @@ pub struct Schedule {
 }
 
 impl Schedule {
-    /// `fs` keeps schedules smaller: every prepare and commit there syncs
-    /// real files.
-    pub fn generate(seed: u64, fs: bool) -> Schedule {
+    /// A real destination keeps schedules smaller: every prepare and commit
+    /// there syncs real files or sends real requests. (Memory and
+    /// filesystem seeds draw exactly what they drew before the object
+    /// store was added.)
+    pub fn generate(seed: u64, target: Target) -> Schedule {
+        let fs = target.real();
         let mut r = Rng::new(seed);
         let records = if fs {
             r.between(20, 60)
         } else {
             r.between(20, 200)
         };
-        let max_parallelism = if fs { 3 } else { 4 };
-        let checkpoints = r.between(1, if fs { 4 } else { 8 });
+        let max_parallelism = match target {
+            Target::Memory => 4,
+            Target::Fs => 3,
+            Target::Obj => 2,
+        };
+        let checkpoints = r.between(
+            1,
+            match target {
+                Target::Memory => 8,
+                Target::Fs => 4,
+                Target::Obj => 3,
+            },
+        );
         let checkpoint_interval = records.div_ceil(checkpoints).max(1);
         let mut s = Schedule {
             seed,
@@ -343,11 +384,14 @@ impl Schedule {
         // both quiet runs and pile-ups of several kinds occur.
         if r.chance(0.75) {
             s.crash_rate = r.rate(0.05, 0.3);
-            s.crash_budget = r.range(1, 4) as u32;
+            // The object store's server answers a few hundred requests a
+            // second, and every crash is a whole recovery: at most two.
+            s.crash_budget = r.range(1, if target == Target::Obj { 3 } else { 4 }) as u32;
         }
         if r.chance(0.5) {
             s.fault_rate = r.rate(0.005, 0.06);
-            s.fault_budget = r.range(1, 6) as u32;
+            // The same for faults: each is a failover more often than not.
+            s.fault_budget = r.range(1, if target == Target::Obj { 4 } else { 6 }) as u32;
         }
         if r.chance(0.2) {
             s.expiry_rate = r.rate(0.1, 0.5);
@@ -381,7 +425,7 @@ impl Schedule {
             s.intruder_rate = r.rate(0.05, 0.2);
             s.intruder_budget = r.range(1, 2) as u32;
         }
-        s.buffered_io = fs && r.chance(0.5);
+        s.buffered_io = target == Target::Fs && r.chance(0.5);
         // Drawn after everything else, so that a seed's shape is the same
         // in both topologies but for the topology itself.
         if r.chance(0.5) {
