@@ -459,11 +459,16 @@ def main():
         log("JNI micro-benchmark")
         jni_dir = "/dev/shm/twopc-bench-jni" if os.path.isdir("/dev/shm") else os.path.join(opts.work, "jni")
         jni_out = os.path.join(opts.work, "results", "jni.json")
+        # The same writes into the measured disk (the sink's direct-I/O path), beside tmpfs.
+        jni_disk_dir = os.path.join(opts.work, "jni-disk")
         shutil.rmtree(jni_dir, ignore_errors=True)
+        shutil.rmtree(jni_disk_dir, ignore_errors=True)
         r = subprocess.run(java_cmd(classpath, "io.twopc.flink.bench.JniBench",
-                                    [f"--dir={jni_dir}", f"--out={jni_out}", f"--records={sizes['jni_records']}",
+                                    [f"--dir={jni_dir}", f"--disk-dir={jni_disk_dir}", f"--out={jni_out}",
+                                     f"--records={sizes['jni_records']}",
                                      f"--rounds={sizes['jni_rounds']}"]), capture_output=True, text=True)
         shutil.rmtree(jni_dir, ignore_errors=True)
+        shutil.rmtree(jni_disk_dir, ignore_errors=True)
         if r.returncode == 0 and os.path.exists(jni_out):
             with open(jni_out) as f:
                 jni = json.load(f)

@@ -410,9 +410,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         } catch (TwopcException e) {
             throw escalate(e, (recovery ? "re-committing restored " : "committing ") + transaction);
         }
-        long durationMs = (System.nanoTime() - start) / 1_000_000;
+        long durationNanos = System.nanoTime() - start;
         long checkpoint = checkpointOf(transaction);
-        metrics.recordCommit(durationMs, preparedAgeMs, outcome, recovery, checkpoint);
+        metrics.recordCommit(durationNanos, preparedAgeMs, outcome, recovery, checkpoint);
         if (!recovery && checkpoint >= 0) {
             // Flink commits the pending transactions of checkpoints up to a completed one
             // (notifyCheckpointComplete, final in the base class): so this checkpoint completed,
@@ -437,7 +437,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             LOG.info("{}: committed restored {} ({})", scope, transaction,
                     outcome == NativeBridge.EMPTY ? "empty" : "now visible");
         } else {
-            LOG.debug("{}: committed {} in {} ms", scope, transaction, durationMs);
+            LOG.debug("{}: committed {} in {} µs", scope, transaction, durationNanos / 1_000);
         }
     }
 

@@ -74,7 +74,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
                 // Counted by Flink's committer metrics as already committed.
                 request.signalAlreadyCommitted();
             }
-            metrics.recordCommit((System.nanoTime() - started) / 1_000_000, preparedAgeMs, outcome,
+            metrics.recordCommit(System.nanoTime() - started, preparedAgeMs, outcome,
                     checkpoint >= 0 && checkpoint <= restoredCheckpointId, checkpoint);
             completed = Math.max(completed, checkpoint);
         }

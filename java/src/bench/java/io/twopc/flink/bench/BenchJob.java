@@ -2,6 +2,10 @@ package io.twopc.flink.bench;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.metrics.Histogram;
+import org.apache.flink.metrics.Metric;
+import org.apache.flink.metrics.MetricGroup;
+import org.apache.flink.runtime.testutils.InMemoryReporter;
 import org.apache.flink.configuration.RestOptions;
 import org.apache.flink.configuration.RestartStrategyOptions;
 import org.apache.flink.configuration.WebOptions;
@@ -128,6 +132,10 @@ public final class BenchJob {
         conf.set(RestOptions.BIND_PORT, "0");
         // Every checkpoint's stats are kept, for the commit latencies.
         conf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 1_000_000);
+        // twopc's own part of each commit (its commitDurationMicros histograms), read after the
+        // job: the reporter only keeps references, it polls nothing while the job runs.
+        InMemoryReporter metrics = InMemoryReporter.createWithRetainedMetrics();
+        metrics.addToConfiguration(conf);
         MiniClusterConfiguration clusterConf = new MiniClusterConfiguration.Builder()
                 .setConfiguration(conf)
                 .setNumTaskManagers(1)
@@ -137,6 +145,10 @@ public final class BenchJob {
         Sinks.Target target = Sinks.prepare(sink, dir, pgUrl, s3);
         try {
             runOnCluster(sink, records, intervalMs, dir, pgUrl, target, clusterConf, conf, sampler, result);
+            List<List<Long>> calls = commitCallMicros(metrics);
+            if (!calls.isEmpty()) {
+                result.put("commitCallMicros", calls);
+            }
         } finally {
             if (target.store != null) {
                 result.put("s3Bucket", target.store.url());
@@ -152,6 +164,28 @@ public final class BenchJob {
                 }
             }
         }
+    }
+
+    /**
+     * Every commit call's duration in microseconds, as twopc's committers recorded them, one list
+     * per committer subtask in the order of its calls (the last 500: more than a benchmark run
+     * commits).
+     */
+    private static List<List<Long>> commitCallMicros(InMemoryReporter metrics) {
+        List<List<Long>> out = new ArrayList<>();
+        for (Map.Entry<MetricGroup, Map<String, Metric>> group : metrics.getMetricsByGroup().entrySet()) {
+            for (Map.Entry<String, Metric> m : group.getValue().entrySet()) {
+                if (m.getValue() instanceof Histogram
+                        && group.getKey().getMetricIdentifier(m.getKey()).endsWith(".twopc.commitDurationMicros")) {
+                    List<Long> calls = new ArrayList<>();
+                    for (long v : ((Histogram) m.getValue()).getStatistics().getValues()) {
+                        calls.add(v);
+                    }
+                    out.add(calls);
+                }
+            }
+        }
+        return out;
     }
 
     private static void runOnCluster(String sink, long records, long intervalMs, Path dir, String pgUrl,

@@ -21,7 +21,12 @@ import java.util.Map;
  * filesystem one on a tmpfs directory, so what is measured is the bridge and the core, not a
  * disk. Batch sizes are measured in rotation, several rounds, medians reported.
  *
- * <pre>java -cp ... io.twopc.flink.bench.JniBench --dir=/dev/shm/x --out=jni.json [--records=2000000] [--rounds=5]</pre>
+ * <p>Beside them, at the default batch: the framing alone (the same loop, no native call), and,
+ * with {@code --disk-dir}, the same writes into a directory on the disk the sink writes to, where
+ * staged data goes through the destination's direct-I/O chunks (the task thread copies, an I/O
+ * thread writes) instead of tmpfs's page cache.
+ *
+ * <pre>java -cp ... io.twopc.flink.bench.JniBench --dir=/dev/shm/x --out=jni.json [--disk-dir=/tmp/y] [--records=2000000] [--rounds=5]</pre>
  */
 public final class JniBench {
     private static final int[] BATCH_SIZES = {1, 4, 16, 64, 256, 1024, TwopcSinkBuilder.DEFAULT_BATCH_SIZE, 16384};
@@ -35,18 +40,11 @@ public final class JniBench {
         long records = Long.parseLong(args.getOrDefault("records", "2000000"));
         int rounds = Integer.parseInt(args.getOrDefault("rounds", "5"));
         Files.createDirectories(dir);
+        Path diskDir = args.containsKey("disk-dir") ? Paths.get(args.get("disk-dir")).toAbsolutePath() : null;
 
         NativeBridge.ensureLoaded();
-        // The configuration a builder writes, with the default settings.
-        String config = io.twopc.flink.TwopcSink.<String>forDirectory(dir.toString())
-                .setSinkId("jnibench")
-                .setSerializationSchema(new org.apache.flink.api.common.serialization.SimpleStringSchema())
-                .setFreshStartPolicy(io.twopc.flink.FreshStartPolicy.APPEND)
-                .build()
-                .getOptions()
-                .toConfigJson();
-        long sink = NativeBridge.openSink(config, "0123456789abcdef0123456789abcdef", 0, 1, 0, 1000, null, -1,
-                new byte[0][], new byte[0][]);
+        long sink = open(dir);
+        long diskSink = diskDir == null ? 0 : open(diskDir);
         byte[][] records100 = new byte[1024][];
         for (int i = 0; i < records100.length; i++) {
             records100[i] = BenchRecords.utf8(BenchRecords.record(i + 1));
@@ -58,6 +56,13 @@ public final class JniBench {
         for (int size : BATCH_SIZES) {
             measure(sink, buffer, records100, size, Math.min(records, 200_000));
         }
+        int defaultSize = TwopcSinkBuilder.DEFAULT_BATCH_SIZE;
+        measure(0, buffer, records100, defaultSize, Math.min(records, 200_000));
+        if (diskSink != 0) {
+            measure(diskSink, buffer, records100, defaultSize, Math.min(records, 200_000));
+        }
+        List<Double> framingOnly = new ArrayList<>();
+        List<Double> onDisk = new ArrayList<>();
         Map<Integer, List<Double>> nsPerRecord = new LinkedHashMap<>();
         for (int size : BATCH_SIZES) {
             nsPerRecord.put(size, new ArrayList<>());
@@ -70,8 +75,15 @@ public final class JniBench {
                 long n = size < 64 ? Math.max(100_000, records / 8) : records;
                 nsPerRecord.get(size).add(measure(sink, buffer, records100, size, n));
             }
+            framingOnly.add(measure(0, buffer, records100, defaultSize, records));
+            if (diskSink != 0) {
+                onDisk.add(measure(diskSink, buffer, records100, defaultSize, records));
+            }
         }
         NativeBridge.close(sink);
+        if (diskSink != 0) {
+            NativeBridge.close(diskSink);
+        }
 
         List<Object> rows = new ArrayList<>();
         for (Map.Entry<Integer, List<Double>> e : nsPerRecord.entrySet()) {
@@ -88,14 +100,39 @@ public final class JniBench {
         result.put("rounds", rounds);
         result.put("destination", "filesystem destination on " + dir + " (tmpfs)");
         result.put("results", rows);
+        // At the default batch: the Java framing alone, and the whole path into the disk's directory.
+        result.put("framingOnlyNsPerRecordRuns", framingOnly);
+        result.put("framingOnlyNsPerRecord", median(framingOnly));
+        if (diskSink != 0) {
+            result.put("diskDestination", "filesystem destination on " + diskDir);
+            result.put("diskNsPerRecordRuns", onDisk);
+            result.put("diskNsPerRecord", median(onDisk));
+        }
         Files.createDirectories(out.getParent());
         Files.write(out, Json.write(result).getBytes(java.nio.charset.StandardCharsets.UTF_8));
         System.out.println(Json.write(result));
     }
 
-    /** Writes {@code n} records in batches of {@code size} into a fresh transaction; ns per record. */
+    /** A sink over {@code dir} with the configuration a builder writes (default settings). */
+    private static long open(Path dir) {
+        String config = io.twopc.flink.TwopcSink.<String>forDirectory(dir.toString())
+                .setSinkId("jnibench")
+                .setSerializationSchema(new org.apache.flink.api.common.serialization.SimpleStringSchema())
+                .setFreshStartPolicy(io.twopc.flink.FreshStartPolicy.APPEND)
+                .build()
+                .getOptions()
+                .toConfigJson();
+        return NativeBridge.openSink(config, "0123456789abcdef0123456789abcdef", 0, 1, 0, 1000, null, -1,
+                new byte[0][], new byte[0][]);
+    }
+
+    /**
+     * Writes {@code n} records in batches of {@code size} into a fresh transaction; ns per record.
+     * With {@code sink} 0 the batches are framed and dropped: the framing's own cost.
+     */
     private static double measure(long sink, ByteBuffer buffer, byte[][] records, int size, long n) {
-        byte[] handle = NativeBridge.begin(sink);
+        byte[] handle = sink == 0 ? null : NativeBridge.begin(sink);
+        long checksum = 0;
         long start = System.nanoTime();
         long written = 0;
         int r = 0;
@@ -108,11 +145,20 @@ public final class JniBench {
                 buffer.putInt(record.length);
                 buffer.put(record);
             }
-            NativeBridge.write(sink, handle, buffer, buffer.position());
+            if (sink != 0) {
+                NativeBridge.write(sink, handle, buffer, buffer.position());
+            } else {
+                // Read back so that the framing cannot be optimised away.
+                checksum += buffer.get(buffer.position() - 1);
+            }
             written += inBatch;
         }
         double ns = (System.nanoTime() - start) / (double) n;
-        NativeBridge.abort(sink, handle);
+        if (sink != 0) {
+            NativeBridge.abort(sink, handle);
+        } else if (checksum == 42) {
+            System.err.print("");
+        }
         return ns;
     }
 

@@ -457,6 +457,9 @@ public final class TwopcItSupport {
                 Metric metric = m.getValue();
                 if (metric instanceof Counter) {
                     sum += ((Counter) metric).getCount();
+                } else if (metric instanceof org.apache.flink.metrics.Histogram) {
+                    // A histogram counts the values it was given.
+                    sum += ((org.apache.flink.metrics.Histogram) metric).getCount();
                 } else if (metric instanceof Gauge) {
                     Object v = ((Gauge<?>) metric).getValue();
                     if (v instanceof Number) {
