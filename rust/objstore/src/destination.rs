@@ -20,10 +20,10 @@ use twopc_core::destination::{
     HistoryTally, LineageRecord, LineageSummary, LostNote, OperationRecord, OwnerClaim, Ownership,
     StagedState, StagedTransaction,
 };
-use twopc_core::error::{DestinationError, DestinationErrorKind, RecordFault, RecordPosition};
+use twopc_core::error::{DestinationError, DestinationErrorKind};
 use twopc_core::handle::{TransactionHandle, TransactionState};
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
-use twopc_core::records::{preview, RecordBatch};
+use twopc_core::records::RecordBatch;
 
 use crate::control::{
     decode, encode, CommitRecord, ControlObject, PreparedMarker, UploadLocation, MAX_CONTROL_OBJECT,
@@ -727,22 +727,10 @@ impl ObjectStoreDestination {
         if self.options.format != RecordFormat::Lines {
             return Ok(());
         }
-        for (i, record) in batch.iter().enumerate() {
-            if record.contains(&b'\n') {
-                return Err(DestinationError::record(RecordFault {
-                    position: RecordPosition::InBatch(i as u64),
-                    column: None,
-                    reason: format!(
-                        "the record of {} bytes contains a line break, but the record format is \
-                         LINES (one record per line): readers would split it. Remove line \
-                         breaks in the serialization schema, or use the record format RAW",
-                        record.len()
-                    ),
-                    preview: preview(record),
-                }));
-            }
+        match twopc_core::records::line_break_fault(batch) {
+            None => Ok(()),
+            Some(fault) => Err(DestinationError::record(fault)),
         }
-        Ok(())
     }
 
     /// Uploads the next part of the open transaction: `bytes` of the

@@ -26,10 +26,15 @@ import java.util.Map;
  * staged data goes through the destination's direct-I/O chunks (the task thread copies, an I/O
  * thread writes) instead of tmpfs's page cache.
  *
- * <pre>java -cp ... io.twopc.flink.bench.JniBench --dir=/dev/shm/x --out=jni.json [--disk-dir=/tmp/y] [--records=2000000] [--rounds=5]</pre>
+ * <pre>java -cp ... io.twopc.flink.bench.JniBench --dir=/dev/shm/x --out=jni.json [--disk-dir=/tmp/y] [--records=2000000] [--rounds=5] [--sizes=4096]</pre>
  */
 public final class JniBench {
-    private static final int[] BATCH_SIZES = {1, 4, 16, 64, 256, 1024, TwopcSinkBuilder.DEFAULT_BATCH_SIZE, 16384};
+    private static final int[] ALL_BATCH_SIZES = {1, 4, 16, 64, 256, 1024, TwopcSinkBuilder.DEFAULT_BATCH_SIZE, 16384};
+    /** Every size, or those of {@code --sizes=a,b} (for profiling one of them). */
+    private static int[] BATCH_SIZES = ALL_BATCH_SIZES;
+
+    private static final java.lang.management.ThreadMXBean THREADS =
+            java.lang.management.ManagementFactory.getThreadMXBean();
 
     private JniBench() {}
 
@@ -39,6 +44,9 @@ public final class JniBench {
         Path out = Paths.get(BenchJob.required(args, "out")).toAbsolutePath();
         long records = Long.parseLong(args.getOrDefault("records", "2000000"));
         int rounds = Integer.parseInt(args.getOrDefault("rounds", "5"));
+        if (args.containsKey("sizes")) {
+            BATCH_SIZES = Arrays.stream(args.get("sizes").split(",")).mapToInt(Integer::parseInt).toArray();
+        }
         Files.createDirectories(dir);
         Path diskDir = args.containsKey("disk-dir") ? Paths.get(args.get("disk-dir")).toAbsolutePath() : null;
 
@@ -63,6 +71,7 @@ public final class JniBench {
         }
         List<Double> framingOnly = new ArrayList<>();
         List<Double> onDisk = new ArrayList<>();
+        List<Double> onDiskCpu = new ArrayList<>();
         Map<Integer, List<Double>> nsPerRecord = new LinkedHashMap<>();
         for (int size : BATCH_SIZES) {
             nsPerRecord.put(size, new ArrayList<>());
@@ -77,7 +86,10 @@ public final class JniBench {
             }
             framingOnly.add(measure(0, buffer, records100, defaultSize, records));
             if (diskSink != 0) {
+                long cpu0 = THREADS.getCurrentThreadCpuTime();
                 onDisk.add(measure(diskSink, buffer, records100, defaultSize, records));
+                // The task thread's own CPU time: waiting for the I/O thread (the disk) is not in it.
+                onDiskCpu.add((THREADS.getCurrentThreadCpuTime() - cpu0) / (double) records);
             }
         }
         NativeBridge.close(sink);
@@ -107,6 +119,8 @@ public final class JniBench {
             result.put("diskDestination", "filesystem destination on " + diskDir);
             result.put("diskNsPerRecordRuns", onDisk);
             result.put("diskNsPerRecord", median(onDisk));
+            result.put("diskCpuNsPerRecordRuns", onDiskCpu);
+            result.put("diskCpuNsPerRecord", median(onDiskCpu));
         }
         Files.createDirectories(out.getParent());
         Files.write(out, Json.write(result).getBytes(java.nio.charset.StandardCharsets.UTF_8));
