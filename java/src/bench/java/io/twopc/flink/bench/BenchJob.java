@@ -133,7 +133,8 @@ public final class BenchJob {
         // Every checkpoint's stats are kept, for the commit latencies.
         conf.set(WebOptions.CHECKPOINTS_HISTORY_SIZE, 1_000_000);
         // twopc's own part of each commit (its commitDurationMicros histograms), read after the
-        // job: the reporter only keeps references, it polls nothing while the job runs.
+        // job, before the cluster closes: the reporter only keeps references, it polls nothing
+        // while the job runs.
         InMemoryReporter metrics = InMemoryReporter.createWithRetainedMetrics();
         metrics.addToConfiguration(conf);
         MiniClusterConfiguration clusterConf = new MiniClusterConfiguration.Builder()
@@ -144,11 +145,7 @@ public final class BenchJob {
 
         Sinks.Target target = Sinks.prepare(sink, dir, pgUrl, s3);
         try {
-            runOnCluster(sink, records, intervalMs, dir, pgUrl, target, clusterConf, conf, sampler, result);
-            List<List<Long>> calls = commitCallMicros(metrics);
-            if (!calls.isEmpty()) {
-                result.put("commitCallMicros", calls);
-            }
+            runOnCluster(sink, records, intervalMs, dir, pgUrl, target, clusterConf, conf, sampler, metrics, result);
         } finally {
             if (target.store != null) {
                 result.put("s3Bucket", target.store.url());
@@ -190,7 +187,7 @@ public final class BenchJob {
 
     private static void runOnCluster(String sink, long records, long intervalMs, Path dir, String pgUrl,
             Sinks.Target target, MiniClusterConfiguration clusterConf, Configuration conf, Sampler sampler,
-            Map<String, Object> result) throws Exception {
+            InMemoryReporter metrics, Map<String, Object> result) throws Exception {
         Watcher watcher = null;
         if (target.watchDirectory) {
             watcher = new OutputWatcher(dir);
@@ -240,6 +237,12 @@ public final class BenchJob {
                 }
             }
             result.put("checkpointFailures", new ArrayList<>(failures));
+            // Before the cluster closes: closing the metric registry closes the reporter, which
+            // drops what it holds.
+            List<List<Long>> calls = commitCallMicros(metrics);
+            if (!calls.isEmpty()) {
+                result.put("commitCallMicros", calls);
+            }
         }
         if (watcher != null) {
             watcher.stop();
