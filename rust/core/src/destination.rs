@@ -230,6 +230,23 @@ pub struct OperationRecord {
 }
 
 impl OperationRecord {
+    /// The name a destination stores this record under, so that names sort
+    /// oldest first: by time, then (within one millisecond) by the order
+    /// this process wrote them, then by a random nonce that keeps two
+    /// processes' records of one millisecond apart. Without the sequence,
+    /// records a command writes within one millisecond (a reconcile's
+    /// "removing" and "removed") would read back in random order.
+    pub fn storage_name(&self) -> String {
+        use std::sync::atomic::{AtomicU64, Ordering};
+        static SEQUENCE: AtomicU64 = AtomicU64::new(0);
+        format!(
+            "{:020}-{:010}-{:016x}",
+            self.at_ms,
+            SEQUENCE.fetch_add(1, Ordering::Relaxed),
+            crate::ids::random_u64()
+        )
+    }
+
     /// Plain `key=value` lines, one record per file or row.
     pub fn render(&self) -> String {
         let line = |s: &str| s.replace(['\n', '\r'], " ");
@@ -600,6 +617,29 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
 #[cfg(test)]
 mod lost_note_tests {
     use super::*;
+
+    #[test]
+    fn operation_records_of_one_millisecond_sort_in_the_order_they_were_written() {
+        let record = |what: &str| OperationRecord {
+            at_ms: 1_700_000_000_000,
+            command: "reconcile".to_string(),
+            transaction: None,
+            what: what.to_string(),
+            by: "ops@host".to_string(),
+        };
+        let names: Vec<String> = (0..200)
+            .map(|i| record(&format!("step {i}")).storage_name())
+            .collect();
+        let mut sorted = names.clone();
+        sorted.sort();
+        assert_eq!(sorted, names, "names must sort in write order");
+        // A later millisecond sorts after, whatever the sequence says.
+        let later = OperationRecord {
+            at_ms: 1_700_000_000_001,
+            ..record("later")
+        };
+        assert!(later.storage_name() > names[199]);
+    }
 
     #[test]
     fn an_operation_record_reads_back_and_keeps_to_one_line_per_field() {

@@ -13,7 +13,7 @@
 //!     lineages/<lineage>                       how a lineage began
 //!     runs/<run>                               the lineage a run writes in
 //!     lost/<txn-id>                            note of a transaction found LOST
-//!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
+//!     operations/<time>-<seq>-<nonce>          a change made by hand (twopc reconcile, decide)
 //!     history/<lineage>.<first>.<last>...      commit records folded together (see `history`)
 //!     history.lock                             held while the history is rewritten
 //!     trash/<txn-id>.<nonce>/...               claimed for removal
@@ -1144,12 +1144,7 @@ impl Destination for FsDestination {
 
     fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
         let dir = &self.dirs.operations;
-        // Sortable by time; the nonce keeps two records of one millisecond apart.
-        let name = format!(
-            "{:020}-{:016x}",
-            record.at_ms,
-            twopc_core::ids::random_u64()
-        );
+        let name = record.storage_name();
         dir.write_atomically(
             &self.dirs.tmp,
             &name,

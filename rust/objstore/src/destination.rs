@@ -1375,12 +1375,7 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
-        // Sortable by time; the nonce keeps two records of one millisecond apart.
-        let name = format!(
-            "{:020}-{:016x}",
-            record.at_ms,
-            twopc_core::ids::random_u64()
-        );
+        let name = record.storage_name();
         let key = self.layout.control(OPERATIONS, &name);
         self.rt
             .block_on(self.put(&key, record.render().into_bytes(), PutMode::Create))
@@ -1388,8 +1383,10 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn operations(&mut self) -> Result<Vec<OperationRecord>, DestinationError> {
-        Ok(self
-            .read_notes(OPERATIONS)?
+        // Oldest first: the names sort so (`OperationRecord::storage_name`).
+        let mut notes = self.read_notes(OPERATIONS)?;
+        notes.sort_by(|a, b| a.0.cmp(&b.0));
+        Ok(notes
             .into_iter()
             .filter_map(|(_, text)| OperationRecord::parse(&text))
             .collect())

@@ -15,7 +15,7 @@
 //!     lineages/<lineage>                       how a lineage began
 //!     runs/<run>                               the lineage a run writes in
 //!     lost/<txn-id>                            note of a transaction found LOST
-//!     operations/<time>-<nonce>                a change made by hand (twopc reconcile, decide)
+//!     operations/<time>-<seq>-<nonce>          a change made by hand (twopc reconcile, decide)
 //!     history/<lineage>.<first>.<last>...      commit records folded together (see `history`)
 //!   _twopc/<sink>/history.index                the live history segments (If-Match replaced)
 //! ```
