@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::destination::{CommittedTransaction, HistoryPolicy};
 use crate::envelope::PayloadKind;
-use crate::handle::{decode_payload, encode_payload, HandleError};
+use crate::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, RunId, TransactionId};
 
 /// One committed transaction inside a segment: what rewind detection,
@@ -136,6 +136,101 @@ pub fn plan_compaction(loose: &[CommittedTransaction], policy: &HistoryPolicy) -
         }
     }
     groups
+}
+
+/// What a segment's name says about it. The filesystem destination names
+/// its segment files so, and the object-store destination its segment
+/// objects: the name says what it holds (lineage, checkpoints,
+/// transactions, records, run), so that summaries (how much each lineage
+/// and run committed, which checkpoints a segment covers) come from a
+/// listing, without reading the records.
+#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub struct SegmentName {
+    pub lineage: LineageId,
+    pub first: CheckpointId,
+    pub last: CheckpointId,
+    pub transactions: u64,
+    pub records: u64,
+    pub nonce: u64,
+    pub run: RunId,
+}
+
+impl SegmentName {
+    /// `<lineage>.<first>.<last>.<transactions>.<records>.<nonce>.<run>`.
+    pub fn render(&self) -> String {
+        format!(
+            "{}.{}.{}.{}.{}.{:016x}.{}",
+            self.lineage,
+            self.first,
+            self.last,
+            self.transactions,
+            self.records,
+            self.nonce,
+            self.run
+        )
+    }
+
+    /// `None` for anything that is not exactly such a name.
+    pub fn parse(name: &str) -> Option<SegmentName> {
+        let mut it = name.splitn(7, '.');
+        let lineage = it.next()?;
+        if lineage.len() != 16 || !lineage.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let parsed = SegmentName {
+            lineage: LineageId(u64::from_str_radix(lineage, 16).ok()?),
+            first: it.next()?.parse().ok()?,
+            last: it.next()?.parse().ok()?,
+            transactions: it.next()?.parse().ok()?,
+            records: it.next()?.parse().ok()?,
+            nonce: u64::from_str_radix(it.next()?, 16).ok()?,
+            run: RunId::new(it.next()?).ok()?,
+        };
+        (parsed.first <= parsed.last && parsed.transactions > 0 && parsed.render() == name)
+            .then_some(parsed)
+    }
+
+    /// Could this segment hold a record of `checkpoint` in `lineage`?
+    pub fn covers(&self, lineage: LineageId, checkpoint: CheckpointId) -> bool {
+        self.lineage == lineage && self.first <= checkpoint && checkpoint <= self.last
+    }
+
+    /// The name of a new segment holding `records` (one lineage and run,
+    /// at least one record), with a random nonce.
+    pub fn of<R: AsRef<TransactionHandle>>(records: &[R]) -> SegmentName {
+        let mut name = Self::tally(records);
+        name.nonce = crate::ids::random_u64();
+        name
+    }
+
+    /// What a name for `records` says (one lineage and run, at least one
+    /// record), nonce 0: to check a segment's records against its name.
+    pub fn tally<R: AsRef<TransactionHandle>>(records: &[R]) -> SegmentName {
+        let first = records[0].as_ref();
+        let checkpoints = records.iter().filter_map(|r| r.as_ref().checkpoint());
+        SegmentName {
+            lineage: first.lineage,
+            first: checkpoints.clone().min().unwrap_or_default(),
+            last: checkpoints.max().unwrap_or_default(),
+            transactions: records.len() as u64,
+            records: records
+                .iter()
+                .map(|r| r.as_ref().prepared().map_or(0, |p| p.records))
+                .sum(),
+            nonce: 0,
+            run: first.run.clone(),
+        }
+    }
+
+    /// This segment as [`plan_merge`] sees it.
+    pub fn info(&self) -> SegmentInfo {
+        SegmentInfo {
+            lineage: self.lineage,
+            run: self.run.clone(),
+            first: self.first,
+            transactions: self.transactions,
+        }
+    }
 }
 
 /// A segment as a destination lists it, for [`plan_merge`].
@@ -301,5 +396,33 @@ mod tests {
             ..policy
         };
         assert!(plan_compaction(&loose, &few).is_empty());
+    }
+
+    #[test]
+    fn segment_names_round_trip_and_reject_variants() {
+        let s = SegmentName {
+            lineage: LineageId(0xab),
+            first: 3,
+            last: 90,
+            transactions: 12,
+            records: 3456,
+            nonce: 0x1234,
+            run: RunId::new("a1b2-run_x").unwrap(),
+        };
+        let name = s.render();
+        assert_eq!(SegmentName::parse(&name), Some(s.clone()));
+        for bad in [
+            name.replace(".3.", ".03."),
+            name.replace(".90.", ".2."),
+            name.replace(".12.", ".0."),
+            name.replace("0000000000001234", "1234"),
+            format!("{name}.x"),
+            name.replace("a1b2-run_x", "a1b2/run"),
+            name.replace("a1b2-run_x", ""),
+            "00000000000000ab".to_string(),
+            "x".to_string(),
+        ] {
+            assert_eq!(SegmentName::parse(&bad), None, "{bad:?}");
+        }
     }
 }

@@ -38,7 +38,8 @@ use std::fs::File;
 
 use twopc_core::destination::{HistoryPolicy, HistoryTally};
 use twopc_core::error::DestinationError;
-use twopc_core::ids::{CheckpointId, LineageId, RunId, TransactionId};
+use twopc_core::handle::TransactionHandle;
+use twopc_core::ids::{CheckpointId, LineageId, TransactionId};
 
 use crate::control::{encode, CommitRecord, ControlFile};
 use crate::dir::{Dir, EntryKind};
@@ -51,71 +52,12 @@ use crate::scan::{io_err, Reader};
 /// is about 250 bytes, 400 with the longest ids).
 pub(crate) const MAX_SEGMENT_RECORDS: usize = 2048;
 
-/// What a segment's name says about it.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SegmentName {
-    pub lineage: LineageId,
-    pub first: CheckpointId,
-    pub last: CheckpointId,
-    pub transactions: u64,
-    pub records: u64,
-    pub nonce: u64,
-    pub run: RunId,
-}
+pub use twopc_core::history::SegmentName;
 
-impl SegmentName {
-    pub fn render(&self) -> String {
-        format!(
-            "{}.{}.{}.{}.{}.{:016x}.{}",
-            self.lineage,
-            self.first,
-            self.last,
-            self.transactions,
-            self.records,
-            self.nonce,
-            self.run
-        )
-    }
-
-    /// `None` for anything that is not exactly such a name.
-    pub fn parse(name: &str) -> Option<SegmentName> {
-        let mut it = name.splitn(7, '.');
-        let lineage = it.next()?;
-        if lineage.len() != 16 || !lineage.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let parsed = SegmentName {
-            lineage: LineageId(u64::from_str_radix(lineage, 16).ok()?),
-            first: it.next()?.parse().ok()?,
-            last: it.next()?.parse().ok()?,
-            transactions: it.next()?.parse().ok()?,
-            records: it.next()?.parse().ok()?,
-            nonce: u64::from_str_radix(it.next()?, 16).ok()?,
-            run: RunId::new(it.next()?).ok()?,
-        };
-        (parsed.first <= parsed.last && parsed.transactions > 0 && parsed.render() == name)
-            .then_some(parsed)
-    }
-
-    fn covers(&self, lineage: LineageId, checkpoint: CheckpointId) -> bool {
-        self.lineage == lineage && self.first <= checkpoint && checkpoint <= self.last
-    }
-
-    fn of(records: &[CommitRecord]) -> SegmentName {
-        let first = &records[0].handle;
-        let checkpoints = records.iter().filter_map(|r| r.handle.checkpoint());
-        SegmentName {
-            lineage: first.lineage,
-            first: checkpoints.clone().min().unwrap_or_default(),
-            last: checkpoints.max().unwrap_or_default(),
-            transactions: records.len() as u64,
-            records: records
-                .iter()
-                .map(|r| r.handle.prepared().map_or(0, |p| p.records))
-                .sum(),
-            nonce: twopc_core::ids::random_u64(),
-            run: first.run.clone(),
-        }
+/// A record's handle, for [`SegmentName::of`] and [`SegmentName::tally`].
+impl AsRef<TransactionHandle> for CommitRecord {
+    fn as_ref(&self) -> &TransactionHandle {
+        &self.handle
     }
 }
 
@@ -193,7 +135,7 @@ impl History<'_> {
                 )));
             }
         }
-        let tally = SegmentName::of(&records);
+        let tally = SegmentName::tally(&records);
         if (tally.transactions, tally.records) != (seg.transactions, seg.records) {
             return Err(bad(format!(
                 "it holds {} transactions with {} records, its name says {} with {}",
@@ -391,8 +333,8 @@ pub(crate) fn effective(policy: &HistoryPolicy) -> HistoryPolicy {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
-    use twopc_core::ids::SinkId;
+    use twopc_core::handle::{PreparedInfo, TransactionState};
+    use twopc_core::ids::{RunId, SinkId};
 
     #[test]
     fn a_full_segment_with_the_longest_ids_fits_a_control_file() {
@@ -429,32 +371,5 @@ mod tests {
             "{} bytes",
             bytes.len()
         );
-    }
-
-    #[test]
-    fn segment_names_round_trip_and_reject_variants() {
-        let s = SegmentName {
-            lineage: LineageId(0xab),
-            first: 3,
-            last: 90,
-            transactions: 12,
-            records: 3456,
-            nonce: 0x1234,
-            run: RunId::new("a1b2-run_x").unwrap(),
-        };
-        let name = s.render();
-        assert_eq!(SegmentName::parse(&name), Some(s.clone()));
-        for bad in [
-            name.replace(".3.", ".03."),
-            name.replace(".90.", ".2."),
-            name.replace(".12.", ".0."),
-            format!("{name}.x"),
-            name.replace("a1b2-run_x", "a1b2/run"),
-            name.replace("a1b2-run_x", ""),
-            "00000000000000ab".to_string(),
-            "x".to_string(),
-        ] {
-            assert_eq!(SegmentName::parse(&bad), None, "{bad:?}");
-        }
     }
 }

@@ -93,7 +93,7 @@ use serde::{Deserialize, Serialize};
 
 use twopc_core::destination::{HistoryPolicy, HistoryTally};
 use twopc_core::handle::{HandleError, PreparedInfo, TransactionHandle, TransactionState};
-use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
+use twopc_core::ids::{LineageId, RunId, SinkId, TransactionId};
 
 use crate::control::{encode, CommitRecord, ControlObject, MAX_CONTROL_OBJECT};
 use crate::names::{commit_record_name, Layout};
@@ -112,92 +112,12 @@ const SEGMENT_OVERHEAD: usize = 64;
 /// numbers and lengths in a record).
 const DECODE_SLACK: usize = 160;
 
-/// What a segment's name says about it.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub struct SegmentName {
-    pub lineage: LineageId,
-    pub first: CheckpointId,
-    pub last: CheckpointId,
-    pub transactions: u64,
-    pub records: u64,
-    pub nonce: u64,
-    pub run: RunId,
-}
+pub use twopc_core::history::SegmentName;
 
-impl SegmentName {
-    /// `<lineage>.<first>.<last>.<transactions>.<records>.<nonce>.<run>`,
-    /// as the filesystem destination names its segments.
-    pub fn render(&self) -> String {
-        format!(
-            "{}.{}.{}.{}.{}.{:016x}.{}",
-            self.lineage,
-            self.first,
-            self.last,
-            self.transactions,
-            self.records,
-            self.nonce,
-            self.run
-        )
-    }
-
-    /// `None` for anything that is not exactly such a name.
-    pub fn parse(name: &str) -> Option<SegmentName> {
-        let mut it = name.splitn(7, '.');
-        let lineage = it.next()?;
-        if lineage.len() != 16 || !lineage.bytes().all(|b| b.is_ascii_hexdigit()) {
-            return None;
-        }
-        let parsed = SegmentName {
-            lineage: LineageId(u64::from_str_radix(lineage, 16).ok()?),
-            first: it.next()?.parse().ok()?,
-            last: it.next()?.parse().ok()?,
-            transactions: it.next()?.parse().ok()?,
-            records: it.next()?.parse().ok()?,
-            nonce: u64::from_str_radix(it.next()?, 16).ok()?,
-            run: RunId::new(it.next()?).ok()?,
-        };
-        (parsed.first <= parsed.last && parsed.transactions > 0 && parsed.render() == name)
-            .then_some(parsed)
-    }
-
-    /// Could this segment hold a record of `checkpoint` in `lineage`?
-    pub fn covers(&self, lineage: LineageId, checkpoint: CheckpointId) -> bool {
-        self.lineage == lineage && self.first <= checkpoint && checkpoint <= self.last
-    }
-
-    /// The name of a new segment holding `records` (one lineage and run,
-    /// at least one record).
-    pub(crate) fn of(records: &[CommitRecord]) -> SegmentName {
-        let mut name = Self::tally(records);
-        name.nonce = twopc_core::ids::random_u64();
-        name
-    }
-
-    /// What a name for `records` says, nonce 0.
-    fn tally(records: &[CommitRecord]) -> SegmentName {
-        let first = &records[0].handle;
-        let checkpoints = records.iter().filter_map(|r| r.handle.checkpoint());
-        SegmentName {
-            lineage: first.lineage,
-            first: checkpoints.clone().min().unwrap_or_default(),
-            last: checkpoints.max().unwrap_or_default(),
-            transactions: records.len() as u64,
-            records: records
-                .iter()
-                .map(|r| r.handle.prepared().map_or(0, |p| p.records))
-                .sum(),
-            nonce: 0,
-            run: first.run.clone(),
-        }
-    }
-
-    pub fn info(&self) -> twopc_core::history::SegmentInfo {
-        twopc_core::history::SegmentInfo {
-            lineage: self.lineage,
-            run: self.run.clone(),
-            first: self.first,
-            transactions: self.transactions,
-        }
+/// A record's handle, for [`SegmentName::of`] and [`SegmentName::tally`].
+impl AsRef<TransactionHandle> for CommitRecord {
+    fn as_ref(&self) -> &TransactionHandle {
+        &self.handle
     }
 }
 
@@ -470,34 +390,6 @@ mod tests {
         };
         let n = effective(&HistoryPolicy::default(), &ordinary).max_segment;
         assert!((1800..=MAX_SEGMENT_RECORDS).contains(&n), "{n}");
-    }
-
-    #[test]
-    fn segment_names_round_trip_and_reject_variants() {
-        let s = SegmentName {
-            lineage: LineageId(0xab),
-            first: 3,
-            last: 90,
-            transactions: 12,
-            records: 3456,
-            nonce: 0x1234,
-            run: RunId::new("a1b2-run_x").unwrap(),
-        };
-        let name = s.render();
-        assert_eq!(SegmentName::parse(&name), Some(s.clone()));
-        for bad in [
-            name.replace(".3.", ".03."),
-            name.replace(".90.", ".2."),
-            name.replace(".12.", ".0."),
-            name.replace("0000000000001234", "1234"),
-            format!("{name}.x"),
-            name.replace("a1b2-run_x", "a1b2/run"),
-            name.replace("a1b2-run_x", ""),
-            "00000000000000ab".to_string(),
-            "x".to_string(),
-        ] {
-            assert_eq!(SegmentName::parse(&bad), None, "{bad:?}");
-        }
     }
 
     #[test]
