@@ -252,6 +252,10 @@ pub struct PgDestination {
     open: Option<OpenTxn>,
     /// Writer session generation in which the staging table exists.
     stage_generation: Option<u64>,
+    /// Idempotent mode: a batch of this checkpoint's transaction met a key
+    /// already in the table, so the rest are upserted without trying the
+    /// COPY straight into the target first (see [`crate::idempotent`]).
+    upsert_until_prepare: bool,
     /// The ownership this destination holds (see the module docs).
     owner: Option<OwnedShare>,
     /// The history segments' table is known to exist (see
@@ -380,6 +384,7 @@ impl PgDestination {
             writer,
             open: None,
             stage_generation: None,
+            upsert_until_prepare: false,
             owner: None,
             segments_known: false,
             records_only: false,
@@ -489,6 +494,7 @@ impl PgDestination {
             writer,
             open: None,
             stage_generation: None,
+            upsert_until_prepare: false,
             owner: None,
             segments_known: false,
             records_only: false,
@@ -1427,6 +1433,62 @@ impl PgDestination {
     // ---- idempotent mode ----------------------------------------------
 
     fn write_idempotent(&mut self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
+        if !self.upsert_until_prepare && self.copy_into_target(batch)? {
+            return Ok(());
+        }
+        self.upsert_batch(batch)
+    }
+
+    /// The fast path of idempotent mode: the batch copied straight into
+    /// the target in a transaction of its own. `Ok(false)` when the server
+    /// refused it (a key already there, or anything the upsert path then
+    /// meets again and names); nothing of the batch stays then.
+    fn copy_into_target(&mut self, batch: RecordBatch<'_>) -> Result<bool, DestinationError> {
+        let ModeSql::Idempotent(sql) = &self.sql else {
+            unreachable!("idempotent mode")
+        };
+        let Some(copy) = sql.copy_target.clone() else {
+            return Ok(false);
+        };
+        let records = batch.len();
+        self.ensure_owner()?;
+        let result = self.writer.run("copying a batch", |c| {
+            c.batch_execute("BEGIN")?;
+            let loaded = copy_batch(c, &copy, batch)?;
+            if loaded != records {
+                c.batch_execute("ROLLBACK")?;
+                return Ok(Some(loaded));
+            }
+            c.batch_execute("COMMIT")?;
+            Ok(None)
+        });
+        match result {
+            Ok(None) => Ok(true),
+            Ok(Some(loaded)) => Err(self.rows_mismatch(loaded, records)),
+            // The outcome of a COMMIT whose answer was lost is unknown: the
+            // job fails and replays the batch, which the upsert then
+            // rewrites, as for any lost batch of this mode.
+            Err(f) if f.lost => Err(f.error),
+            Err(f) => {
+                log::debug!(
+                    "{}: a batch of {records} records could not be copied straight into {} \
+                     ({}); upserting it and the rest of this checkpoint's batches",
+                    self.sink,
+                    self.table,
+                    f.error
+                );
+                let _ = self
+                    .writer
+                    .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+                self.upsert_until_prepare = true;
+                Ok(false)
+            }
+        }
+    }
+
+    /// The batch upserted through the staging table (see
+    /// [`crate::idempotent`]).
+    fn upsert_batch(&mut self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
         let ModeSql::Idempotent(sql) = &self.sql else {
             unreachable!("idempotent mode")
         };
@@ -1816,8 +1878,12 @@ impl Destination for PgDestination {
     fn prepare(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.prepare_transactional(handle),
-            // Every write already committed: nothing is buffered.
-            ModeSql::Idempotent(_) => Ok(()),
+            // Every write already committed: nothing is buffered. The next
+            // checkpoint's batches try the COPY into the target again.
+            ModeSql::Idempotent(_) => {
+                self.upsert_until_prepare = false;
+                Ok(())
+            }
         }
     }
 

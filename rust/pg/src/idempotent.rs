@@ -16,7 +16,16 @@
 //! last staged row of each key and either deletes that key (`DELETE ...
 //! USING`, first) or upserts it; a delete of an absent key does nothing.
 //!
-//! How a batch is loaded, so that it stays bulk: `COPY` into a temporary
+//! **New keys go straight in.** Without an operation field, a batch is
+//! first copied straight into the target (`COPY`, in its own short
+//! transaction): when none of its keys is in the table yet, nor twice in
+//! the batch, that is the upsert's result at the cost of a plain load. A
+//! key that is there already (a replay), or any other refusal, fails the
+//! COPY, which is rolled back whole; the batch is then upserted as below,
+//! and so are the following batches until the next checkpoint (a replay
+//! repeats batch after batch, and a failed COPY costs a batch's work).
+//!
+//! How a batch is upserted, so that it stays bulk: `COPY` into a temporary
 //! staging table (created once per session, emptied at every commit), then
 //! one `INSERT ... SELECT ... ON CONFLICT` into the target, both in one
 //! short transaction. The staging table numbers rows in arrival order, and
@@ -54,6 +63,9 @@ pub(crate) const STAGE_SEQ: &str = "twopc_stage_seq";
 pub(crate) const STAGE_OP: &str = "twopc_stage_op";
 
 pub(crate) struct IdempotentSql {
+    /// The COPY straight into the target (see the module docs); none with
+    /// an operation field, whose deletes only the upsert path applies.
+    pub copy_target: Option<String>,
     pub create_stage: String,
     pub copy_stage: String,
     /// Deletes the rows of the keys whose last staged operation is `D`
@@ -179,7 +191,10 @@ impl IdempotentSql {
             "SELECT DISTINCT ON ({key_list}) {seq}, row_number() OVER (ORDER BY {seq}) - 1 \
              FROM pg_temp.{stage} ORDER BY {key_list}, {seq} DESC",
         );
+        let copy_target =
+            (!operation_field).then(|| format!("COPY {table} ({cols}) FROM STDIN{copy_options}"));
         IdempotentSql {
+            copy_target,
             create_stage,
             copy_stage,
             delete,

@@ -248,3 +248,53 @@ fn csv_batches_with_line_breaks_inside_quotes_name_the_right_record() {
     assert_eq!(r.column.as_deref(), Some("n"), "{msg}");
     assert_eq!(f.count(), 0);
 }
+
+/// Batches of new keys go straight into the table; a batch that meets keys
+/// already there (a replay) is upserted, and so is the rest of that
+/// checkpoint's transaction; the next checkpoint's batches go straight in
+/// again, and one that holds a key twice falls back to the upsert. Whichever
+/// way each batch took, every key ends with its last value.
+#[test]
+fn new_keys_go_straight_in_and_keys_already_there_are_upserted() {
+    let url = server!();
+    let mut f = kv_fixture(&url, "kvcopy");
+    let rows = |keys: Range<i32>, tag: &str, add: i32| -> Vec<String> {
+        keys.map(|i| format!("{i}\t{tag}{i}\t{}", i + add))
+            .collect()
+    };
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&rows(0..50, "v", 0)))
+        .unwrap();
+    assert_eq!(f.count(), 50);
+    // Keys 25..50 again with other values, and new keys 50..60.
+    s.write(&h.transaction, &batch(&rows(25..60, "w", 1000)))
+        .unwrap();
+    s.write(&h.transaction, &batch(&rows(60..70, "x", 0)))
+        .unwrap();
+    let p = s.prepare(&h.transaction, 1).unwrap();
+    assert_eq!(s.commit(&p).unwrap(), CommitOutcome::Committed);
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&rows(70..80, "y", 0)))
+        .unwrap();
+    s.write(
+        &h.transaction,
+        &batch(&["80\ta\t1", "81\tb\t2", "80\tc\t3"]),
+    )
+    .unwrap();
+    let mut expected: Vec<(i64, String, i32)> = Vec::new();
+    expected.extend((0..25).map(|i| (i as i64, format!("v{i}"), i)));
+    expected.extend((25..60).map(|i| (i as i64, format!("w{i}"), i + 1000)));
+    expected.extend((60..70).map(|i| (i as i64, format!("x{i}"), i)));
+    expected.extend((70..80).map(|i| (i as i64, format!("y{i}"), i)));
+    expected.push((80, "c".into(), 3));
+    expected.push((81, "b".into(), 2));
+    assert_eq!(kv(&mut f), expected);
+    // A record the server refuses in a batch of new keys is still named by
+    // its position, and nothing of its batch stays.
+    let err = s
+        .write(&h.transaction, &batch(&["90\ta\t1", "91\tb\tnot-a-number"]))
+        .unwrap_err();
+    assert!(err.to_string().contains("not-a-number"), "{err}");
+    assert_eq!(kv(&mut f), expected);
+}
