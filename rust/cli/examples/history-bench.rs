@@ -61,7 +61,7 @@ use std::process::Command;
 use std::time::Instant;
 
 use twopc_core::destination::{Destination, HistoryPolicy};
-use twopc_core::records::push_record;
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::{
     Restore, RunId, SinkId, SinkOptions, SubtaskContext, SubtaskSink, SystemClock,
     TransactionHandle, WriterState,
@@ -88,8 +88,7 @@ fn commit_one<D: Destination>(
     sink: &mut SubtaskSink<D, SystemClock>,
     cp: u64,
 ) -> (TransactionHandle, WriterState) {
-    let mut batch = Vec::new();
-    push_record(&mut batch, RECORD);
+    let batch = RecordBatchBuf::from_records([RECORD]);
     let t = sink.begin().unwrap();
     sink.write(&t.transaction, &batch).unwrap();
     let h = sink.prepare(&t.transaction, cp).unwrap();

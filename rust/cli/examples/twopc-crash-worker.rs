@@ -35,7 +35,7 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Duration;
 
-use twopc_core::records::push_record;
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::{
     CommitOutcome, Restore, RunId, SinkId, SinkOptions, SubtaskContext, SubtaskSink, SystemClock,
     TransactionHandle, TransactionState,
@@ -329,8 +329,8 @@ fn run(args: Args) -> Result<(), String> {
     while job.offset < total {
         let i = job.offset;
         let st = (i % u64::from(job.args.parallelism)) as usize;
-        let mut batch = Vec::with_capacity(16);
-        push_record(&mut batch, i.to_string().as_bytes());
+        let mut batch = RecordBatchBuf::new();
+        batch.push(i.to_string().as_bytes());
         let txn = job.open[st].transaction.clone();
         job.sinks[st]
             .write(&txn, &batch)

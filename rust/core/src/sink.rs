@@ -23,6 +23,7 @@ use crate::destination::Destination;
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, LineageId, TransactionId};
+use crate::records::BatchParts;
 use crate::recovery::{Restore, StartupReport};
 use crate::state::WriterState;
 use crate::writer::OpenStats;
@@ -131,8 +132,13 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         self.writer.begin(&mut self.dest, &self.clock)
     }
 
-    /// Stages a batch of length-prefixed records into the open transaction.
-    pub fn write(&mut self, txn: &TransactionId, batch: &[u8]) -> Result<OpenStats, TwopcError> {
+    /// Stages a batch of records (see [`crate::records`]) into the open
+    /// transaction.
+    pub fn write<'b>(
+        &mut self,
+        txn: &TransactionId,
+        batch: impl Into<BatchParts<'b>>,
+    ) -> Result<OpenStats, TwopcError> {
         self.writer.write(&mut self.dest, txn, batch)
     }
 

@@ -17,7 +17,7 @@ use crate::destination::Destination;
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{random_u64, CheckpointId, LineageId, TransactionId};
-use crate::records::RecordBatch;
+use crate::records::{BatchParts, RecordBatch};
 use crate::recovery::{self, Restore, StartupReport};
 use crate::state::WriterState;
 use crate::writer::{OpenStats, Writer};
@@ -172,14 +172,15 @@ impl WriterSession {
         self.writer.begin(dest, clock.now_ms())
     }
 
-    /// Stages a batch of length-prefixed records into the open transaction.
-    pub fn write<D: Destination>(
+    /// Stages a batch of records (see [`crate::records`]) into the open
+    /// transaction.
+    pub fn write<'b, D: Destination>(
         &mut self,
         dest: &mut D,
         txn: &TransactionId,
-        batch: &[u8],
+        batch: impl Into<BatchParts<'b>>,
     ) -> Result<OpenStats, TwopcError> {
-        let batch = RecordBatch::parse(batch).map_err(|source| TwopcError::Batch {
+        let batch = RecordBatch::new(batch.into()).map_err(|source| TwopcError::Batch {
             scope: self.ctx.scope(),
             source,
         })?;

@@ -14,7 +14,7 @@ use twopc_core::error::{DestinationError, DestinationErrorKind};
 use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::memory::{MemoryDestination, MemoryStore};
 use twopc_core::operator::{self, Decided, Decision, OperatorError};
-use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::records::{RecordBatch, RecordBatchBuf};
 use twopc_core::{Clock, SubtaskSink, TransactionHandle};
 
 #[derive(Default)]
@@ -46,10 +46,7 @@ fn leftover(store: &MemoryStore, clock: &TestClock, records: &[&str]) -> Transac
     )
     .unwrap();
     let h = sink.begin().unwrap();
-    let mut batch = Vec::new();
-    for r in records {
-        push_record(&mut batch, r.as_bytes());
-    }
+    let batch = RecordBatchBuf::from_records(records);
     sink.write(&h.transaction, &batch).unwrap();
     sink.prepare(&h.transaction, 1).unwrap()
 }

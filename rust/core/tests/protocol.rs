@@ -11,7 +11,7 @@ use twopc_core::destination::Destination;
 use twopc_core::error::TwopcError;
 use twopc_core::ids::{RunId, SinkId, TransactionId};
 use twopc_core::memory::{Fault, MemoryStore, Operation};
-use twopc_core::records::push_record;
+use twopc_core::records::{BatchParts, RecordBatchBuf};
 use twopc_core::{Clock, Restore, SubtaskSink, TransactionHandle};
 
 /// A clock that only moves when told to, or when the protocol sleeps.
@@ -66,12 +66,8 @@ fn open<'a>(
     .map(|(s, _)| s)
 }
 
-fn batch(records: &[&str]) -> Vec<u8> {
-    let mut b = Vec::new();
-    for r in records {
-        push_record(&mut b, r.as_bytes());
-    }
-    b
+fn batch(records: &[&str]) -> RecordBatchBuf {
+    RecordBatchBuf::from_records(records)
 }
 
 /// Begins, writes `records` and prepares for `checkpoint`.
@@ -207,10 +203,16 @@ fn protocol_misuse_is_an_error_not_a_panic() {
     ));
     // A malformed batch is rejected whole.
     let h = sink.begin().unwrap();
-    let mut bad = batch(&["ok"]);
-    bad.extend_from_slice(&[200, 0, 0, 0, b'x']);
+    let (mut data, mut ends, _) = batch(&["ok"]).into_parts();
+    data.push(b'x');
+    ends.extend_from_slice(&200u32.to_le_bytes());
+    let bad = BatchParts {
+        data: &data,
+        ends: &ends,
+        terminator: None,
+    };
     assert!(matches!(
-        sink.write(&h.transaction, &bad),
+        sink.write(&h.transaction, bad),
         Err(TwopcError::Batch { .. })
     ));
     assert_eq!(sink.open_stats().records, 0);
@@ -466,11 +468,7 @@ fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     };
     let mut d = store.destination(&sink_id());
     d.begin(&zombie).unwrap();
-    d.write(
-        &zombie.transaction,
-        twopc_core::records::RecordBatch::parse(&batch(&["z"])).unwrap(),
-    )
-    .unwrap();
+    d.write(&zombie.transaction, batch(&["z"]).batch()).unwrap();
     d.prepare(&zombie).unwrap();
 
     clock.0.set(10_000);

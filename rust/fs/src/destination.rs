@@ -845,7 +845,7 @@ impl Destination for FsDestination {
         let lines = self.options.format == RecordFormat::Lines;
         let o = self.open_txn(txn)?;
         o.file
-            .write_records(batch.iter(), lines)
+            .write_batch(&batch, lines)
             .map_err(io_err("writing", o.file.path()))
     }
 

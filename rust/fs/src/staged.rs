@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use crate::dir::Dir;
 use crate::faults::{FaultHook, IoStep, IoTiming};
 use crate::names::DATA_FILE;
+use twopc_core::records::RecordBatch;
 
 const WRITE_BUFFER: usize = 256 * 1024;
 /// Staged bytes after which the data written so far is handed to the
@@ -86,28 +87,20 @@ impl StagedFile {
         }
     }
 
-    /// Appends records, each followed by a line break if `newline`.
-    pub(crate) fn write_records<'a>(
-        &mut self,
-        records: impl Iterator<Item = &'a [u8]>,
-        newline: bool,
-    ) -> io::Result<()> {
+    /// Appends a batch's records, each followed by a line break if
+    /// `newline`.
+    pub(crate) fn write_batch(&mut self, batch: &RecordBatch<'_>, newline: bool) -> io::Result<()> {
         self.faults
             .check(IoStep::Write, IoTiming::Before, &self.path)?;
-        let mut written = 0u64;
-        for record in records {
-            match &mut self.out {
-                Out::Cached(out) => {
-                    out.write_all(record)?;
-                    if newline {
-                        out.write_all(b"\n")?;
-                    }
-                }
-                #[cfg(target_os = "linux")]
-                Out::Direct(out) => out.write_record(record, newline)?,
+        let terminator = newline.then_some(b'\n');
+        let written = match batch.output_form(terminator) {
+            // Laid out as the file holds it (the JVM sends it so): one copy.
+            Some(bytes) => {
+                self.append(bytes)?;
+                bytes.len() as u64
             }
-            written += record.len() as u64 + u64::from(newline);
-        }
+            None => self.append_records(batch, newline)?,
+        };
         self.len += written;
         if self.len - self.written_back >= WRITEBACK_EVERY {
             self.written_back = self.len;
@@ -120,6 +113,34 @@ impl StagedFile {
         self.faults
             .check(IoStep::Write, IoTiming::After, &self.path)?;
         Ok(())
+    }
+
+    fn append(&mut self, bytes: &[u8]) -> io::Result<()> {
+        match &mut self.out {
+            Out::Cached(out) => out.write_all(bytes),
+            #[cfg(target_os = "linux")]
+            Out::Direct(out) => out.write_all(bytes),
+        }
+    }
+
+    /// The per-record path: each record copied, a line break after it if
+    /// `newline`. Returns the bytes appended.
+    fn append_records(&mut self, batch: &RecordBatch<'_>, newline: bool) -> io::Result<u64> {
+        let mut written = 0u64;
+        for record in batch.iter() {
+            match &mut self.out {
+                Out::Cached(out) => {
+                    out.write_all(record)?;
+                    if newline {
+                        out.write_all(b"\n")?;
+                    }
+                }
+                #[cfg(target_os = "linux")]
+                Out::Direct(out) => out.write_record(record, newline)?,
+            }
+            written += record.len() as u64 + u64::from(newline);
+        }
+        Ok(written)
     }
 
     /// Everything written on the disk, data and metadata, and out of the
@@ -369,6 +390,7 @@ fn drop_from_page_cache(file: &File) {
 mod tests {
     use super::*;
     use crate::faults::FaultHook;
+    use twopc_core::records::RecordBatchBuf;
 
     fn temp(name: &str) -> (PathBuf, Dir) {
         let path = std::env::temp_dir().join(format!("twopc-staged-{name}-{}", std::process::id()));
@@ -383,7 +405,8 @@ mod tests {
         let (path, dir) = temp("wb");
         let mut f = StagedFile::create(&dir, IoMode::Buffered).unwrap();
         assert!(!f.is_direct());
-        f.write_records([&b"abc"[..]].into_iter(), true).unwrap();
+        f.write_batch(&RecordBatchBuf::from_records(["abc"]).batch(), true)
+            .unwrap();
         writeback::fail(&f.writeback_error, io::Error::from_raw_os_error(5));
         let err = f.seal().unwrap_err();
         assert!(err.to_string().contains("background write-back"), "{err}");
@@ -396,11 +419,11 @@ mod tests {
     fn the_write_back_thread_stops_for_good_with_nothing_lost() {
         let (path, dir) = temp("wb-stop");
         let mut f = StagedFile::create(&dir, IoMode::Buffered).unwrap();
-        let record = vec![b'x'; 64 * 1024];
-        let per_request = WRITEBACK_EVERY / record.len() as u64 + 1;
+        let record = RecordBatchBuf::from_records([vec![b'x'; 64 * 1024]]);
+        let per_request = WRITEBACK_EVERY / record.batch().payload_bytes() + 1;
         for round in 0..2 {
             for _ in 0..per_request {
-                f.write_records([&record[..]].into_iter(), false).unwrap();
+                f.write_batch(&record.batch(), false).unwrap();
             }
             // The first round started the thread; after the stop, writes
             // start none.
@@ -411,7 +434,7 @@ mod tests {
             );
         }
         let len = f.seal().unwrap();
-        assert_eq!(len, 2 * per_request * record.len() as u64);
+        assert_eq!(len, 2 * per_request * record.batch().payload_bytes());
         assert_eq!(std::fs::metadata(path.join(DATA_FILE)).unwrap().len(), len);
         let _ = std::fs::remove_dir_all(path);
     }
@@ -423,8 +446,19 @@ mod tests {
             let mut f = StagedFile::create(&dir, mode).unwrap();
             assert_eq!(f.is_direct(), mode != IoMode::Buffered, "{mode:?}");
             let records: Vec<Vec<u8>> = (0..50_000).map(|i| format!("r{i}").into_bytes()).collect();
-            f.write_records(records.iter().map(Vec::as_slice), true)
-                .unwrap();
+            // Both layouts a batch comes in, alternating: the file must not
+            // tell them apart.
+            for (i, chunk) in records.chunks(977).enumerate() {
+                let mut batch = if i % 2 == 0 {
+                    RecordBatchBuf::terminated_by(b'\n')
+                } else {
+                    RecordBatchBuf::new()
+                };
+                for r in chunk {
+                    batch.push(r);
+                }
+                f.write_batch(&batch.batch(), true).unwrap();
+            }
             let len = f.seal().unwrap();
             drop(f);
             let expected: Vec<u8> = records

@@ -13,7 +13,6 @@ use twopc_core::destination::{
 };
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
-use twopc_core::records::RecordBatch;
 use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
 
 #[test]
@@ -191,9 +190,7 @@ fn a_record_with_a_line_break_is_refused_in_lines_format_with_its_position() {
     let open = handle(1, None, &[]);
     d.begin(&open).unwrap();
     let buf = batch(&["ok", "fine", "two\nlines", "never written"]);
-    let err = d
-        .write(&open.transaction, RecordBatch::parse(&buf).unwrap())
-        .unwrap_err();
+    let err = d.write(&open.transaction, buf.batch()).unwrap_err();
     let fault = err.record.as_ref().expect("a record fault");
     assert_eq!(
         fault.position,
@@ -211,8 +208,7 @@ fn a_record_with_a_line_break_is_refused_in_lines_format_with_its_position() {
         ..FsOptions::new(&t.0)
     };
     let mut d = FsDestination::open(raw, &sink()).unwrap();
-    d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
-        .unwrap();
+    d.write(&open.transaction, buf.batch()).unwrap();
 }
 
 #[test]
@@ -324,11 +320,7 @@ fn a_transaction_of_many_mib_is_published_byte_for_byte_in_every_mode_also_after
         let open = handle(1, None, &[]);
         d.begin(&open).unwrap();
         for chunk in refs.chunks(4096) {
-            d.write(
-                &open.transaction,
-                RecordBatch::parse(&batch(chunk)).unwrap(),
-            )
-            .unwrap();
+            d.write(&open.transaction, batch(chunk).batch()).unwrap();
         }
         let h = handle(1, Some(1), &refs);
         d.prepare(&h).unwrap();

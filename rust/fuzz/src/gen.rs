@@ -219,6 +219,17 @@ pub fn envelope(rng: &mut Rng) -> (PayloadKind, Vec<u8>) {
 }
 
 /// The records of a batch: empty ones, text, binary, a few large.
+/// A record batch: its terminator (none, the LINES format's line break,
+/// or any byte) and its records.
+pub fn record_batch(rng: &mut Rng) -> (Option<u8>, Vec<Vec<u8>>) {
+    let terminator = match rng.below(3) {
+        0 => None,
+        1 => Some(b'\n'),
+        _ => Some(rng.bytes(1)[0]),
+    };
+    (terminator, records(rng))
+}
+
 pub fn records(rng: &mut Rng) -> Vec<Vec<u8>> {
     let count = rng.length(48);
     (0..count)

@@ -8,7 +8,7 @@
 use twopc_core::envelope::{self, PayloadKind};
 use twopc_core::handle::{encode_payload, HandleError, TransactionHandle};
 use twopc_core::ids::{CheckpointId, LineageId, ParsedTransactionId, TransactionId};
-use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::records::{BatchParts, RecordBatch, RecordBatchBuf};
 use twopc_core::state::WriterState;
 use twopc_fs::{commit_record_name, decode_control_file, parse_commit_record_name, ControlFile};
 
@@ -194,8 +194,8 @@ pub static TARGETS: &[&dyn Target] = &[
     },
     &Codec {
         name: "record-batch",
-        framing: Framing::LengthPrefixed,
-        valid: gen::records,
+        framing: Framing::RecordEnds,
+        valid: gen::record_batch,
         encode: encode_batch,
         decode: decode_batch,
         canonical: true,
@@ -313,19 +313,73 @@ fn check_commit_record(r: &twopc_fs::CommitRecord) -> Result<(), Stage> {
     Ok(())
 }
 
-fn encode_batch(records: &Vec<Vec<u8>>) -> Vec<u8> {
-    let mut buf = Vec::new();
+/// The two parts of a batch in one byte string: `count (u32 LE)`, `count`
+/// record ends, a terminator flag (0, or 1 and the byte), the data.
+fn encode_batch((terminator, records): &(Option<u8>, Vec<Vec<u8>>)) -> Vec<u8> {
+    let mut buf = match terminator {
+        Some(t) => RecordBatchBuf::terminated_by(*t),
+        None => RecordBatchBuf::new(),
+    };
     for r in records {
-        push_record(&mut buf, r);
+        buf.push(r);
     }
-    buf
+    let (data, ends, terminator) = buf.into_parts();
+    let mut out = (records.len() as u32).to_le_bytes().to_vec();
+    out.extend_from_slice(&ends);
+    match terminator {
+        Some(t) => out.extend_from_slice(&[1, t]),
+        None => out.push(0),
+    }
+    out.extend_from_slice(&data);
+    out
 }
 
-/// Parses and iterates, checking that the iteration agrees with what parse
-/// counted.
-fn decode_batch(b: &[u8]) -> Result<Vec<Vec<u8>>, Stage> {
-    let batch = RecordBatch::parse(b).map_err(|_| Stage::Decode)?;
+/// Validates and iterates, checking that the iteration agrees with what
+/// validation counted and with the records looked up one by one.
+fn decode_batch(b: &[u8]) -> Result<(Option<u8>, Vec<Vec<u8>>), Stage> {
+    let count = b.get(..4).ok_or(Stage::Framing)?;
+    let count = u32::from_le_bytes([count[0], count[1], count[2], count[3]]) as usize;
+    let ends_end = count
+        .checked_mul(4)
+        .and_then(|n| n.checked_add(4))
+        .filter(|&n| n <= b.len())
+        .ok_or(Stage::Framing)?;
+    let ends = &b[4..ends_end];
+    let (terminator, data) = match b.get(ends_end..) {
+        Some([0, data @ ..]) => (None, data),
+        Some([1, t, data @ ..]) => (Some(*t), data),
+        _ => return Err(Stage::Framing),
+    };
+    let batch = RecordBatch::new(BatchParts {
+        data,
+        ends,
+        terminator,
+    })
+    .map_err(|_| Stage::Decode)?;
     let records: Vec<Vec<u8>> = batch.iter().map(<[u8]>::to_vec).collect();
+    for (i, r) in records.iter().enumerate() {
+        assert_eq!(
+            batch.get(i as u64),
+            Some(&r[..]),
+            "record {i} looked up differs"
+        );
+    }
+    assert_eq!(
+        batch.get(records.len() as u64),
+        None,
+        "a record past the end"
+    );
+    for byte in [b'\n', b'a'] {
+        let naive = records
+            .iter()
+            .position(|r| r.contains(&byte))
+            .map(|i| (i as u64, &records[i][..]));
+        assert_eq!(
+            batch.first_record_containing(byte),
+            naive,
+            "search for {byte:#x} differs"
+        );
+    }
     assert_eq!(records.len() as u64, batch.len(), "iteration count differs");
     assert_eq!(
         records.iter().map(|r| r.len() as u64).sum::<u64>(),
@@ -333,7 +387,7 @@ fn decode_batch(b: &[u8]) -> Result<Vec<Vec<u8>>, Stage> {
         "payload bytes differ"
     );
     assert_eq!(batch.is_empty(), records.is_empty());
-    Ok(records)
+    Ok((terminator, records))
 }
 
 /// Names reach the parsers as Rust strings (file names that are not UTF-8

@@ -2,7 +2,6 @@
 //! checked here so that the protocol code only ever sees valid values.
 
 use jni::objects::{JByteArray, JByteBuffer, JObjectArray, JString, Reference};
-use jni::sys::jint;
 use jni::Env;
 use twopc_core::error::SinkScope;
 use twopc_core::{TransactionHandle, TwopcError};
@@ -93,36 +92,37 @@ pub(crate) fn handle_of(scope: SinkScope, bytes: &[u8]) -> BridgeResult<Transact
 pub(crate) fn direct_bytes<'b>(
     env: &Env<'_>,
     buffer: &'b JByteBuffer<'_>,
-    length: jint,
+    length: usize,
+    what: &str,
 ) -> BridgeResult<&'b [u8]> {
     if buffer.is_null() {
-        return Err(BridgeError::illegal_argument("batch buffer is null"));
+        return Err(BridgeError::illegal_argument(format!(
+            "{what} buffer is null"
+        )));
     }
-    let length = usize::try_from(length)
-        .map_err(|_| BridgeError::illegal_argument(format!("batch length {length} is negative")))?;
     // GetDirectBufferCapacity answers -1 (an error here) for heap buffers;
     // asking it first also tells a heap buffer from an empty direct one,
     // whose address may legitimately be null.
     let capacity = env.get_direct_buffer_capacity(buffer).map_err(|_| {
-        BridgeError::illegal_argument(
-            "batch must be a direct ByteBuffer (ByteBuffer.allocateDirect), not a heap buffer",
-        )
+        BridgeError::illegal_argument(format!(
+            "{what} must be a direct ByteBuffer (ByteBuffer.allocateDirect), not a heap buffer"
+        ))
     })?;
     if length > capacity {
         return Err(BridgeError::illegal_argument(format!(
-            "batch length {length} exceeds the buffer's capacity of {capacity} bytes"
+            "{what} length {length} exceeds the buffer's capacity of {capacity} bytes"
         )));
     }
     if length == 0 {
         return Ok(&[]);
     }
     let address = env.get_direct_buffer_address(buffer).map_err(|_| {
-        BridgeError::illegal_argument("batch buffer has no accessible memory address")
+        BridgeError::illegal_argument(format!("{what} buffer has no accessible memory address"))
     })?;
     if address.is_null() {
-        return Err(BridgeError::illegal_argument(
-            "batch buffer has no accessible memory address",
-        ));
+        return Err(BridgeError::illegal_argument(format!(
+            "{what} buffer has no accessible memory address"
+        )));
     }
     // SAFETY: `address` is the non-null start of the direct buffer's memory,
     // which the JVM guarantees spans `capacity` bytes, and `length <=

@@ -37,6 +37,7 @@ use jni::objects::{JByteArray, JByteBuffer, JClass, JLongArray, JObjectArray, JS
 use jni::sys::{jint, jlong, JNI_ERR, JNI_VERSION_1_8};
 use jni::vm::{AttachConfig, AttachmentExceptionPolicy, JavaVM};
 use jni::{jni_str, Env, EnvUnowned};
+use twopc_core::records::BatchParts;
 use twopc_core::{AbortOutcome, CheckpointId, CommitOutcome, SystemClock};
 
 use crate::args::to_jlong;
@@ -229,20 +230,48 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_begin<'l>(
     .resolve::<ThrowJava>()
 }
 
-/// `long write(long writer, byte[] openHandle, ByteBuffer batch, int
-/// length)`: returns the records staged in the transaction so far.
+/// `long write(long writer, byte[] openHandle, ByteBuffer data, int
+/// length, ByteBuffer ends, int records, int terminator)`: a batch (see
+/// `twopc_core::records`) of `records` records in the first `length` bytes
+/// of `data`, their end offsets the first `records` little-endian ints of
+/// `ends`, each followed by the byte `terminator` (-1: none). Returns the
+/// records staged in the transaction so far.
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_write<'l>(
     mut env: EnvUnowned<'l>,
     _class: JClass<'l>,
     id: jlong,
     open_handle: JByteArray<'l>,
-    batch: JByteBuffer<'l>,
+    data: JByteBuffer<'l>,
     length: jint,
+    ends: JByteBuffer<'l>,
+    records: jint,
+    terminator: jint,
 ) -> jlong {
     env.with_env(|env| -> BridgeResult<jlong> {
         let handle = args::bytes(env, &open_handle, "openHandle")?;
-        let records = args::direct_bytes(env, &batch, length)?;
+        let length = usize::try_from(length).map_err(|_| {
+            BridgeError::illegal_argument(format!("batch length {length} is negative"))
+        })?;
+        let ends_length = usize::try_from(records)
+            .ok()
+            .and_then(|n| n.checked_mul(4))
+            .ok_or_else(|| {
+                BridgeError::illegal_argument(format!("record count {records} is negative"))
+            })?;
+        let terminator = match terminator {
+            -1 => None,
+            t => Some(u8::try_from(t).map_err(|_| {
+                BridgeError::illegal_argument(format!(
+                    "record terminator {t} is neither -1 (none) nor a byte value (0-255)"
+                ))
+            })?),
+        };
+        let records = BatchParts {
+            data: args::direct_bytes(env, &data, length, "batch")?,
+            ends: args::direct_bytes(env, &ends, ends_length, "record ends")?,
+            terminator,
+        };
         registry::with_native(id, |n| {
             let staged = match n {
                 Native::Sink(s) => {

@@ -1024,27 +1024,33 @@ impl Destination for ObjectStoreDestination {
         self.open_txn(txn)?;
         let lines = self.options.format == RecordFormat::Lines;
         let part_size = self.options.part_size;
-        for record in batch.iter() {
-            let open = self.open.as_mut().expect("opened above");
-            if let Some(why) = &open.poisoned {
-                return Err(DestinationError::new(
-                    DestinationErrorKind::Io,
-                    format!(
-                        "refusing to write to transaction {txn}: {why}. It can only be aborted"
-                    ),
-                ));
+        let open = self.open.as_mut().expect("opened above");
+        if let Some(why) = &open.poisoned {
+            return Err(DestinationError::new(
+                DestinationErrorKind::Io,
+                format!("refusing to write to transaction {txn}: {why}. It can only be aborted"),
+            ));
+        }
+        match batch.output_form(lines.then_some(b'\n')) {
+            // Laid out as the object holds it (the JVM sends it so): one copy.
+            Some(bytes) => open.buffer.extend_from_slice(bytes),
+            None => {
+                for record in batch.iter() {
+                    open.buffer.extend_from_slice(record);
+                    if lines {
+                        open.buffer.extend_from_slice(b"\n");
+                    }
+                }
             }
-            open.buffer.extend_from_slice(record);
-            if lines {
-                open.buffer.extend_from_slice(b"\n");
-            }
-            while self
-                .open
-                .as_ref()
-                .is_some_and(|o| o.buffer.len() >= part_size)
-            {
-                self.send_part(part_size)?;
-            }
+        }
+        // Parts are cut at exactly `part_size` bytes wherever the batches
+        // ended, so the object is the same however records were batched.
+        while self
+            .open
+            .as_ref()
+            .is_some_and(|o| o.buffer.len() >= part_size)
+        {
+            self.send_part(part_size)?;
         }
         Ok(())
     }

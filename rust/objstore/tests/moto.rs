@@ -14,7 +14,7 @@ use twopc_core::destination::{
 };
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
-use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::writer::Writer;
 use twopc_objstore::names::{LINEAGES, PREPARED, RUNS};
 use twopc_objstore::{FaultAction, ObjectStoreDestination, S3Call};
@@ -57,12 +57,9 @@ fn the_core_writer_puts_the_upload_location_into_the_prepared_handle() {
     let ctx = SubtaskContext::new(sink(), RunId::new("job1").unwrap(), 0, 1).unwrap();
     let mut writer = Writer::new(ctx, LineageId(7), 0x1234);
     let open = writer.begin(&mut d, 1).unwrap();
-    let mut buf = Vec::new();
-    for r in ["a", "bb", "ccc"] {
-        push_record(&mut buf, r.as_bytes());
-    }
+    let buf = RecordBatchBuf::from_records(["a", "bb", "ccc"]);
     writer
-        .write(&mut d, &open.transaction, RecordBatch::parse(&buf).unwrap())
+        .write(&mut d, &open.transaction, buf.batch())
         .unwrap();
     let prepared = writer.prepare(&mut d, &open.transaction, 5, 2).unwrap();
     assert!(prepared.location().is_some(), "{prepared:?}");

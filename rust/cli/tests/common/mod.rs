@@ -6,7 +6,7 @@ use std::process::{Command, Output};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use twopc_core::records::push_record;
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::{
     Clock, Restore, RunId, SinkId, SinkOptions, SubtaskContext, SubtaskSink, SystemClock,
 };
@@ -86,12 +86,8 @@ pub fn open_sink(
         .0
 }
 
-pub fn batch(records: &[&str]) -> Vec<u8> {
-    let mut b = Vec::new();
-    for r in records {
-        push_record(&mut b, r.as_bytes());
-    }
-    b
+pub fn batch(records: &[&str]) -> RecordBatchBuf {
+    RecordBatchBuf::from_records(records)
 }
 
 /// Runs the `twopc` binary.

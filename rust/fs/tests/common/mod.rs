@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use twopc_core::destination::Destination;
 use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{random_u64, LineageId, RunId, SinkId, TransactionId};
-use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::records::RecordBatchBuf;
 use twopc_fs::{FsDestination, FsOptions, IoFaults, IoMode, IoStep, IoTiming};
 
 pub struct TempDir(pub PathBuf);
@@ -81,10 +81,11 @@ pub fn handle(seq: u64, checkpoint: Option<u64>, records: &[&str]) -> Transactio
     }
 }
 
-pub fn batch(records: &[&str]) -> Vec<u8> {
-    let mut buf = Vec::new();
+/// A batch in LINES output form, as the JVM sends it for LINES output.
+pub fn batch(records: &[&str]) -> RecordBatchBuf {
+    let mut buf = RecordBatchBuf::terminated_by(b'\n');
     for r in records {
-        push_record(&mut buf, r.as_bytes());
+        buf.push(r.as_bytes());
     }
     buf
 }
@@ -98,7 +99,7 @@ pub fn write(
     let open = handle(seq, None, &[]);
     d.begin(&open)?;
     let buf = batch(records);
-    d.write(&open.transaction, RecordBatch::parse(&buf).unwrap())
+    d.write(&open.transaction, buf.batch())
 }
 
 /// Writes and prepares transaction `seq` for `checkpoint`.

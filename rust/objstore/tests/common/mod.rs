@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use twopc_core::destination::Destination;
 use twopc_core::handle::{PreparedInfo, TransactionHandle, TransactionState};
 use twopc_core::ids::{random_u64, LineageId, RunId, SinkId, TransactionId};
-use twopc_core::records::{push_record, RecordBatch};
+use twopc_core::records::RecordBatchBuf;
 use twopc_objstore::faults::{FaultAction, RequestFaults, RequestInfo, S3Call};
 use twopc_objstore::{CredentialSource, Credentials, ObjectStoreDestination, S3Options, Secret};
 
@@ -124,11 +124,12 @@ pub fn write(
     seq: u64,
     records: &[Vec<u8>],
 ) -> Result<(), twopc_core::error::DestinationError> {
-    let mut buf = Vec::new();
+    // In LINES output form, as the JVM sends it for LINES output.
+    let mut buf = RecordBatchBuf::terminated_by(b'\n');
     for r in records {
-        push_record(&mut buf, r);
+        buf.push(r);
     }
-    d.write(&txn(seq), RecordBatch::parse(&buf).unwrap())
+    d.write(&txn(seq), buf.batch())
 }
 
 /// Writes and prepares `seq` for `checkpoint` as the core writer does:

@@ -12,7 +12,7 @@ use postgres::{Client, NoTls};
 use twopc_core::committer::CommitOutcome;
 use twopc_core::config::{RetryPolicy, SinkOptions, SubtaskContext};
 use twopc_core::ids::{random_u64, RunId, SinkId};
-use twopc_core::records::push_record;
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::{Restore, StartupReport, SubtaskSink, SystemClock, TransactionHandle, TwopcError};
 use twopc_pg::{Endpoint, Password, PgDestination, PgOptions};
 
@@ -148,21 +148,20 @@ pub fn rows(ids: std::ops::Range<i64>, tag: &str) -> Vec<String> {
     ids.map(|i| format!("{i}\t{tag}-{i}")).collect()
 }
 
-pub fn batch<S: AsRef<str>>(records: &[S]) -> Vec<u8> {
-    let mut b = Vec::new();
+/// A batch with a line break after each record, as the JVM sends it for
+/// the default record format (the destination takes records without it).
+pub fn batch<S: AsRef<str>>(records: &[S]) -> RecordBatchBuf {
+    let mut b = RecordBatchBuf::terminated_by(b'\n');
     for r in records {
-        push_record(&mut b, r.as_ref().as_bytes());
+        b.push(r.as_ref().as_bytes());
     }
     b
 }
 
 /// A batch of records given as bytes (for records that are not UTF-8).
-pub fn batch_bytes(records: &[&[u8]]) -> Vec<u8> {
-    let mut b = Vec::new();
-    for r in records {
-        push_record(&mut b, r);
-    }
-    b
+/// Records back to back, without terminators.
+pub fn batch_bytes(records: &[&[u8]]) -> RecordBatchBuf {
+    RecordBatchBuf::from_records(records)
 }
 
 /// The `RecordRejected` error of `result`, with its message; panics with

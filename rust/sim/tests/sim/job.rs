@@ -15,6 +15,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use twopc_core::error::LostTransaction;
+use twopc_core::records::RecordBatchBuf;
 use twopc_core::sink::SubtaskSink;
 use twopc_core::{
     AbortOutcome, CheckpointId, Clock, Destination, FreshStartPolicy, LineageId, Restore,
@@ -96,7 +97,11 @@ impl<D: Destination> Operators<D> {
 
     /// Stages a batch into subtask `i`'s open transaction: the
     /// transaction, whether it is poisoned, and what the core said.
-    fn write(&mut self, i: usize, bytes: &[u8]) -> (TransactionId, bool, Result<(), TwopcError>) {
+    fn write(
+        &mut self,
+        i: usize,
+        bytes: &RecordBatchBuf,
+    ) -> (TransactionId, bool, Result<(), TwopcError>) {
         match self {
             Operators::Sink(subtasks) => {
                 let rt = &mut subtasks[i];

@@ -1,7 +1,7 @@
 //! The replayable input: records with unique ids, read in order from an
 //! offset. A checkpoint stores the offset; a restore resumes from it.
 
-use twopc_core::records::push_record;
+use twopc_core::records::RecordBatchBuf;
 
 pub struct Source {
     len: usize,
@@ -12,7 +12,7 @@ pub struct Source {
 pub struct Batch {
     pub subtask: usize,
     pub records: Vec<usize>,
-    pub bytes: Vec<u8>,
+    pub bytes: RecordBatchBuf,
 }
 
 impl Source {
@@ -45,13 +45,19 @@ impl Source {
             .map(|subtask| Batch {
                 subtask,
                 records: Vec::new(),
-                bytes: Vec::new(),
+                // Both layouts the JVM sends (line breaks after the records,
+                // as for LINES output, or none): the output must not differ.
+                bytes: if subtask % 2 == 0 {
+                    RecordBatchBuf::terminated_by(b'\n')
+                } else {
+                    RecordBatchBuf::new()
+                },
             })
             .collect();
         for i in from..to.min(self.len) {
             let b = &mut batches[i % parallelism];
             b.records.push(i);
-            push_record(&mut b.bytes, Self::payload(i).as_bytes());
+            b.bytes.push(Self::payload(i).as_bytes());
         }
         batches.retain(|b| !b.records.is_empty());
         batches

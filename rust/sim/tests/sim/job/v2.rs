@@ -58,7 +58,10 @@ pub(super) struct WriterTask<D: Destination> {
 }
 
 impl<D: Destination> WriterTask<D> {
-    pub(super) fn write(&mut self, bytes: &[u8]) -> (TransactionId, bool, Result<(), TwopcError>) {
+    pub(super) fn write(
+        &mut self,
+        bytes: &twopc_core::records::RecordBatchBuf,
+    ) -> (TransactionId, bool, Result<(), TwopcError>) {
         let r = self
             .session
             .write(&mut self.dest, &self.current.transaction, bytes)

@@ -26,7 +26,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.io.IOException;
-import java.nio.ByteBuffer;
 import java.time.Duration;
 import java.util.ArrayList;
 import java.util.List;
@@ -240,7 +239,8 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     public void open(OpenContext openContext) throws Exception {
         serializationSchema.open(RuntimeContextInitializationContextAdapters.serializationAdapter(
                 getRuntimeContext(), group -> group.addGroup("user")));
-        batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+        batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
+                this::writeBatch);
         // Once per job class loader: releases this job's copy of the native library.
         RuntimeContext runtime = getRuntimeContext();
         runtime.registerUserCodeClassLoaderReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
@@ -332,9 +332,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         batcher.add(record);
     }
 
-    private void writeBatch(ByteBuffer batch, int length, int records) {
+    private void writeBatch(RecordBatcher.Batch batch) {
         try {
-            NativeBridge.write(nativeSink, batchFor.handle(), batch, length);
+            NativeBridge.write(nativeSink, batchFor.handle(), batch);
         } catch (TwopcException e) {
             poisoned = "a write to " + batchFor + " failed (" + e.getMessage() + ")";
             throw escalate(e, "writing to " + batchFor);
@@ -342,7 +342,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             poisoned = "a write to " + batchFor + " failed (" + e.getMessage() + ")";
             throw e;
         }
-        metrics.recordBatch(records, length - 4L * records);
+        metrics.recordBatch(batch.records, batch.payloadBytes());
     }
 
     @Override

@@ -44,6 +44,16 @@ public final class TwopcSinkOptions implements Serializable {
     final long ownerWaitMs;
     final double timeoutWarningRatio;
 
+    /**
+     * The byte the writer puts after each record in a batch ({@code '\n'} for LINES output, none
+     * for RAW): batches then cross in the form the output holds, so that the file and object-store
+     * destinations append them with one copy. A destination that takes records one by one (a
+     * table's rows) is given them without it.
+     */
+    int recordTerminator() {
+        return recordFormat == RecordFormat.LINES ? '\n' : io.twopc.flink.internal.RecordBatcher.NO_TERMINATOR;
+    }
+
     TwopcSinkOptions(TwopcSinkBuilderBase<?, ?> b, String directory, ObjectStoreDestination store,
             long instance) {
         this.sinkId = b.sinkId;

@@ -15,7 +15,6 @@ import org.apache.flink.metrics.groups.SinkWriterMetricGroup;
 import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
-import java.nio.ByteBuffer;
 import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Collections;
@@ -94,7 +93,8 @@ public final class TwopcWriter<IN>
             NativeBridge.close(nativeWriter);
             throw e;
         }
-        this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, this::writeBatch);
+        this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
+                this::writeBatch);
         // Once per job class loader: releases this job's copy of the native library.
         ctx.getUserCodeClassLoader().registerReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
                 NativeBridge.releaseHookFor(ctx.getUserCodeClassLoader().asClassLoader()));
@@ -139,9 +139,9 @@ public final class TwopcWriter<IN>
         batcher.add(record);
     }
 
-    private void writeBatch(ByteBuffer batch, int length, int records) {
+    private void writeBatch(RecordBatcher.Batch batch) {
         try {
-            NativeBridge.write(nativeWriter, current, batch, length);
+            NativeBridge.write(nativeWriter, current, batch);
         } catch (TwopcException e) {
             poisoned = "a write failed (" + e.getMessage() + ")";
             throw Escalation.escalate(LOG, scope, e, "writing a batch");
@@ -149,9 +149,9 @@ public final class TwopcWriter<IN>
             poisoned = "a write failed (" + e.getMessage() + ")";
             throw e;
         }
-        recordsOut.inc(records);
-        bytesOut.inc(length - 4L * records);
-        twopcMetrics.recordBatch(records, length - 4L * records);
+        recordsOut.inc(batch.records);
+        bytesOut.inc(batch.payloadBytes());
+        twopcMetrics.recordBatch(batch.records, batch.payloadBytes());
     }
 
     @Override

@@ -2,9 +2,8 @@ package io.twopc.flink.bench;
 
 import io.twopc.flink.TwopcSinkBuilder;
 import io.twopc.flink.internal.NativeBridge;
+import io.twopc.flink.internal.RecordBatcher;
 
-import java.nio.ByteBuffer;
-import java.nio.ByteOrder;
 import java.nio.file.Files;
 import java.nio.file.Path;
 import java.nio.file.Paths;
@@ -17,7 +16,7 @@ import java.util.Map;
 /**
  * The cost of crossing into the Rust core per record: {@code NativeBridge.write} with batches of
  * 1 record (one call per record) up to the sink's default batch, the way {@code TwopcSink} calls
- * it (records framed into a direct buffer, then one call per batch). The destination is the
+ * it (records collected by its {@code RecordBatcher}, then one call per batch). The destination is the
  * filesystem one on a tmpfs directory, so what is measured is the bridge and the core, not a
  * disk. Batch sizes are measured in rotation, several rounds, medians reported.
  *
@@ -57,17 +56,15 @@ public final class JniBench {
         for (int i = 0; i < records100.length; i++) {
             records100[i] = BenchRecords.utf8(BenchRecords.record(i + 1));
         }
-        ByteBuffer buffer = ByteBuffer.allocateDirect(TwopcSinkBuilder.DEFAULT_BATCH_BYTES * 2)
-                .order(ByteOrder.LITTLE_ENDIAN);
 
         // Warm-up: every size once, untimed, for the JIT.
         for (int size : BATCH_SIZES) {
-            measure(sink, buffer, records100, size, Math.min(records, 200_000));
+            measure(sink, records100, size, Math.min(records, 200_000));
         }
         int defaultSize = TwopcSinkBuilder.DEFAULT_BATCH_SIZE;
-        measure(0, buffer, records100, defaultSize, Math.min(records, 200_000));
+        measure(0, records100, defaultSize, Math.min(records, 200_000));
         if (diskSink != 0) {
-            measure(diskSink, buffer, records100, defaultSize, Math.min(records, 200_000));
+            measure(diskSink, records100, defaultSize, Math.min(records, 200_000));
         }
         List<Double> framingOnly = new ArrayList<>();
         List<Double> onDisk = new ArrayList<>();
@@ -82,12 +79,12 @@ public final class JniBench {
                 int size = BATCH_SIZES[(k + round) % BATCH_SIZES.length];
                 // One call per record is slow: fewer records for small batches, same wall time order.
                 long n = size < 64 ? Math.max(100_000, records / 8) : records;
-                nsPerRecord.get(size).add(measure(sink, buffer, records100, size, n));
+                nsPerRecord.get(size).add(measure(sink, records100, size, n));
             }
-            framingOnly.add(measure(0, buffer, records100, defaultSize, records));
+            framingOnly.add(measure(0, records100, defaultSize, records));
             if (diskSink != 0) {
                 long cpu0 = THREADS.getCurrentThreadCpuTime();
-                onDisk.add(measure(diskSink, buffer, records100, defaultSize, records));
+                onDisk.add(measure(diskSink, records100, defaultSize, records));
                 // The task thread's own CPU time: waiting for the I/O thread (the disk) is not in it.
                 onDiskCpu.add((THREADS.getCurrentThreadCpuTime() - cpu0) / (double) records);
             }
@@ -141,36 +138,29 @@ public final class JniBench {
     }
 
     /**
-     * Writes {@code n} records in batches of {@code size} into a fresh transaction; ns per record.
-     * With {@code sink} 0 the batches are framed and dropped: the framing's own cost.
+     * Writes {@code n} records in batches of {@code size} into a fresh transaction through the
+     * writers' own {@link RecordBatcher} (LINES output: a line break after each record); ns per
+     * record. With {@code sink} 0 the batches are filled and dropped: the framing's own cost.
      */
-    private static double measure(long sink, ByteBuffer buffer, byte[][] records, int size, long n) {
+    private static double measure(long sink, byte[][] records, int size, long n) {
         byte[] handle = sink == 0 ? null : NativeBridge.begin(sink);
-        long checksum = 0;
+        long[] checksum = {0};
+        RecordBatcher batcher = new RecordBatcher(TwopcSinkBuilder.DEFAULT_BATCH_BYTES * 2, size, '\n',
+                sink == 0
+                        // Read back so that the framing cannot be optimised away.
+                        ? batch -> checksum[0] += batch.data.get(batch.length - 1)
+                        : batch -> NativeBridge.write(sink, handle, batch));
         long start = System.nanoTime();
-        long written = 0;
         int r = 0;
-        while (written < n) {
-            buffer.clear();
-            int inBatch = (int) Math.min(size, n - written);
-            for (int i = 0; i < inBatch; i++) {
-                byte[] record = records[r];
-                r = (r + 1) & (records.length - 1);
-                buffer.putInt(record.length);
-                buffer.put(record);
-            }
-            if (sink != 0) {
-                NativeBridge.write(sink, handle, buffer, buffer.position());
-            } else {
-                // Read back so that the framing cannot be optimised away.
-                checksum += buffer.get(buffer.position() - 1);
-            }
-            written += inBatch;
+        for (long written = 0; written < n; written++) {
+            batcher.add(records[r]);
+            r = (r + 1) & (records.length - 1);
         }
+        batcher.flush();
         double ns = (System.nanoTime() - start) / (double) n;
         if (sink != 0) {
             NativeBridge.abort(sink, handle);
-        } else if (checksum == 42) {
+        } else if (checksum[0] == 42) {
             System.err.print("");
         }
         return ns;

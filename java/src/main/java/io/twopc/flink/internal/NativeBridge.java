@@ -19,8 +19,9 @@ import java.nio.ByteBuffer;
  * serialised on the Rust side.
  *
  * <p>Transaction handles and writer states cross as the core's encoded bytes (the versioned
- * envelope). Records cross in batches: {@code [u32 little-endian length][bytes]} repeated, in a
- * direct buffer, from position 0 to {@code length}.
+ * envelope). Records cross in batches, two direct buffers filled by {@link RecordBatcher}: the
+ * records in output form (back to back, each followed by the record terminator if any) and their
+ * end offsets as little-endian ints.
  *
  * <p>Errors become exceptions of {@code io.twopc.flink}, chosen from the core's error kind:
  * {@code TwopcLostTransactionException}, {@code TwopcUnresolvedCommitException}, {@code
@@ -170,15 +171,25 @@ public final class NativeBridge {
     public static native byte[] begin(long id);
 
     /**
-     * Stages {@code length} bytes of length-prefixed records from {@code batch} (a direct buffer)
-     * into the open transaction; returns the records staged in it so far.
+     * Stages a batch into the open transaction; returns the records staged in it so far. The batch
+     * is {@code records} records in the first {@code length} bytes of {@code data}, back to back,
+     * each followed by {@code terminator} unless it is -1; {@code ends} holds each record's end
+     * offset in {@code data} (terminator included) as little-endian ints ({@link RecordBatcher}
+     * fills both).
      *
-     * <p>The buffer is read in place, not copied: it must not be changed or freed by another thread
-     * until the call returns. A heap buffer, a negative {@code length} or one beyond the capacity,
-     * and a malformed batch give {@link IllegalArgumentException}; nothing of the batch is staged
-     * then.
+     * <p>The buffers are read in place, not copied: they must not be changed or freed by another
+     * thread until the call returns. Heap buffers, negative or too large lengths, a terminator that
+     * is not -1 or a byte, and a malformed batch (ends that fall or run past the data, a record not
+     * followed by its terminator, bytes after the last record) give
+     * {@link IllegalArgumentException}; nothing of the batch is staged then.
      */
-    public static native long write(long id, byte[] openHandle, ByteBuffer batch, int length);
+    public static native long write(long id, byte[] openHandle, ByteBuffer data, int length, ByteBuffer ends,
+            int records, int terminator);
+
+    /** {@link #write(long, byte[], ByteBuffer, int, ByteBuffer, int, int)} of a filled batch. */
+    public static long write(long id, byte[] openHandle, RecordBatcher.Batch batch) {
+        return write(id, openHandle, batch.data, batch.length, batch.ends, batch.records, batch.terminator);
+    }
 
     /** Prepares the open transaction for a checkpoint; returns the prepared handle. */
     public static native byte[] prepare(long id, byte[] openHandle, long checkpointId);

@@ -4,48 +4,105 @@ import org.apache.flink.annotation.Internal;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
+import java.nio.IntBuffer;
 
 /**
- * Collects serialized records into one direct buffer, {@code [u32 LE length][bytes]} each, and
- * hands the buffer to the native side whole: one JNI call per batch, never one per record.
+ * Collects serialized records into direct buffers and hands them to the native side whole: one
+ * JNI call per batch, never one per record.
+ *
+ * <p>The records go in as the output holds them: back to back, each followed by the terminator
+ * (the line break of the LINES format) if there is one, so that a line-oriented destination checks
+ * a batch with one vectorised count and appends it with one copy. Beside them, each record's end
+ * offset (terminator included) as a little-endian int tells the records apart without looking at
+ * their bytes. {@code twopc_core::records} describes the same layout.
  */
 @Internal
 public final class RecordBatcher {
-    private static final int LENGTH_PREFIX_BYTES = 4;
+    /** No terminator: records back to back exactly as serialized. */
+    public static final int NO_TERMINATOR = -1;
 
-    /** Receives a full batch: {@code length} bytes from position 0, {@code records} records. */
-    public interface Sink {
-        void write(ByteBuffer batch, int length, int records);
+    /** A full batch, handed over once; its buffers are read from position 0. */
+    public static final class Batch {
+        public final ByteBuffer data;
+        public final int length;
+        public final ByteBuffer ends;
+        public final int records;
+        /** The byte after each record, or {@link #NO_TERMINATOR}. */
+        public final int terminator;
+
+        Batch(ByteBuffer data, int length, ByteBuffer ends, int records, int terminator) {
+            this.data = data;
+            this.length = length;
+            this.ends = ends;
+            this.records = records;
+            this.terminator = terminator;
+        }
+
+        /** The records' own bytes, terminators left out. */
+        public long payloadBytes() {
+            return terminator == NO_TERMINATOR ? length : (long) length - records;
+        }
     }
 
-    private final ByteBuffer buffer;
+    /** Receives a full batch. */
+    public interface Sink {
+        void write(Batch batch);
+    }
+
+    private final ByteBuffer data;
+    private final ByteBuffer ends;
+    /** The ends as records are added (a plain array store each), copied into {@link #ends} at once. */
+    private final int[] endsArray;
+    private final IntBuffer endsView;
     private final int maxRecords;
+    private final int terminator;
+    private final int terminatorBytes;
     private final Sink sink;
     private int records;
 
-    public RecordBatcher(int batchBytes, int batchRecords, Sink sink) {
-        this.buffer = ByteBuffer.allocateDirect(batchBytes).order(ByteOrder.LITTLE_ENDIAN);
-        this.maxRecords = batchRecords;
+    /**
+     * @param terminator the byte written after every record ({@code '\n'} for LINES output), or
+     *     {@link #NO_TERMINATOR}
+     */
+    public RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink) {
+        if (terminator < NO_TERMINATOR || terminator > 0xff) {
+            throw new IllegalArgumentException("terminator " + terminator + " is neither -1 nor a byte value");
+        }
+        this.terminator = terminator;
+        this.terminatorBytes = terminator == NO_TERMINATOR ? 0 : 1;
+        // With a terminator every record takes a byte, so no more than batchBytes fit.
+        this.maxRecords = terminatorBytes == 0 ? batchRecords : Math.min(batchRecords, batchBytes);
+        this.data = ByteBuffer.allocateDirect(batchBytes);
+        this.ends = ByteBuffer.allocateDirect(4 * maxRecords).order(ByteOrder.LITTLE_ENDIAN);
+        this.endsArray = new int[maxRecords];
+        this.endsView = ends.asIntBuffer();
         this.sink = sink;
     }
 
     /** Adds one record; hands the batch over when full. */
     public void add(byte[] record) {
-        int needed = LENGTH_PREFIX_BYTES + record.length;
-        if (buffer.remaining() < needed) {
+        int needed = record.length + terminatorBytes;
+        if (data.remaining() < needed) {
             flush();
-            if (buffer.capacity() < needed) {
-                // A record larger than the batch buffer crosses alone in a buffer of its own.
-                ByteBuffer single = ByteBuffer.allocateDirect(needed).order(ByteOrder.LITTLE_ENDIAN);
-                single.putInt(record.length).put(record);
-                sink.write(single, single.position(), 1);
+            if (data.capacity() < needed) {
+                // A record larger than the batch buffer crosses alone in buffers of its own.
+                ByteBuffer single = ByteBuffer.allocateDirect(needed);
+                single.put(record);
+                if (terminatorBytes != 0) {
+                    single.put((byte) terminator);
+                }
+                ByteBuffer end = ByteBuffer.allocateDirect(4).order(ByteOrder.LITTLE_ENDIAN);
+                end.putInt(0, needed);
+                sink.write(new Batch(single, needed, end, 1, terminator));
                 return;
             }
         }
-        buffer.putInt(record.length);
-        buffer.put(record);
-        records++;
-        if (records >= maxRecords || !buffer.hasRemaining()) {
+        data.put(record);
+        if (terminatorBytes != 0) {
+            data.put((byte) terminator);
+        }
+        endsArray[records++] = data.position();
+        if (records >= maxRecords || !data.hasRemaining()) {
             flush();
         }
     }
@@ -55,18 +112,19 @@ public final class RecordBatcher {
         if (records == 0) {
             return;
         }
-        int length = buffer.position();
-        int n = records;
+        endsView.clear();
+        endsView.put(endsArray, 0, records);
+        Batch batch = new Batch(data, data.position(), ends, records, terminator);
         // Emptied before the call: a failed write must not be handed over again (its
         // transaction is poisoned and can only be aborted).
-        buffer.clear();
+        data.clear();
         records = 0;
-        sink.write(buffer, length, n);
+        sink.write(batch);
     }
 
     /** Drops what is collected (the transaction is being aborted). */
     public void discard() {
-        buffer.clear();
+        data.clear();
         records = 0;
     }
 

@@ -143,30 +143,56 @@ public class NativeBridgeTest {
         long sink = open(out, "orders");
         try {
             byte[] open = NativeBridge.begin(sink);
-            ByteBuffer malformed = ByteBuffer.allocateDirect(16).order(ByteOrder.LITTLE_ENDIAN);
-            malformed.putInt(100).put(new byte[] {1, 2, 3});
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, malformed, 7))
+            RecordBatcher.Batch good = batch("abc", "de");
+            ByteBuffer data = good.data;
+            ByteBuffer ends = good.ends;
+            int n = good.length;
+            ByteBuffer pastTheEnd = ByteBuffer.allocateDirect(8).order(ByteOrder.LITTLE_ENDIAN);
+            pastTheEnd.putInt(0, 4).putInt(4, 100);
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, pastTheEnd, 2, '\n'))
                     .isExactlyInstanceOf(IllegalArgumentException.class)
-                    .hasMessageContaining("malformed");
-            // A prefix cut short.
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, batch("abc"), 5))
-                    .isExactlyInstanceOf(IllegalArgumentException.class);
+                    .hasMessageContaining("malformed at record 1")
+                    .hasMessageContaining("past the end");
+            // Records not followed by the terminator the call names; bytes after the last record.
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, ends, 2, ';'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("terminator");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, ends, 1, '\n'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("bytes after the last record");
+            for (int bad : new int[] {-2, 256, Integer.MIN_VALUE}) {
+                assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, ends, 2, bad))
+                        .isExactlyInstanceOf(IllegalArgumentException.class)
+                        .hasMessageContaining("record terminator " + bad);
+            }
             ByteBuffer heap = ByteBuffer.allocate(16);
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, heap, 4))
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, heap, 4, ends, 1, -1))
                     .isExactlyInstanceOf(IllegalArgumentException.class)
-                    .hasMessageContaining("direct ByteBuffer");
-            ByteBuffer direct = batch("abc");
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, direct, direct.capacity() + 1))
+                    .hasMessageContaining("batch must be a direct ByteBuffer");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, heap, 2, '\n'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("record ends must be a direct ByteBuffer");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, data.capacity() + 1, ends, 2, '\n'))
                     .isExactlyInstanceOf(IllegalArgumentException.class)
                     .hasMessageContaining("exceeds the buffer's capacity");
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, direct, -1))
+            int tooMany = ends.capacity() / 4 + 1;
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, ends, tooMany, '\n'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("record ends length");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, -1, ends, 2, '\n'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("negative");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, n, ends, -1, '\n'))
+                    .isExactlyInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("negative");
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, null, 0, ends, 0, -1))
                     .isExactlyInstanceOf(IllegalArgumentException.class);
-            assertThatThrownBy(() -> NativeBridge.write(sink, open, null, 0))
+            assertThatThrownBy(() -> NativeBridge.write(sink, open, data, 0, null, 0, -1))
                     .isExactlyInstanceOf(IllegalArgumentException.class);
-            assertThatThrownBy(() -> NativeBridge.write(sink, null, direct, 0))
+            assertThatThrownBy(() -> NativeBridge.write(sink, null, good))
                     .isExactlyInstanceOf(IllegalArgumentException.class);
             // Nothing of the refused batches was staged; empty batches are fine.
-            assertThat(NativeBridge.write(sink, open, ByteBuffer.allocateDirect(0), 0)).isEqualTo(0);
+            assertThat(write(sink, open)).isEqualTo(0);
             assertThat(write(sink, open, "ok")).isEqualTo(1);
             assertThat(NativeBridge.commit(sink, NativeBridge.prepare(sink, open, 1)))
                     .isEqualTo(NativeBridge.COMMITTED);

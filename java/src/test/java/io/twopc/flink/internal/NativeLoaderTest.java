@@ -168,17 +168,22 @@ public class NativeLoaderTest {
                 try {
                     writing[0] = openBuffered(bridge, out);
                     byte[] handle = (byte[]) bridge.getMethod("begin", long.class).invoke(null, writing[0]);
-                    java.nio.ByteBuffer batch = java.nio.ByteBuffer.allocateDirect(1 << 20)
+                    // 256 records of 4 KiB back to back (no terminator), and their ends.
+                    int records = 256;
+                    int size = 4096;
+                    java.nio.ByteBuffer batch = java.nio.ByteBuffer.allocateDirect(records * size);
+                    while (batch.hasRemaining()) {
+                        batch.put((byte) 'x');
+                    }
+                    java.nio.ByteBuffer ends = java.nio.ByteBuffer.allocateDirect(4 * records)
                             .order(java.nio.ByteOrder.LITTLE_ENDIAN);
-                    byte[] record = new byte[4092];
-                    java.util.Arrays.fill(record, (byte) 'x');
-                    while (batch.remaining() >= 4 + record.length) {
-                        batch.putInt(record.length).put(record);
+                    for (int i = 0; i < records; i++) {
+                        ends.putInt(4 * i, (i + 1) * size);
                     }
                     Method write = bridge.getMethod("write", long.class, byte[].class, java.nio.ByteBuffer.class,
-                            int.class);
+                            int.class, java.nio.ByteBuffer.class, int.class, int.class);
                     for (int i = 0; i < 6; i++) {
-                        write.invoke(null, writing[0], handle, batch, batch.position());
+                        write.invoke(null, writing[0], handle, batch, records * size, ends, records, -1);
                     }
                 } catch (Throwable t) {
                     failed[0] = t;

@@ -68,25 +68,27 @@ final class NativeTestSupport {
                 null, restoredCheckpointId, new byte[0][], knownHandles);
     }
 
-    /** {@code [u32 LE length][bytes]} per record, in a direct buffer; returns it with its length as limit. */
-    static ByteBuffer batch(String... records) {
-        int size = 0;
+    /**
+     * The records as the writers send them for LINES output (a line break after each), filled by
+     * the writers' own {@link RecordBatcher}; buffers larger than the batch, since the bridge must
+     * read only what the lengths say.
+     */
+    static RecordBatcher.Batch batch(String... records) {
+        RecordBatcher.Batch[] filled = new RecordBatcher.Batch[1];
+        RecordBatcher batcher = new RecordBatcher(1 << 16, records.length + 8, '\n', b -> filled[0] = b);
         for (String r : records) {
-            size += 4 + r.getBytes(StandardCharsets.UTF_8).length;
+            batcher.add(r.getBytes(StandardCharsets.UTF_8));
         }
-        // Extra capacity: the bridge must read only `length` bytes.
-        ByteBuffer buf = ByteBuffer.allocateDirect(size + 16).order(ByteOrder.LITTLE_ENDIAN);
-        for (String r : records) {
-            byte[] b = r.getBytes(StandardCharsets.UTF_8);
-            buf.putInt(b.length).put(b);
-        }
-        buf.flip();
-        return buf;
+        batcher.flush();
+        return filled[0];
     }
 
     static long write(long sink, byte[] handle, String... records) {
-        ByteBuffer b = batch(records);
-        return NativeBridge.write(sink, handle, b, b.limit());
+        if (records.length == 0) {
+            return NativeBridge.write(sink, handle, ByteBuffer.allocateDirect(0), 0, ByteBuffer.allocateDirect(0), 0,
+                    RecordBatcher.NO_TERMINATOR);
+        }
+        return NativeBridge.write(sink, handle, batch(records));
     }
 
     static JsonNode describe(byte[] handle) throws IOException {

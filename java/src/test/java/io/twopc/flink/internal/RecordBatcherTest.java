@@ -1,0 +1,132 @@
+package io.twopc.flink.internal;
+
+import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
+
+import org.junit.Test;
+
+import java.nio.ByteOrder;
+import java.nio.charset.StandardCharsets;
+import java.util.ArrayList;
+import java.util.List;
+
+/** The batch layout the native side validates: records in output form, and their ends apart. */
+public class RecordBatcherTest {
+
+    /** A handed-over batch read back: its records (terminators checked and left out) and payload. */
+    private static List<String> records(RecordBatcher.Batch b) {
+        List<String> out = new ArrayList<>();
+        int start = 0;
+        for (int i = 0; i < b.records; i++) {
+            int end = b.ends.duplicate().order(ByteOrder.LITTLE_ENDIAN).getInt(4 * i);
+            int recordEnd = b.terminator == RecordBatcher.NO_TERMINATOR ? end : end - 1;
+            if (recordEnd < end) {
+                assertThat(b.data.get(recordEnd)).isEqualTo((byte) b.terminator);
+            }
+            byte[] bytes = new byte[recordEnd - start];
+            for (int k = 0; k < bytes.length; k++) {
+                bytes[k] = b.data.get(start + k);
+            }
+            out.add(new String(bytes, StandardCharsets.UTF_8));
+            start = end;
+        }
+        assertThat(start).as("the last end is the batch's length").isEqualTo(b.length);
+        return out;
+    }
+
+    private static byte[] utf8(String s) {
+        return s.getBytes(StandardCharsets.UTF_8);
+    }
+
+    @Test
+    public void recordsGoInOutputFormWithTheirEndsApart() {
+        List<List<String>> handed = new ArrayList<>();
+        List<Long> payload = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(64, 3, '\n', b -> {
+            handed.add(records(b));
+            payload.add(b.payloadBytes());
+        });
+        for (String r : new String[] {"a", "", "bcd", "e"}) {
+            batcher.add(utf8(r));
+        }
+        // Full at three records.
+        assertThat(handed).containsExactly(List.of("a", "", "bcd"));
+        assertThat(payload).containsExactly(4L);
+        assertThat(batcher.pendingRecords()).isEqualTo(1);
+        batcher.flush();
+        batcher.flush(); // nothing more to hand over
+        assertThat(handed).containsExactly(List.of("a", "", "bcd"), List.of("e"));
+    }
+
+    @Test
+    public void withoutATerminatorRecordsAreBackToBack() {
+        List<RecordBatcher.Batch> handed = new ArrayList<>();
+        List<List<String>> read = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(64, 100, RecordBatcher.NO_TERMINATOR, b -> {
+            handed.add(b);
+            read.add(records(b));
+        });
+        batcher.add(utf8("ab"));
+        batcher.add(utf8(""));
+        batcher.add(utf8("c\nd"));
+        batcher.flush();
+        assertThat(read).containsExactly(List.of("ab", "", "c\nd"));
+        assertThat(handed.get(0).length).isEqualTo(5);
+        assertThat(handed.get(0).payloadBytes()).isEqualTo(5L);
+    }
+
+    @Test
+    public void aFullBufferIsHandedOverAndABigRecordCrossesAlone() {
+        List<List<String>> read = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(8, 100, '\n', b -> read.add(records(b)));
+        batcher.add(utf8("abc")); // 4 bytes
+        batcher.add(utf8("def")); // 8 bytes: the buffer is full
+        assertThat(read).containsExactly(List.of("abc", "def"));
+        batcher.add(utf8("gh"));
+        // Does not fit beside "gh": "gh" goes first, then the big one alone.
+        batcher.add(utf8("0123456789"));
+        assertThat(read).containsExactly(List.of("abc", "def"), List.of("gh"), List.of("0123456789"));
+        assertThat(batcher.pendingRecords()).isZero();
+        // A record of exactly the buffer's size (with its terminator) fits.
+        batcher.add(utf8("0123456"));
+        assertThat(read).hasSize(4);
+        assertThat(read.get(3)).containsExactly("0123456");
+    }
+
+    @Test
+    public void aDiscardedBatchIsNeverHandedOver() {
+        List<List<String>> read = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(64, 100, '\n', b -> read.add(records(b)));
+        batcher.add(utf8("dropped"));
+        batcher.discard();
+        batcher.add(utf8("kept"));
+        batcher.flush();
+        assertThat(read).containsExactly(List.of("kept"));
+    }
+
+    @Test
+    public void aFailedWriteIsNotHandedOverAgain() {
+        List<List<String>> read = new ArrayList<>();
+        boolean[] fail = {true};
+        RecordBatcher batcher = new RecordBatcher(64, 100, '\n', b -> {
+            if (fail[0]) {
+                throw new IllegalStateException("refused");
+            }
+            read.add(records(b));
+        });
+        batcher.add(utf8("x"));
+        assertThatThrownBy(batcher::flush).hasMessage("refused");
+        fail[0] = false;
+        batcher.add(utf8("y"));
+        batcher.flush();
+        assertThat(read).containsExactly(List.of("y"));
+    }
+
+    @Test
+    public void aTerminatorMustBeAByte() {
+        assertThatThrownBy(() -> new RecordBatcher(64, 10, 256, b -> { }))
+                .isInstanceOf(IllegalArgumentException.class);
+        assertThatThrownBy(() -> new RecordBatcher(64, 10, -2, b -> { }))
+                .isInstanceOf(IllegalArgumentException.class);
+    }
+}
