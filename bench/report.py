@@ -640,7 +640,7 @@ def main():
         rows = jni["results"]
         one = rows[0]["nsPerRecord"]
         dflt = next((r["nsPerRecord"] for r in rows if r["batchRecords"] == jni["defaultBatchRecords"]), None)
-        w(f"`NativeBridge.write` of 100-byte records (framed into a direct buffer as TwopcSink does) into "
+        w(f"`NativeBridge.write` of 100-byte records (collected by the sink's own RecordBatcher as TwopcSink does: each record and its line break in one direct buffer, its end offset in another) into "
           f"the {jni.get('destination', 'filesystem destination on tmpfs')}, {jni['rounds']} rounds in "
           "rotating order, medians. The default batch is "
           f"**{jni['defaultBatchRecords']} records or {jni['defaultBatchBytes'] // 1024} KiB, whichever "
@@ -666,7 +666,7 @@ def main():
             w("")
             w("| path | ns per record |")
             w("|---|---:|")
-            w(f"| framing alone (the Java loop into the direct buffer, no native call) | {framing:.1f} |")
+            w(f"| framing alone (the RecordBatcher filling its buffers, no native call) | {framing:.1f} |")
             w(f"| framing + JNI + native write, tmpfs (as above) | {dflt:.1f} |")
             cpu = jni.get("diskCpuNsPerRecord")
             if disk is not None:
