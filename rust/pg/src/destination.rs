@@ -372,6 +372,7 @@ impl PgDestination {
                 key_columns,
                 copy_options,
                 options.operation_field,
+                info.copy_straight_in,
             )),
         };
         let mut dest = PgDestination {
@@ -1464,7 +1465,21 @@ impl PgDestination {
         });
         match result {
             Ok(None) => Ok(true),
-            Ok(Some(loaded)) => Err(self.rows_mismatch(loaded, records)),
+            Ok(Some(loaded)) => {
+                // Rolled back. The table took another number of rows than
+                // it was given (a trigger that drops or adds rows): the
+                // upsert is what such a table gets, now and from now on.
+                log::warn!(
+                    "{}: COPY straight into {} loaded {loaded} rows from {records} records (a \
+                     trigger?); this sink upserts every batch from now on",
+                    self.sink,
+                    self.table
+                );
+                if let ModeSql::Idempotent(sql) = &mut self.sql {
+                    sql.copy_target = None;
+                }
+                Ok(false)
+            }
             // The outcome of a COMMIT whose answer was lost is unknown: the
             // job fails and replays the batch, which the upsert then
             // rewrites, as for any lost batch of this mode.

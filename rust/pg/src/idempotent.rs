@@ -86,6 +86,8 @@ pub(crate) struct IdempotentSql {
 impl IdempotentSql {
     /// The statements of one target. `operation_field`: each staged row
     /// carries `U` (upsert) or `D` (delete by key) in [`STAGE_OP`].
+    /// `copy_straight_in`: the target allows the COPY straight into it
+    /// (`schema::TargetInfo::copy_straight_in`).
     pub fn new(
         table: &TableName,
         columns: &[String],
@@ -93,6 +95,7 @@ impl IdempotentSql {
         keys: &[String],
         copy_options: &str,
         operation_field: bool,
+        copy_straight_in: bool,
     ) -> Self {
         let cols = quoted_list(columns);
         let stage = quote_ident(STAGE_TABLE);
@@ -191,8 +194,8 @@ impl IdempotentSql {
             "SELECT DISTINCT ON ({key_list}) {seq}, row_number() OVER (ORDER BY {seq}) - 1 \
              FROM pg_temp.{stage} ORDER BY {key_list}, {seq} DESC",
         );
-        let copy_target =
-            (!operation_field).then(|| format!("COPY {table} ({cols}) FROM STDIN{copy_options}"));
+        let copy_target = (copy_straight_in && !operation_field)
+            .then(|| format!("COPY {table} ({cols}) FROM STDIN{copy_options}"));
         IdempotentSql {
             copy_target,
             create_stage,
@@ -229,6 +232,11 @@ mod tests {
             &["k".into()],
             "",
             false,
+            true,
+        );
+        assert_eq!(
+            sql.copy_target.as_deref(),
+            Some("COPY \"s\".\"kv\" (\"k\", \"v\") FROM STDIN")
         );
         assert_eq!(
             sql.upsert,
@@ -238,9 +246,26 @@ mod tests {
         );
         assert!(sql.create_stage.contains("\"k\" bigint, \"v\" text"));
         assert!(sql.delete.is_none() && sql.delete_some.is_none());
-        let all_key =
-            IdempotentSql::new(&t, &cols, &["int".into(), "int".into()], &cols, "", false);
+        let all_key = IdempotentSql::new(
+            &t,
+            &cols,
+            &["int".into(), "int".into()],
+            &cols,
+            "",
+            false,
+            true,
+        );
         assert!(all_key.upsert.ends_with("DO NOTHING"));
+        let no_copy = IdempotentSql::new(
+            &t,
+            &cols,
+            &["int".into(), "int".into()],
+            &cols,
+            "",
+            false,
+            false,
+        );
+        assert!(no_copy.copy_target.is_none());
     }
 
     #[test]
@@ -254,7 +279,10 @@ mod tests {
             &["k".into()],
             "",
             true,
+            true,
         );
+        // Deletes go through the upsert path only.
+        assert!(sql.copy_target.is_none());
         assert!(sql
             .create_stage
             .contains("\"twopc_stage_op\" text NOT NULL CHECK (\"twopc_stage_op\" IN ('U', 'D'))"));

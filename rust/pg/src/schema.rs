@@ -267,6 +267,13 @@ pub(crate) struct TargetInfo {
     /// SQL types of the configured columns, in configured order (for the
     /// idempotent mode's staging table).
     pub column_types: Vec<String>,
+    /// Idempotent mode: a batch of new keys copied straight into the
+    /// target leaves what the upsert would (see [`crate::idempotent`]).
+    /// Not so when the target has INSERT rules (COPY skips them), a key
+    /// column may be NULL (NULL keys never conflict, and the upsert keeps
+    /// one row per NULL key and batch), or a configured column is an
+    /// identity column GENERATED ALWAYS (COPY writes it, the upsert refuses).
+    pub copy_straight_in: bool,
     /// The target table as the server resolved it: its schema and name.
     pub schema: String,
     pub name: String,
@@ -277,6 +284,8 @@ struct Column {
     not_null: bool,
     has_default: bool,
     generated: bool,
+    /// `GENERATED ALWAYS AS IDENTITY`.
+    identity_always: bool,
     type_sql: String,
     string_like: bool,
 }
@@ -340,8 +349,25 @@ pub(crate) fn check(
     let column_types = check_columns(options, &table, &columns)?;
     check_rights(client, options, &table, oid, &user, secrets)?;
 
+    let mut copy_straight_in = false;
     if let PgMode::Idempotent { key_columns } = &options.mode {
         check_unique_key(client, &table, oid, key_columns, secrets)?;
+        let insert_rules: bool = client
+            .query_one(
+                "SELECT EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = $1 AND ev_type = '3')",
+                &[&oid],
+            )
+            .map_err(pg("reading the target's rules"))?
+            .get(0);
+        let configured = |name: &String| columns.iter().find(|c| &c.name == name);
+        copy_straight_in = !insert_rules
+            && key_columns
+                .iter()
+                .all(|k| configured(k).is_some_and(|c| c.not_null))
+            && !options
+                .columns
+                .iter()
+                .any(|c| configured(c).is_some_and(|c| c.identity_always));
         let temp: bool = client
             .query_one(
                 "SELECT has_database_privilege(current_database(), 'TEMP')",
@@ -366,6 +392,7 @@ pub(crate) fn check(
     ensure_control_tables(client, control, &user, secrets)?;
     Ok(TargetInfo {
         column_types,
+        copy_straight_in,
         schema,
         name,
     })
@@ -426,7 +453,7 @@ fn read_columns(
         .query(
             "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
                     a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
-                    t.typcategory = 'S' \
+                    t.typcategory = 'S', a.attidentity = 'a' \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
@@ -442,6 +469,7 @@ fn read_columns(
             generated: r.get(3),
             type_sql: r.get(4),
             string_like: r.get(5),
+            identity_always: r.get(6),
         })
         .collect())
 }

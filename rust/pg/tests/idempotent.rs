@@ -298,3 +298,80 @@ fn new_keys_go_straight_in_and_keys_already_there_are_upserted() {
     assert!(err.to_string().contains("not-a-number"), "{err}");
     assert_eq!(kv(&mut f), expected);
 }
+
+/// Tables where a COPY straight in would not leave what the upsert leaves
+/// get the upsert for every batch: a trigger that drops rows (found when
+/// the COPY loads fewer rows than records), a key column that may be NULL
+/// (the upsert keeps one row per NULL key and batch), an identity column
+/// GENERATED ALWAYS among the columns (the upsert refuses to write it, as
+/// it did before new keys went straight in).
+#[test]
+fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
+    let url = server!();
+
+    // A trigger that drops rows with a negative n.
+    let mut f = kv_fixture(&url, "kvtrig");
+    f.admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION {t}_drop() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN IF NEW.n < 0 THEN RETURN NULL; END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER {t}_drop BEFORE INSERT ON {t} FOR EACH ROW EXECUTE FUNCTION {t}_drop()",
+            t = f.table
+        ))
+        .unwrap();
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    for chunk in [
+        ["1\ta\t1", "2\tb\t-2", "3\tc\t3"],
+        ["4\td\t-4", "5\te\t5", "6\tf\t6"],
+    ] {
+        s.write(&h.transaction, &batch(&chunk)).unwrap();
+    }
+    let kept: Vec<i64> = kv(&mut f).iter().map(|r| r.0).collect();
+    assert_eq!(kept, vec![1, 3, 5, 6]);
+
+    // A key that may be NULL: the last of a batch's NULL-key rows stays.
+    let mut f = Fixture::with_columns(&url, "kvnull", "k bigint UNIQUE, v text NOT NULL");
+    f.opts.columns = vec!["k".into(), "v".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&["\\N\ta", "1\tb", "\\N\tc"]))
+        .unwrap();
+    let rows: Vec<String> = f
+        .admin
+        .query(
+            &format!(
+                "SELECT coalesce(k::text, 'null') || '=' || v FROM {} ORDER BY k",
+                f.table
+            ),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    assert_eq!(rows, vec!["1=b", "null=c"]);
+
+    // An identity column GENERATED ALWAYS: refused, nothing written.
+    let mut f = Fixture::with_columns(
+        &url,
+        "kvident",
+        "k bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL",
+    );
+    f.opts.columns = vec!["k".into(), "v".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    let err = s.write(&h.transaction, &batch(&["1\ta"])).unwrap_err();
+    eprintln!("identity refusal: {err}");
+    assert!(
+        err.to_string().contains("GENERATED ALWAYS") || err.to_string().contains("non-DEFAULT"),
+        "{err}"
+    );
+    assert_eq!(f.count(), 0);
+}

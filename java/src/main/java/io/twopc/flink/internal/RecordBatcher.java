@@ -70,8 +70,10 @@ public final class RecordBatcher {
         }
         this.terminator = terminator;
         this.terminatorBytes = terminator == NO_TERMINATOR ? 0 : 1;
-        // With a terminator every record takes a byte, so no more than batchBytes fit.
-        this.maxRecords = terminatorBytes == 0 ? batchRecords : Math.min(batchRecords, batchBytes);
+        // The ends take 4 bytes per record slot (and as much on the heap): bounded by half the
+        // batch's bytes, so that a large batch size with the default batch bytes does not
+        // reserve far more memory than the records. A batch of tiny records is sent earlier.
+        this.maxRecords = Math.min(batchRecords, Math.max(16, batchBytes / 8));
         this.data = ByteBuffer.allocateDirect(batchBytes);
         this.ends = ByteBuffer.allocateDirect(4 * maxRecords).order(ByteOrder.LITTLE_ENDIAN);
         this.endsArray = new int[maxRecords];

@@ -123,6 +123,18 @@ public class RecordBatcherTest {
     }
 
     @Test
+    public void tinyRecordsAreSentBeforeTheirEndsOutgrowTheBatchBytes() {
+        List<Integer> sizes = new ArrayList<>();
+        // 1 MiB of batch bytes and a batch size of ten million: at most 131072 ends.
+        RecordBatcher batcher = new RecordBatcher(1 << 20, 10_000_000, '\n', b -> sizes.add(b.records));
+        for (int i = 0; i < 131072 + 5; i++) {
+            batcher.add(new byte[] {'x'});
+        }
+        batcher.flush();
+        assertThat(sizes).containsExactly(131072, 5);
+    }
+
+    @Test
     public void aTerminatorMustBeAByte() {
         assertThatThrownBy(() -> new RecordBatcher(64, 10, 256, b -> { }))
                 .isInstanceOf(IllegalArgumentException.class);
