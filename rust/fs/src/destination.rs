@@ -780,20 +780,17 @@ impl FsDestination {
     }
 
     /// Removes a retracted transaction from the history segments, under the
-    /// history lock (see `history`). Nothing to do, and no lock taken, when
-    /// no segment covers its checkpoint.
+    /// history lock (see `history`).
+    ///
+    /// Always under the lock, even when no segment covers the checkpoint
+    /// yet: a compaction that read the single record before the caller
+    /// removed it may be about to write the segment that holds it. Waiting
+    /// for the lock waits for that compaction; one that starts later no
+    /// longer finds the single record. (Looking for a covering segment
+    /// before the lock, as this once did, let such a segment be written
+    /// just after the look and the retracted commit come back.)
     fn retract_folded(&self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
-        let covering = |h: &History<'_>| -> Result<bool, DestinationError> {
-            Ok(h.list()?.0.iter().any(|s| {
-                s.lineage == committed.lineage
-                    && s.first <= committed.checkpoint
-                    && committed.checkpoint <= s.last
-            }))
-        };
         let history = self.history();
-        if !covering(&history)? {
-            return Ok(());
-        }
         let _lock = history::lock(&self.dirs.sink_dir, true).map_err(io_err(
             "locking",
             &self.dirs.sink_dir.child(names::HISTORY_LOCK),

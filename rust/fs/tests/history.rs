@@ -9,13 +9,16 @@
 mod common;
 
 use std::fs;
-use std::sync::{Arc, Barrier};
+use std::io;
+use std::path::Path;
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::time::{Duration, Instant};
 
 use common::*;
 use twopc_core::destination::{CommitStatus, Destination, HistoryPolicy, HistoryTally};
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::LineageId;
-use twopc_fs::{inventory_with, Depth, FsDestination, IoMode, IoStep, IoTiming, Layout};
+use twopc_fs::{inventory_with, Depth, FsDestination, IoFaults, IoMode, IoStep, IoTiming, Layout};
 
 fn policy() -> HistoryPolicy {
     HistoryPolicy {
@@ -211,6 +214,86 @@ fn leftover_dups(t: &TempDir) -> u64 {
     let summary = &inventory_with(&t.0, Depth::Summary).unwrap()[0];
     let folded: u64 = summary.segments.iter().map(|s| s.transactions).sum();
     summary.committed.len() as u64 + folded - full.committed.len() as u64
+}
+
+/// Holds a compaction at the write of its first segment, after it read
+/// the single records, until a retraction removed one of them (or a few
+/// seconds went by, so that a retraction that waits for the compaction
+/// cannot hang the test).
+struct PauseAtFirstSegment {
+    reached: Mutex<bool>,
+    woke: Condvar,
+    committed: std::path::PathBuf,
+    loose_after_retraction: usize,
+}
+
+impl IoFaults for PauseAtFirstSegment {
+    fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<io::Error> {
+        let segment = path.parent().and_then(|p| p.file_name()) == Some("history".as_ref());
+        if (step, timing) != (IoStep::CommitRecord, IoTiming::Before) || !segment {
+            return None;
+        }
+        let mut reached = self.reached.lock().unwrap();
+        if *reached {
+            return None;
+        }
+        *reached = true;
+        self.woke.notify_all();
+        drop(reached);
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while count_files(&self.committed) > self.loose_after_retraction
+            && Instant::now() < deadline
+        {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+        // Give a retraction that does not wait for the lock the time to
+        // return before the segment appears.
+        std::thread::sleep(Duration::from_millis(50));
+        None
+    }
+}
+
+/// The interleaving the racing test below meets by chance, forced: a
+/// compaction has read the single record of a commit and is about to
+/// write the segment that holds it when a retraction removes the single
+/// record. The retraction must wait for the segment and take the commit
+/// out of it too; returning early let the folded copy bring the retracted
+/// commit back (its output gone, its record in the history).
+#[test]
+fn a_retraction_waits_for_a_compaction_that_read_its_record() {
+    let t = TempDir::fast("history-interleaved");
+    commit_range(&mut dest(&t.0), 1, 10);
+    let pause = Arc::new(PauseAtFirstSegment {
+        reached: Mutex::new(false),
+        woke: Condvar::new(),
+        committed: committed_dir(&t),
+        loose_after_retraction: 9,
+    });
+    let mut compactor =
+        FsDestination::open_with_faults(options(&t.0, IoMode::Buffered), &sink(), pause.clone())
+            .unwrap();
+    let victim = dest(&t.0)
+        .committed_after(LineageId(7), 0)
+        .unwrap()
+        .into_iter()
+        .find(|c| c.checkpoint == 3)
+        .unwrap();
+    let compaction = std::thread::spawn(move || compactor.compact_history(&policy()).unwrap());
+    {
+        let mut reached = pause.reached.lock().unwrap();
+        while !*reached {
+            reached = pause.woke.wait(reached).unwrap();
+        }
+    }
+    dest(&t.0).retract(&victim).unwrap();
+    let done = compaction.join().unwrap();
+    assert_eq!(done.folded, 8, "{done:?}");
+    let expected: Vec<u64> = (1..=10).filter(|&c| c != 3).collect();
+    assert_eq!(committed_seqs(&mut dest(&t.0), 0), expected);
+    assert!(!part(&t.0, 3).exists());
+    let full = &inventory_with(&t.0, Depth::Full).unwrap()[0];
+    assert!(full.problems.is_empty(), "{:?}", full.problems);
+    assert_eq!(dest(&t.0).history_tallies().unwrap()[0].transactions, 9);
 }
 
 #[test]
