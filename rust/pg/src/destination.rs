@@ -372,7 +372,7 @@ impl PgDestination {
                 key_columns,
                 copy_options,
                 options.operation_field,
-                info.copy_straight_in,
+                info.traits,
             )),
         };
         let mut dest = PgDestination {

@@ -62,6 +62,22 @@ pub(crate) const STAGE_SEQ: &str = "twopc_stage_seq";
 /// carry one.
 pub(crate) const STAGE_OP: &str = "twopc_stage_op";
 
+/// What start-up learnt about the target that shapes the statements
+/// (`schema::check`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TargetTraits {
+    /// A batch of new keys copied straight into the target leaves what the
+    /// upsert would (see the module docs).
+    pub copy_straight_in: bool,
+    /// A key column is an identity column GENERATED ALWAYS: the upserts
+    /// say `OVERRIDING SYSTEM VALUE`, so that they write the record's value
+    /// as a COPY does (the transactional mode's and the one straight in),
+    /// where a plain INSERT is refused. (Start-up refuses such a column
+    /// outside the key: a replay would update it, which the server allows
+    /// only to DEFAULT.)
+    pub overriding_identity: bool,
+}
+
 pub(crate) struct IdempotentSql {
     /// The COPY straight into the target (see the module docs); none with
     /// an operation field, whose deletes only the upsert path applies.
@@ -86,8 +102,6 @@ pub(crate) struct IdempotentSql {
 impl IdempotentSql {
     /// The statements of one target. `operation_field`: each staged row
     /// carries `U` (upsert) or `D` (delete by key) in [`STAGE_OP`].
-    /// `copy_straight_in`: the target allows the COPY straight into it
-    /// (`schema::TargetInfo::copy_straight_in`).
     pub fn new(
         table: &TableName,
         columns: &[String],
@@ -95,9 +109,15 @@ impl IdempotentSql {
         keys: &[String],
         copy_options: &str,
         operation_field: bool,
-        copy_straight_in: bool,
+        target: TargetTraits,
     ) -> Self {
         let cols = quoted_list(columns);
+        // Where INSERT INTO {table} ({cols}) is followed by a query.
+        let into = if target.overriding_identity {
+            format!("{table} ({cols}) OVERRIDING SYSTEM VALUE")
+        } else {
+            format!("{table} ({cols})")
+        };
         let stage = quote_ident(STAGE_TABLE);
         let seq = quote_ident(STAGE_SEQ);
         let op = quote_ident(STAGE_OP);
@@ -152,7 +172,7 @@ impl IdempotentSql {
                     .join(" AND ")
             };
             let upsert = format!(
-                "INSERT INTO {table} ({cols}) SELECT {cols} FROM ({}) AS {last} \
+                "INSERT INTO {into} SELECT {cols} FROM ({}) AS {last} \
                  WHERE {last}.{op} = 'U' ON CONFLICT ({key_list}) {action}",
                 last_of_each_key(&copy_cols)
             );
@@ -163,7 +183,7 @@ impl IdempotentSql {
                 key_match(&last)
             );
             let upsert_some = format!(
-                "INSERT INTO {table} ({cols}) \
+                "INSERT INTO {into} \
                  SELECT {cols} FROM pg_temp.{stage} WHERE {seq} = ANY($1::int8[]) AND {op} = 'U' \
                  ORDER BY {seq} ON CONFLICT ({key_list}) {action}"
             );
@@ -176,13 +196,13 @@ impl IdempotentSql {
             (upsert, Some(delete), upsert_some, Some(delete_some))
         } else {
             let upsert = format!(
-                "INSERT INTO {table} ({cols}) \
+                "INSERT INTO {into} \
                  SELECT DISTINCT ON ({key_list}) {cols} FROM pg_temp.{stage} \
                  ORDER BY {key_list}, {seq} DESC \
                  ON CONFLICT ({key_list}) {action}",
             );
             let upsert_some = format!(
-                "INSERT INTO {table} ({cols}) \
+                "INSERT INTO {into} \
                  SELECT {cols} FROM pg_temp.{stage} WHERE {seq} = ANY($1::int8[]) ORDER BY {seq} \
                  ON CONFLICT ({key_list}) {action}",
             );
@@ -194,7 +214,7 @@ impl IdempotentSql {
             "SELECT DISTINCT ON ({key_list}) {seq}, row_number() OVER (ORDER BY {seq}) - 1 \
              FROM pg_temp.{stage} ORDER BY {key_list}, {seq} DESC",
         );
-        let copy_target = (copy_straight_in && !operation_field)
+        let copy_target = (target.copy_straight_in && !operation_field)
             .then(|| format!("COPY {table} ({cols}) FROM STDIN{copy_options}"));
         IdempotentSql {
             copy_target,
@@ -221,6 +241,11 @@ pub(crate) fn quoted_list(names: &[String]) -> String {
 mod tests {
     use super::*;
 
+    const STRAIGHT_IN: TargetTraits = TargetTraits {
+        copy_straight_in: true,
+        overriding_identity: false,
+    };
+
     #[test]
     fn upsert_takes_the_last_row_of_each_key() {
         let t = TableName::parse("table", "s.kv").unwrap();
@@ -232,7 +257,7 @@ mod tests {
             &["k".into()],
             "",
             false,
-            true,
+            STRAIGHT_IN,
         );
         assert_eq!(
             sql.copy_target.as_deref(),
@@ -253,7 +278,7 @@ mod tests {
             &cols,
             "",
             false,
-            true,
+            STRAIGHT_IN,
         );
         assert!(all_key.upsert.ends_with("DO NOTHING"));
         let no_copy = IdempotentSql::new(
@@ -263,9 +288,30 @@ mod tests {
             &cols,
             "",
             false,
-            false,
+            TargetTraits::default(),
         );
         assert!(no_copy.copy_target.is_none());
+        assert!(!sql.upsert.contains("OVERRIDING"));
+        let identity_key = IdempotentSql::new(
+            &t,
+            &cols,
+            &["bigint".into(), "text".into()],
+            &["k".into()],
+            "",
+            false,
+            TargetTraits {
+                overriding_identity: true,
+                ..STRAIGHT_IN
+            },
+        );
+        for insert in [&identity_key.upsert, &identity_key.upsert_some] {
+            assert!(
+                insert.starts_with(
+                    "INSERT INTO \"s\".\"kv\" (\"k\", \"v\") OVERRIDING SYSTEM VALUE SELECT "
+                ),
+                "{insert}"
+            );
+        }
     }
 
     #[test]
@@ -279,7 +325,7 @@ mod tests {
             &["k".into()],
             "",
             true,
-            true,
+            STRAIGHT_IN,
         );
         // Deletes go through the upsert path only.
         assert!(sql.copy_target.is_none());
