@@ -264,6 +264,8 @@ pub struct PgDestination {
     /// Retracts remove commit records only (see
     /// [`PgDestination::retract_records_only`]).
     records_only: bool,
+    /// Test hook (see [`PgDestination::lose_writer_session_after_next_copy`]).
+    lose_writer_after_copy: bool,
 }
 
 /// The advisory lock held for one sink and subtask, and the writer session
@@ -389,6 +391,7 @@ impl PgDestination {
             owner: None,
             segments_known: false,
             records_only: false,
+            lose_writer_after_copy: false,
             options,
         };
         if dest.txn_sql().is_some() {
@@ -499,8 +502,18 @@ impl PgDestination {
             owner: None,
             segments_known: false,
             records_only: false,
+            lose_writer_after_copy: false,
             options,
         })
+    }
+
+    /// For tests: the next prepare drops the writer session right after its
+    /// COPY ended well, as when the server ends the session just after it
+    /// reported the COPY complete and the client reads both at once. The
+    /// prepare must then fail, not finish in a new session.
+    #[doc(hidden)]
+    pub fn lose_writer_session_after_next_copy(&mut self) {
+        self.lose_writer_after_copy = true;
     }
 
     /// For `twopc reconcile --rows-deleted-by-hand` of a sink that fills no
@@ -928,7 +941,11 @@ impl PgDestination {
             self.rollback_open();
             return Err(e);
         }
-        let rows = self.open.as_ref().map(|o| o.rows).unwrap_or(0);
+        let (rows, generation) = self
+            .open
+            .as_ref()
+            .map(|o| (o.rows, o.generation))
+            .unwrap_or_default();
         // The COPY ends here; the server reports a rejected row only now.
         let loaded = match self.writer.end_copy(COPY_OP, true) {
             Ok(CopyEnd::Finished(loaded)) => loaded,
@@ -957,6 +974,9 @@ impl PgDestination {
                 ));
             }
         };
+        if std::mem::take(&mut self.lose_writer_after_copy) {
+            self.writer.disconnect();
+        }
         if loaded != rows {
             self.rollback_open();
             return Err(self.rows_mismatch(loaded, rows));
@@ -986,6 +1006,13 @@ impl PgDestination {
             sql.delete_side.clone(),
         );
 
+        // The session ended with the COPY (the server closed it right after
+        // reporting the COPY complete): the transaction went with it.
+        if !self.writer.holds_session(generation) {
+            self.rollback_open();
+            return Err(self.lost_open(txn));
+        }
+
         // 1. The handle, outside the transaction, so recovery can read it
         //    while the transaction is prepared.
         if let Err(f) = self.control.run("recording the prepared handle", |c| {
@@ -996,28 +1023,31 @@ impl PgDestination {
         }
 
         // 2. The commit record, in the transaction, locking the side row;
-        // 3. PREPARE TRANSACTION.
+        // 3. PREPARE TRANSACTION. Both in the session that holds the
+        //    transaction, or nowhere.
         let run = handle.run.as_str().to_string();
-        let result = self.writer.run("preparing the transaction", |c| {
-            let n = c.execute(
-                &record_in_txn,
-                &[
-                    &txn.as_str(),
-                    &sink,
-                    &subtask,
-                    &lineage,
-                    &checkpoint,
-                    &run,
-                    &row_count,
-                ],
-            )?;
-            if n != 1 {
-                c.batch_execute("ROLLBACK")?;
-                return Ok(false);
-            }
-            c.batch_execute(&format!("PREPARE TRANSACTION {gid}"))?;
-            Ok(true)
-        });
+        let result = self
+            .writer
+            .run_in_session("preparing the transaction", generation, |c| {
+                let n = c.execute(
+                    &record_in_txn,
+                    &[
+                        &txn.as_str(),
+                        &sink,
+                        &subtask,
+                        &lineage,
+                        &checkpoint,
+                        &run,
+                        &row_count,
+                    ],
+                )?;
+                if n != 1 {
+                    c.batch_execute("ROLLBACK")?;
+                    return Ok(false);
+                }
+                c.batch_execute(&format!("PREPARE TRANSACTION {gid}"))?;
+                Ok(true)
+            });
         self.open = None;
         match result {
             Ok(true) => Ok(()),

@@ -187,6 +187,49 @@ impl Link {
         result.map_err(|e| self.failure(op, e, closed))
     }
 
+    /// True when the session of `generation` is open and not known to be
+    /// broken (and no COPY holds it).
+    pub fn holds_session(&self, generation: u64) -> bool {
+        self.generation == generation
+            && self.copying.is_none()
+            && self.session.as_ref().is_some_and(|s| !s.client.is_closed())
+    }
+
+    /// Runs `f` in the session of `generation` only, never in a new one:
+    /// for the statements of a transaction that session holds open. A
+    /// new session would run them outside any transaction, in autocommit,
+    /// where `PREPARE TRANSACTION` is only a warning, so a commit record
+    /// would be committed for rows the server rolled back with the old
+    /// session. Fails as lost, running nothing, when that session is gone
+    /// or known to be broken.
+    pub fn run_in_session<T>(
+        &mut self,
+        op: &str,
+        generation: u64,
+        f: impl FnOnce(&mut Client) -> Result<T, CallError>,
+    ) -> Result<T, Failure> {
+        if self.copying.is_some() {
+            return Err(self.lost(format!(
+                "{op}: a COPY is still open in the {} session (a bug; please report it)",
+                self.role
+            )));
+        }
+        if !self.holds_session(generation) {
+            if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
+                self.session = None;
+            }
+            return Err(self.lost(format!(
+                "{op}: the {} session that held the transaction was lost, and PostgreSQL rolled \
+                 the transaction back with it; nothing was run in another session",
+                self.role
+            )));
+        }
+        let session = self.session.as_mut().expect("checked above");
+        let result = f(&mut session.client);
+        let closed = session.client.is_closed();
+        result.map_err(|e| self.failure(op, e, closed))
+    }
+
     /// The session's client, connecting if needed (start-up checks).
     pub fn client(&mut self) -> Result<&mut Client, Failure> {
         Ok(&mut self.session_for("connecting")?.client)

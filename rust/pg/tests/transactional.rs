@@ -220,6 +220,35 @@ fn writer_session_lost_mid_transaction_fails_the_checkpoint_and_recovers() {
     assert_eq!(f.count(), 10);
 }
 
+/// The server may end the writer session just after it reported the COPY
+/// complete, with the client reading both at once: the transaction went
+/// with the session. The prepare must fail (the records are replayed from
+/// the checkpoint), not run the commit record and PREPARE TRANSACTION in a
+/// new session. There they would run in autocommit: the record committed,
+/// PREPARE only a warning, and the later COMMIT PREPARED resolved as
+/// already committed by that record, for rows that are gone.
+#[test]
+fn writer_session_lost_right_after_the_copy_fails_the_prepare() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "lostcopy");
+    let mut s = f.open("run1");
+    let h = written(&mut s, &rows(0..5, "a"));
+    s.destination().lose_writer_session_after_next_copy();
+    let err = s.prepare(&h.transaction, 1).unwrap_err().to_string();
+    assert!(
+        err.contains(h.transaction.as_str()) && err.contains("lost"),
+        "{err}"
+    );
+    assert!(f.prepared_gids().is_empty());
+    assert!(commit_records(&mut f.admin, &f.sink).is_empty());
+    assert_eq!(f.count(), 0);
+    assert_eq!(s.abort(&h).unwrap(), AbortOutcome::NothingStaged);
+
+    committed(&mut s, &rows(0..5, "b"), 2);
+    assert_eq!(f.count(), 5);
+    assert_eq!(commit_records(&mut f.admin, &f.sink).len(), 1);
+}
+
 #[test]
 fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     let url = server!();
