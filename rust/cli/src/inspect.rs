@@ -348,6 +348,11 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
     } else {
         twopc_fs::Depth::Summary
     };
+    // The visible files are listed before the records are read: a commit
+    // writes its record before it publishes its file, so a file published
+    // while inspect runs is referenced by the records read below. (Listed
+    // after, such a file would be reported as no record's, to be removed.)
+    let visible_before = visible_part_files(opts)?;
     let inventories = twopc_fs::inventory_with(out, depth).map_err(|e| {
         let stray: Vec<String> = control_entries
             .iter()
@@ -398,7 +403,7 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
         ));
         Vec::new()
     } else {
-        unreferenced_files(opts, &referenced)?
+        unreferenced_among(opts, visible_before, &referenced)
     };
     for u in &unreferenced {
         let mut message = format!(
@@ -1100,12 +1105,28 @@ fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
         .collect()
 }
 
-/// Visible `<prefix>-*` files in the output directory that no commit record
-/// names.
-fn unreferenced_files(
+/// The files among `visible` that no commit record names and that are
+/// still there (a retraction removes the file before its record).
+fn unreferenced_among(
     opts: &InspectOptions,
+    visible: Vec<VisibleFile>,
     referenced: &BTreeSet<String>,
-) -> Result<Vec<VisibleFile>, InspectError> {
+) -> Vec<VisibleFile> {
+    visible
+        .into_iter()
+        .filter(|v| !referenced.contains(&v.file))
+        .filter_map(|v| match fs::symlink_metadata(opts.output.join(&v.file)) {
+            Ok(m) if m.is_file() => Some(VisibleFile {
+                bytes: m.len(),
+                ..v
+            }),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Visible `<prefix>-*` files in the output directory.
+fn visible_part_files(opts: &InspectOptions) -> Result<Vec<VisibleFile>, InspectError> {
     let prefix = format!("{}-", opts.part_prefix);
     let mut progress = Progress::new(format!("scanned entries of {}", opts.output.display()));
     let entries = fs::read_dir(&opts.output).map_err(|e| {
@@ -1122,7 +1143,7 @@ fn unreferenced_files(
         let Ok(name) = entry.file_name().into_string() else {
             continue;
         };
-        if !name.starts_with(&prefix) || referenced.contains(&name) {
+        if !name.starts_with(&prefix) {
             continue;
         }
         let Ok(meta) = entry.metadata() else { continue };

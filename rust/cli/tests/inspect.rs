@@ -574,3 +574,61 @@ fn a_folded_history_is_counted_whole_and_read_whole_with_all() {
     assert_eq!(code, 1, "{v}");
     assert!(v["attention"].to_string().contains(&victim), "{v}");
 }
+
+/// `twopc inspect --all` next to a running job, in a process of its own:
+/// commits publish files and compactions fold and merge commit records
+/// while it reads. No file is ever reported as no record's (a finding that
+/// tells the operator to remove it), and nothing as damaged. (A commit
+/// caught between its record and its publication is reported as
+/// unfinished, which it is at that moment; that is allowed here.)
+#[test]
+fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
+    let (_dir, out, clock) = output("inspect-race");
+    let opts = SinkOptions {
+        history: twopc_core::destination::HistoryPolicy {
+            keep_checkpoints: 2,
+            min_segment: 3,
+            max_segment: 6,
+            every_commits: 3,
+        },
+        ..SinkOptions::default()
+    };
+    let mut s = orders(&out, &clock, opts, None);
+    commit_one(&mut s, &["x"], 1);
+    s.checkpoint_completed(1).unwrap();
+    // Bounded, so that each inspect reads a bounded history: the job runs
+    // its checkpoints and inspect runs until it is done.
+    const CHECKPOINTS: u64 = 300;
+    let done = std::sync::atomic::AtomicBool::new(false);
+    let runs = std::thread::scope(|scope| {
+        let job = scope.spawn(|| {
+            for cp in 2..=CHECKPOINTS {
+                commit_one(&mut s, &["x", "y"], cp);
+                s.checkpoint_completed(cp).unwrap();
+                std::thread::sleep(std::time::Duration::from_millis(2));
+            }
+            done.store(true, std::sync::atomic::Ordering::Relaxed);
+        });
+        let mut run = 0;
+        while !done.load(std::sync::atomic::Ordering::Relaxed) {
+            run += 1;
+            let (_, v) = json(&out, &["--all"]);
+            let kinds = kinds(&v);
+            assert!(
+                !kinds.iter().any(|k| k == "unreferenced-file"),
+                "run {run}: {v:#}"
+            );
+            for p in v["sinks"][0]["problems"].as_array().unwrap() {
+                let p = p.as_str().unwrap();
+                assert!(p.ends_with("which no longer exists"), "run {run}: {p}");
+            }
+        }
+        job.join().unwrap();
+        run
+    });
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 0, "{v:#}");
+    assert_eq!(v["sinks"][0]["committed_total"], CHECKPOINTS, "{v:#}");
+    eprintln!("inspect ran {runs} times during {CHECKPOINTS} commits");
+    assert!(runs >= 3, "inspect ran only {runs} times");
+}

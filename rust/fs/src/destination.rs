@@ -578,7 +578,7 @@ impl FsDestination {
             }
         }
         self.publish(claimed, &visible, marker.data_len)?;
-        remove_claimed(&self.dirs.committing, txn)?;
+        remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
         Ok(Some(CommitStatus::Committed))
     }
 
@@ -589,6 +589,15 @@ impl FsDestination {
         match claimed.rename_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
             Ok(()) => {}
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                let staged = claimed
+                    .stat(DATA_FILE)
+                    .map_err(io_err("reading", &claimed.child(DATA_FILE)))?;
+                if staged.is_none() {
+                    // A concurrent commit linked it to its visible name and
+                    // removed the old one (the link-based publish) between
+                    // the two steps of ours.
+                    return self.published_meanwhile(visible, data_len);
+                }
                 let ours = same_file(claimed, DATA_FILE, &self.output, visible)
                     .map_err(io_err("reading", &target))?;
                 if !ours {
@@ -608,21 +617,31 @@ impl FsDestination {
                     .unlink(DATA_FILE)
                     .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
             }
+            // A concurrent commit published it.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                // A concurrent commit published it.
-                let present = self
-                    .output
-                    .stat(visible)
-                    .map_err(io_err("reading", &target))?;
-                if !present.is_some_and(|s| s.kind == EntryKind::File && s.len == data_len) {
-                    return Err(DestinationError::io(
-                        "publishing",
-                        &target,
-                        std::io::Error::from(std::io::ErrorKind::NotFound),
-                    ));
-                }
+                return self.published_meanwhile(visible, data_len)
             }
             Err(e) => return Err(DestinationError::io("publishing", &target, e)),
+        }
+        self.output
+            .sync()
+            .map_err(io_err("syncing directory", self.output.path()))
+    }
+
+    /// A concurrent commit of the transaction published its data: it must
+    /// be there under its visible name, whole.
+    fn published_meanwhile(&self, visible: &str, data_len: u64) -> Result<(), DestinationError> {
+        let target = self.output.child(visible);
+        let present = self
+            .output
+            .stat(visible)
+            .map_err(io_err("reading", &target))?;
+        if !present.is_some_and(|s| s.kind == EntryKind::File && s.len == data_len) {
+            return Err(DestinationError::io(
+                "publishing",
+                &target,
+                std::io::Error::from(std::io::ErrorKind::NotFound),
+            ));
         }
         self.output
             .sync()
@@ -647,7 +666,7 @@ impl FsDestination {
                     self.publish(&claimed, file, record.data_len)?;
                 }
             }
-            remove_claimed(&self.dirs.committing, txn)?;
+            remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
         }
         if let Some(file) = &record.file {
             let present = self
@@ -811,10 +830,31 @@ fn now_ms() -> u64 {
         .unwrap_or(0)
 }
 
-fn remove_claimed(committing: &Dir, txn: &TransactionId) -> Result<(), DestinationError> {
-    committing
-        .remove_tree(txn.as_str())
-        .map_err(io_err("removing", &committing.child(txn.as_str())))?;
+/// Removes what is left of a finished commit's claim: moved to the trash
+/// in one step first, so that a concurrent commit of the same transaction
+/// never sees the claim half removed (its marker gone, which would read as
+/// a transaction whose prepare marker was lost).
+fn remove_claimed(
+    committing: &Dir,
+    trash: &Dir,
+    txn: &TransactionId,
+) -> Result<(), DestinationError> {
+    let trash_name = names::trash_name(txn);
+    match committing.rename_noreplace(txn.as_str(), trash, &trash_name, IoStep::Remove) {
+        Ok(()) => {}
+        // Removed meanwhile by a concurrent commit of it.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => {
+            return Err(DestinationError::io(
+                "removing",
+                &committing.child(txn.as_str()),
+                e,
+            ))
+        }
+    }
+    trash
+        .remove_tree(&trash_name)
+        .map_err(io_err("removing", &trash.child(&trash_name)))?;
     Ok(())
 }
 
@@ -940,12 +980,15 @@ impl Destination for FsDestination {
                         }
                     }
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                        // Not staged: committed or claimed meanwhile (look
-                        // again), or gone.
-                        if self.read_commit_record(&record_name)?.is_some()
-                            || self
-                                .open_txn_dir(&self.dirs.committing, txn.as_str())?
-                                .is_some()
+                        // Not staged: claimed or committed meanwhile (look
+                        // again), or gone. The claim first, then the record:
+                        // a commit writes its record before it removes its
+                        // claim, so whatever the claim's owner does between
+                        // the two looks, one of them sees it.
+                        if self
+                            .open_txn_dir(&self.dirs.committing, txn.as_str())?
+                            .is_some()
+                            || self.read_commit_record(&record_name)?.is_some()
                         {
                             continue;
                         }
@@ -1041,7 +1084,11 @@ impl Destination for FsDestination {
             }
         }
         // Leftovers of an interrupted commit go too.
-        remove_claimed(&self.dirs.committing, &committed.transaction)?;
+        remove_claimed(
+            &self.dirs.committing,
+            &self.dirs.trash,
+            &committed.transaction,
+        )?;
         // Two subtasks may retract the same commit at once (each retracts
         // what the restored state knows); whoever removes the record second
         // finds it gone, which is the state both wanted.

@@ -330,18 +330,20 @@ impl Dir {
 
     fn rename_noreplace_raw(&self, from: &str, to: &Dir, to_name: &str) -> io::Result<()> {
         #[cfg(target_os = "linux")]
-        match rustix::fs::renameat_with(
-            &self.fd,
-            from,
-            &to.fd,
-            to_name,
-            rustix::fs::RenameFlags::NOREPLACE,
-        ) {
-            Ok(()) => return Ok(()),
-            Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOSYS) => {
-                // The file system lacks RENAME_NOREPLACE (e.g. NFS): below.
+        if !self.faults.lacks_rename_noreplace() {
+            match rustix::fs::renameat_with(
+                &self.fd,
+                from,
+                &to.fd,
+                to_name,
+                rustix::fs::RenameFlags::NOREPLACE,
+            ) {
+                Ok(()) => return Ok(()),
+                Err(rustix::io::Errno::INVAL) | Err(rustix::io::Errno::NOSYS) => {
+                    // The file system lacks RENAME_NOREPLACE (e.g. NFS): below.
+                }
+                Err(e) => return Err(e.into()),
             }
-            Err(e) => return Err(e.into()),
         }
         match rustix::fs::statat(&self.fd, from, AtFlags::SYMLINK_NOFOLLOW) {
             Ok(st) if FileType::from_raw_mode(st.st_mode) == FileType::Directory => {

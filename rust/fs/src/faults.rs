@@ -49,6 +49,14 @@ pub enum IoTiming {
 pub trait IoFaults: Send + Sync {
     /// The error to inject at `step` on `path`, or `None` to let it run.
     fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<io::Error>;
+
+    /// True to act as on a file system without `RENAME_NOREPLACE` (NFS):
+    /// renames that must not replace anything take the fallback (a link and
+    /// an unlink for files, a look and a rename for directories), so that
+    /// tests race it too.
+    fn lacks_rename_noreplace(&self) -> bool {
+        false
+    }
 }
 
 /// The hook a destination carries; empty in production.
@@ -65,6 +73,10 @@ impl FaultHook {
             Some(f) => f.inject(step, timing, path).map_or(Ok(()), Err),
             None => Ok(()),
         }
+    }
+
+    pub(crate) fn lacks_rename_noreplace(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f.lacks_rename_noreplace())
     }
 
     /// Runs `effect` between the before- and after-checks of `step`.

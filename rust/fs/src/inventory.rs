@@ -294,12 +294,36 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
             let folded = match depth {
                 Depth::Full => {
                     let mut all = Vec::new();
-                    for seg in &segments {
-                        match history.read(seg) {
-                            Ok(records) => all.extend(records.unwrap_or_default()),
-                            Err(e) => problems.push(e.to_string()),
+                    let mut unreadable = Vec::new();
+                    'again: for attempt in 0..4 {
+                        all.clear();
+                        unreadable.clear();
+                        for seg in &segments {
+                            match history.read(seg) {
+                                Ok(Some(records)) => all.extend(records),
+                                // Merged or rewritten since the listing: its
+                                // records are in a segment written before it
+                                // went, which a new listing has. (Skipping it
+                                // would leave their output files looking like
+                                // no record's.)
+                                Ok(None) if attempt < 3 => match history.list() {
+                                    Ok((names, _)) => {
+                                        segments = names;
+                                        continue 'again;
+                                    }
+                                    Err(e) => unreadable.push(e.to_string()),
+                                },
+                                Ok(None) => unreadable.push(format!(
+                                    "the history segments in {} kept changing while they were \
+                                     read (a compaction or a retraction running): inspect again",
+                                    dir.path().display()
+                                )),
+                                Err(e) => unreadable.push(e.to_string()),
+                            }
                         }
+                        break;
                     }
+                    problems.append(&mut unreadable);
                     all
                 }
                 // The folded checkpoints a lost note names are read: the

@@ -3,17 +3,20 @@
 //! round ends either committed and visible (the abort saw it committed or
 //! found nothing), or aborted with nothing visible and a later commit
 //! answering Missing (LOST). Never both, never "already committed" with
-//! nothing to see.
+//! nothing to see. Two commits of one transaction racing both succeed and
+//! publish it once. The thread races run again acting as a file system
+//! without `RENAME_NOREPLACE` (NFS), whose fallback takes two steps.
 
 mod common;
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{self, BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
 use std::sync::Barrier;
 
 use common::*;
 use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
-use twopc_fs::FsDestination;
+use twopc_fs::{FsDestination, FsOptions, IoFaults, IoStep, IoTiming};
 
 const ROUNDS: u64 = 10_000;
 
@@ -53,14 +56,58 @@ fn name_of_abort(s: &AbortStatus) -> &'static str {
     }
 }
 
+/// Acts as a file system without `RENAME_NOREPLACE` (NFS): every claim
+/// and publish takes the fallback.
+struct NoRenameNoreplace;
+
+impl IoFaults for NoRenameNoreplace {
+    fn inject(&self, _: IoStep, _: IoTiming, _: &Path) -> Option<io::Error> {
+        None
+    }
+
+    fn lacks_rename_noreplace(&self) -> bool {
+        true
+    }
+}
+
+/// A destination over `dir`, with `RENAME_NOREPLACE` or acting as without.
+fn racer(dir: &Path, fallback: bool) -> FsDestination {
+    if fallback {
+        FsDestination::open_with_faults(
+            FsOptions::new(dir),
+            &sink(),
+            std::sync::Arc::new(NoRenameNoreplace),
+        )
+        .unwrap()
+    } else {
+        dest(dir)
+    }
+}
+
+/// The rounds of a thread race: fewer where the fallback makes each one
+/// slower.
+fn rounds(fallback: bool) -> u64 {
+    if fallback {
+        ROUNDS / 4
+    } else {
+        ROUNDS
+    }
+}
+
 #[test]
 fn commit_and_abort_racing_in_two_threads_decide_once() {
+    for fallback in [false, true] {
+        commit_and_abort_racing_in_two_threads(fallback);
+    }
+}
+
+fn commit_and_abort_racing_in_two_threads(fallback: bool) {
     let t = TempDir::fast("race-threads");
     let mut writer = dest(&t.0);
-    let mut committer = dest(&t.0);
-    let mut aborter = dest(&t.0);
+    let mut committer = racer(&t.0, fallback);
+    let mut aborter = racer(&t.0, fallback);
     let (mut commits, mut aborts) = (0, 0);
-    for round in 0..ROUNDS {
+    for round in 0..rounds(fallback) {
         let h = stage(&mut writer, round, 1, &["r"]);
         let barrier = Barrier::new(2);
         let (c, a) = std::thread::scope(|s| {
@@ -85,7 +132,10 @@ fn commit_and_abort_racing_in_two_threads_decide_once() {
             aborts += 1;
         }
     }
-    eprintln!("two threads, {ROUNDS} rounds: commit won {commits}, abort won {aborts}");
+    eprintln!(
+        "two threads (fallback: {fallback}), {} rounds: commit won {commits}, abort won {aborts}",
+        rounds(fallback)
+    );
     assert!(writer.staged().unwrap().is_empty());
 }
 
@@ -161,5 +211,77 @@ fn commit_and_abort_racing_in_two_processes_decide_once() {
         }
     }
     eprintln!("two processes, {ROUNDS} rounds: commit won {commits}, abort won {aborts}");
+    assert!(writer.staged().unwrap().is_empty());
+}
+
+/// Two commits of one transaction racing (a committer retrying by id while
+/// an earlier attempt of it is still running, or two subtasks committing
+/// what a restored state hands both): each answers committed, never
+/// Missing (LOST) or an error, and the output is published once, whole,
+/// with nothing of the transaction left behind.
+fn judge_two_commits(round: u64, dir: &std::path::Path, a: &str, b: &str) {
+    for (who, answer) in [("first", a), ("second", b)] {
+        assert!(
+            answer == "Committed" || answer == "AlreadyCommitted",
+            "round {round}: the {who} commit answered {answer}"
+        );
+    }
+    assert_eq!(
+        std::fs::read_to_string(part(dir, round)).unwrap(),
+        "r\n",
+        "round {round}"
+    );
+    std::fs::remove_file(part(dir, round)).unwrap();
+}
+
+#[test]
+fn two_commits_of_one_transaction_racing_in_two_threads_both_succeed() {
+    for fallback in [false, true] {
+        two_commits_racing_in_two_threads(fallback);
+    }
+}
+
+fn two_commits_racing_in_two_threads(fallback: bool) {
+    let t = TempDir::fast("race-commits-threads");
+    let mut writer = dest(&t.0);
+    let mut first = racer(&t.0, fallback);
+    let mut second = racer(&t.0, fallback);
+    for round in 0..rounds(fallback) {
+        let h = stage(&mut writer, round, 1, &["r"]);
+        let barrier = Barrier::new(2);
+        let (a, b) = std::thread::scope(|s| {
+            let a = s.spawn(|| {
+                barrier.wait();
+                first.commit(&h, 1)
+            });
+            let b = s.spawn(|| {
+                barrier.wait();
+                second.commit(&h, 1)
+            });
+            (a.join().unwrap(), b.join().unwrap())
+        });
+        let answer = |r: Result<CommitStatus, _>| match r {
+            Ok(s) => name_of_commit(&s).to_string(),
+            Err(e) => format!("error: {e}"),
+        };
+        judge_two_commits(round, &t.0, &answer(a), &answer(b));
+    }
+    assert!(writer.staged().unwrap().is_empty());
+}
+
+#[test]
+fn two_commits_of_one_transaction_racing_in_two_processes_both_succeed() {
+    let t = TempDir::fast("race-commits-processes");
+    let mut writer: FsDestination = dest(&t.0);
+    let mut first = Worker::start(&t.0);
+    let mut second = Worker::start(&t.0);
+    for round in 0..ROUNDS {
+        let h = stage(&mut writer, round, 1, &["r"]);
+        let hex: String = h.encode().iter().map(|b| format!("{b:02x}")).collect();
+        first.send(&format!("commit {hex}"));
+        second.send(&format!("commit {hex}"));
+        let (a, b) = (first.answer(), second.answer());
+        judge_two_commits(round, &t.0, &a, &b);
+    }
     assert!(writer.staged().unwrap().is_empty());
 }
