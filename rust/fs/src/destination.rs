@@ -733,8 +733,20 @@ impl FsDestination {
         &self,
         loose: &[CommitRecord],
     ) -> Result<std::collections::BTreeSet<TransactionId>, DestinationError> {
+        let (segments, _) = self.history().list()?;
+        self.folded_among_listed(loose, &segments)
+    }
+
+    /// As [`Self::folded_among`], with the segments listed by the caller
+    /// (one listing for more than one use). A segment removed since then
+    /// was merged or rewritten into one written before it went: a record
+    /// it held is then counted as single if it still is.
+    fn folded_among_listed(
+        &self,
+        loose: &[CommitRecord],
+        segments: &[SegmentName],
+    ) -> Result<std::collections::BTreeSet<TransactionId>, DestinationError> {
         let history = self.history();
-        let (segments, _) = history.list()?;
         let covering: Vec<&SegmentName> = segments
             .iter()
             .filter(|s| {
@@ -752,6 +764,62 @@ impl FsDestination {
             }
         }
         Ok(out)
+    }
+
+    /// Removes the segments whose every record another segment holds: the
+    /// small ones of a merge interrupted after its merged segment was
+    /// written (readers take each record once, but the counts from the
+    /// names would count them twice, and a later merge of the small ones
+    /// would copy them again). The caller holds the history lock. Only
+    /// segments whose checkpoints lie within another's are read, so this
+    /// costs one listing unless a merge was interrupted.
+    fn remove_redundant_segments(&self) -> Result<u64, DestinationError> {
+        let history = self.history();
+        let (segments, _) = history.list()?;
+        let within = |s: &SegmentName, m: &SegmentName| {
+            s != m
+                && s.lineage == m.lineage
+                && s.run == m.run
+                && m.first <= s.first
+                && s.last <= m.last
+                && s.transactions <= m.transactions
+        };
+        let mut removed = 0;
+        let mut gone: Vec<&SegmentName> = Vec::new();
+        for s in &segments {
+            for m in segments
+                .iter()
+                .filter(|m| within(s, m) && !gone.contains(m))
+            {
+                let (Some(small), Some(large)) = (history.read(s)?, history.read(m)?) else {
+                    continue;
+                };
+                let held: std::collections::BTreeSet<&TransactionId> =
+                    large.iter().map(|r| &r.handle.transaction).collect();
+                if small.iter().all(|r| held.contains(&r.handle.transaction)) {
+                    let name = s.render();
+                    log::info!(
+                        "removing history segment {name}: segment {} holds all its records \
+                         (a merge was interrupted)",
+                        m.render()
+                    );
+                    self.dirs
+                        .history
+                        .unlink(&name)
+                        .map_err(io_err("removing", &self.dirs.history.child(&name)))?;
+                    gone.push(s);
+                    removed += 1;
+                    break;
+                }
+            }
+        }
+        if removed > 0 {
+            self.dirs
+                .history
+                .sync()
+                .map_err(io_err("syncing directory", self.dirs.history.path()))?;
+        }
+        Ok(removed)
     }
 
     /// Merges small segments (see `plan_merge`); the caller holds the
@@ -1307,13 +1375,17 @@ impl Destination for FsDestination {
                 ..Compaction::default()
             });
         };
+        let redundant = self.remove_redundant_segments()?;
         // Cheap check first: enough single records to fold at all?
         let dir = &self.dirs.committed;
         let loose_names = dir
             .names_of(EntryKind::File)
             .map_err(io_err("listing", dir.path()))?;
         if loose_names.len() < policy.min_segment.max(1) {
-            return Ok(Compaction::default());
+            return Ok(Compaction {
+                merged: redundant,
+                ..Compaction::default()
+            });
         }
         let mut loose = self.commit_records()?;
         // Single records a segment holds already (a compaction stopped
@@ -1357,17 +1429,22 @@ impl Destination for FsDestination {
             done.folded += records.len() as u64;
             done.segments += 1;
         }
-        done.merged = self.merge_segments(&policy)?;
+        done.merged = redundant + self.merge_segments(&policy)?;
         Ok(done)
     }
 
     fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
+        // The single records first, then one listing of the segments for
+        // both the sums and the records held twice: a compaction between
+        // the two reads then leaves records in both places (taken once
+        // below), never in neither (counted nowhere).
+        let loose = self.commit_records()?;
+        let (segments, _) = self.history().list()?;
         let mut out = Vec::new();
-        self.history().tallies(&mut out)?;
+        history::tally_segments(&segments, &mut out);
         // A record both single and folded (an interrupted compaction) is
         // counted once.
-        let loose = self.commit_records()?;
-        let folded = self.folded_among(&loose)?;
+        let folded = self.folded_among_listed(&loose, &segments)?;
         for r in loose {
             if !folded.contains(&r.handle.transaction) {
                 twopc_core::destination::tally(&mut out, &r.view());
