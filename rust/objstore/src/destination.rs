@@ -1177,6 +1177,12 @@ impl Destination for ObjectStoreDestination {
                         )))
                     }
                     None => {
+                        // A concurrent commit of it may have finished since
+                        // the look above (it writes the record before it
+                        // removes the marker).
+                        if let Some(record) = self.read_commit_record(&name).await? {
+                            return self.already_committed(&record).await;
+                        }
                         let key = self.layout.part_key(txn);
                         let uploads = self.uploads_of(&key).await?;
                         if self.head(&key).await?.is_some() {

@@ -4,7 +4,8 @@
 #[macro_use]
 mod common;
 
-use std::sync::{Arc, Barrier};
+use std::sync::{Arc, Barrier, Condvar, Mutex};
+use std::time::Duration;
 
 use common::*;
 use twopc_core::config::SubtaskContext;
@@ -16,6 +17,7 @@ use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
 use twopc_core::records::RecordBatchBuf;
 use twopc_core::writer::Writer;
+use twopc_objstore::faults::{RequestFaults, RequestInfo};
 use twopc_objstore::names::{LINEAGES, PREPARED, RUNS};
 use twopc_objstore::{FaultAction, ObjectStoreDestination, S3Call};
 
@@ -580,4 +582,108 @@ fn a_lease_write_whose_answer_was_lost_is_held_and_released_as_ours() {
         b.claim_ownership(&claim("run-b")).unwrap(),
         Ownership::Acquired
     );
+}
+
+/// Holds the first read of a prepare marker until `release`.
+#[derive(Debug, Default)]
+struct PauseAtMarker {
+    reached: Mutex<bool>,
+    woke: Condvar,
+    released: Mutex<bool>,
+    freed: Condvar,
+}
+
+impl RequestFaults for PauseAtMarker {
+    fn decide(&self, r: &RequestInfo) -> FaultAction {
+        let marker = r.call == S3Call::GetObject && r.path.contains(&format!("/{PREPARED}/"));
+        let mut reached = self.reached.lock().unwrap();
+        if marker && !*reached {
+            *reached = true;
+            self.woke.notify_all();
+            drop(reached);
+            let released = self.released.lock().unwrap();
+            let _ = self
+                .freed
+                .wait_timeout_while(released, Duration::from_secs(20), |r| !*r)
+                .unwrap();
+        }
+        FaultAction::Proceed
+    }
+}
+
+/// A commit with a handle from before handles carried the upload's
+/// location finds the upload through its prepare marker. Another commit
+/// of the same transaction may finish (record written, marker removed)
+/// between its look for the record and its read of the marker: it must
+/// then answer already committed, not refuse the published object as one
+/// it cannot check, nor call it LOST. Forced with a hook that holds the
+/// first commit at the marker until the second is done.
+#[test]
+fn a_commit_that_finds_the_marker_gone_looks_for_the_record_again() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    let recs = records(4, 10, 1);
+    let mut h = stage(&mut d, 1, 1, &recs);
+    let info = h.prepared().unwrap().clone();
+    h.state = twopc_core::TransactionState::Prepared(info);
+    let pause = Arc::new(PauseAtMarker::default());
+    let (o1, p1, h1) = (o.clone(), pause.clone(), h.clone());
+    let first = std::thread::spawn(move || {
+        let mut d = ObjectStoreDestination::open_with_faults(o1, &sink(), p1).unwrap();
+        d.commit(&h1, 10)
+    });
+    {
+        let mut reached = pause.reached.lock().unwrap();
+        while !*reached {
+            reached = pause.woke.wait(reached).unwrap();
+        }
+    }
+    assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    *pause.released.lock().unwrap() = true;
+    pause.freed.notify_all();
+    assert_eq!(
+        first.join().unwrap().unwrap(),
+        CommitStatus::AlreadyCommitted
+    );
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+}
+
+/// Two commits of one transaction racing (a retry by id while an earlier
+/// attempt still runs): both answer committed and the object is there
+/// once, with the checkpoint's handle and with one from before handles
+/// carried the upload's location (which looks the upload up through its
+/// prepare marker, gone once the other commit finished).
+#[test]
+fn two_commits_of_one_transaction_racing_both_succeed() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    for seq in 1..=8 {
+        let recs = records(4, 10, seq as u8);
+        let mut h = stage(&mut d, seq, seq, &recs);
+        if seq % 2 == 0 {
+            let info = h.prepared().unwrap().clone();
+            h.state = twopc_core::TransactionState::Prepared(info);
+        }
+        let barrier = Arc::new(Barrier::new(2));
+        let racers: Vec<_> = (0..2)
+            .map(|_| {
+                let (o, b, h) = (o.clone(), barrier.clone(), h.clone());
+                std::thread::spawn(move || {
+                    let mut d = ObjectStoreDestination::open(o, &sink()).unwrap();
+                    b.wait();
+                    d.commit(&h, 10)
+                })
+            })
+            .collect();
+        for r in racers {
+            match r.join().unwrap() {
+                Ok(CommitStatus::Committed) | Ok(CommitStatus::AlreadyCommitted) => {}
+                other => panic!("round {seq}: a commit answered {other:?}"),
+            }
+        }
+        assert_eq!(object(&d, seq), Some(lines(&recs)), "round {seq}");
+        assert!(uploads(&d, seq).is_empty());
+    }
 }
