@@ -276,6 +276,30 @@ impl PgDestination {
         Ok(self.segments_known)
     }
 
+    /// Runs a statement that sums this sink's history, built by `sql` for
+    /// whether the segments' table exists, with the sink id as `$1`. The
+    /// table can appear between that look and the statement (the first
+    /// compaction creates it and folds records into it in one go), and
+    /// a sum without it would then miss them: it is taken again with it.
+    fn sum_history(
+        &mut self,
+        op: &str,
+        sql: impl Fn(bool) -> String,
+    ) -> Result<Vec<postgres::Row>, DestinationError> {
+        let sink = self.sink.as_str().to_string();
+        loop {
+            let with_segments = self.segments_exist()?;
+            let statement = sql(with_segments);
+            let rows = self
+                .control
+                .run(op, |c| Ok(c.query(&statement, &[&sink])?))?;
+            // Once the table is known it stays known: this ends.
+            if with_segments || !self.segments_exist()? {
+                return Ok(rows);
+            }
+        }
+    }
+
     /// Creates the segments' table when absent (databases whose control
     /// tables predate it, set up by a user who could not create it then).
     fn ensure_segments_table(&mut self) -> Result<(), DestinationError> {
@@ -576,23 +600,21 @@ impl PgDestination {
                     min(checkpoint) AS f, max(checkpoint) AS l \
              FROM {cr} WHERE sink_id = $1 GROUP BY lineage, run_id"
         );
-        let sql = if self.segments_exist()? {
-            format!(
-                "SELECT lineage, run_id, sum(n)::int8, sum(r)::int8, min(f), max(l) FROM ( \
-                   {loose} \
-                   UNION ALL \
-                   SELECT lineage, run_id, sum(transactions)::int8, sum(row_count)::int8, \
-                          min(first_checkpoint), max(last_checkpoint) \
-                   FROM {} WHERE sink_id = $1 GROUP BY lineage, run_id \
-                 ) u GROUP BY lineage, run_id ORDER BY lineage, run_id",
-                self.control_tables.segments
-            )
-        } else {
-            format!("{loose} ORDER BY lineage, run_id")
-        };
-        let sink = self.sink.as_str().to_string();
-        let rows = self.control.run("summing the commit history", |c| {
-            Ok(c.query(&sql, &[&sink])?)
+        let segments = self.control_tables.segments.clone();
+        let rows = self.sum_history("summing the commit history", |with_segments| {
+            if with_segments {
+                format!(
+                    "SELECT lineage, run_id, sum(n)::int8, sum(r)::int8, min(f), max(l) FROM ( \
+                       {loose} \
+                       UNION ALL \
+                       SELECT lineage, run_id, sum(transactions)::int8, sum(row_count)::int8, \
+                              min(first_checkpoint), max(last_checkpoint) \
+                       FROM {segments} WHERE sink_id = $1 GROUP BY lineage, run_id \
+                     ) u GROUP BY lineage, run_id ORDER BY lineage, run_id"
+                )
+            } else {
+                format!("{loose} ORDER BY lineage, run_id")
+            }
         })?;
         let mut out = Vec::with_capacity(rows.len());
         for row in rows {
@@ -625,22 +647,20 @@ impl PgDestination {
             "SELECT lineage, count(*)::int8 AS n, max(checkpoint) AS l FROM {cr} \
              WHERE sink_id = $1 GROUP BY lineage"
         );
-        let sql = if self.segments_exist()? {
-            format!(
-                "SELECT lineage, sum(n)::int8, max(l) FROM ( \
-                   {loose} \
-                   UNION ALL \
-                   SELECT lineage, sum(transactions)::int8, max(last_checkpoint) FROM {} \
-                   WHERE sink_id = $1 GROUP BY lineage \
-                 ) u GROUP BY lineage ORDER BY lineage",
-                self.control_tables.segments
-            )
-        } else {
-            format!("{loose} ORDER BY lineage")
-        };
-        let sink = self.sink.as_str().to_string();
-        let rows = self.control.run("reading committed lineages", |c| {
-            Ok(c.query(&sql, &[&sink])?)
+        let segments = self.control_tables.segments.clone();
+        let rows = self.sum_history("reading committed lineages", |with_segments| {
+            if with_segments {
+                format!(
+                    "SELECT lineage, sum(n)::int8, max(l) FROM ( \
+                       {loose} \
+                       UNION ALL \
+                       SELECT lineage, sum(transactions)::int8, max(last_checkpoint) \
+                       FROM {segments} WHERE sink_id = $1 GROUP BY lineage \
+                     ) u GROUP BY lineage ORDER BY lineage"
+                )
+            } else {
+                format!("{loose} ORDER BY lineage")
+            }
         })?;
         Ok(rows
             .iter()
