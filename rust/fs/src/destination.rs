@@ -16,7 +16,7 @@
 //!     operations/<time>-<seq>-<nonce>          a change made by hand (twopc reconcile, decide)
 //!     history/<lineage>.<first>.<last>...      commit records folded together (see `history`)
 //!     history.lock                             held while the history is rewritten
-//!     trash/<txn-id>.<nonce>/...               claimed for removal
+//!     trash/<txn-id>.<nonce>/...               claimed for removal, or a finished claim
 //!     tmp/                                     scratch for atomic writes
 //! ```
 //!
@@ -40,9 +40,14 @@
 //! 2. Otherwise claim (or find claimed) `committing/<txn>`, check its
 //!    marker and data length against the handle, write the commit record
 //!    durably (never replacing), publish the data under its visible name
-//!    with a rename that never replaces, and remove the claimed directory.
-//!    A file already at the visible name that is not this transaction's own
-//!    output is an error naming it.
+//!    with a rename that never replaces, and remove the claimed directory
+//!    (moved to `trash/` in one step first, so that a concurrent commit of
+//!    the same transaction never meets it half removed). A file already at
+//!    the visible name that is not this transaction's own output is an
+//!    error naming it. Two commits of one transaction may run at once (a
+//!    retry by id racing its first attempt): both answer committed, and
+//!    each looks for the claim before the record, the order in which the
+//!    other creates them (the record is written before the claim goes).
 //! 3. Neither staged, claimed nor recorded: `Missing`, with the evidence
 //!    (an expiry tombstone, a removal in the trash, or nothing at all).
 
