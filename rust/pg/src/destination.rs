@@ -773,18 +773,32 @@ impl PgDestination {
             }
         } else {
             self.ensure_owner()?;
-            self.writer
-                .run("beginning a transaction", |c| Ok(c.batch_execute("BEGIN")?))?;
+            let begin = |c: &mut postgres::Client| Ok(c.batch_execute("BEGIN")?);
+            let generation = match &self.owner {
+                // In the session that holds the ownership lock, which
+                // `ensure_owner` just made sure of, never in a new one.
+                Some(share) => {
+                    let generation = share.generation;
+                    self.writer
+                        .run_in_session("beginning a transaction", generation, begin)?;
+                    generation
+                }
+                None => {
+                    self.writer.run("beginning a transaction", begin)?;
+                    self.writer.generation()
+                }
+            };
             self.open = Some(OpenTxn {
                 id: txn.clone(),
-                generation: self.writer.generation(),
+                generation,
                 rows: 0,
                 failed: None,
                 sent: SentRows::default(),
                 lines: LineMap::default(),
             });
             let copy_sql = self.txn_sql().expect("transactional").copy_target.clone();
-            let started = self.writer.start_copy(COPY_OP, copy_sql);
+            // The COPY in the session of the BEGIN.
+            let started = self.writer.start_copy(COPY_OP, generation, copy_sql);
             if let Err(f) = started {
                 let open = self.open.as_mut().expect("set above");
                 open.failed = Some(format!("its COPY could not start ({})", f.error));

@@ -195,6 +195,19 @@ impl Link {
             && self.session.as_ref().is_some_and(|s| !s.client.is_closed())
     }
 
+    /// The failure of a call that needed a session that is gone; drops it
+    /// if it is known to be broken.
+    fn session_gone(&mut self, op: &str) -> Failure {
+        if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
+            self.session = None;
+        }
+        self.lost(format!(
+            "{op}: the {} session this belongs to was lost (PostgreSQL rolled back what was open \
+             in it and released its locks); nothing was run in another session",
+            self.role
+        ))
+    }
+
     /// Runs `f` in the session of `generation` only, never in a new one:
     /// for the statements of a transaction that session holds open. A
     /// new session would run them outside any transaction, in autocommit,
@@ -215,14 +228,7 @@ impl Link {
             )));
         }
         if !self.holds_session(generation) {
-            if self.session.as_ref().is_some_and(|s| s.client.is_closed()) {
-                self.session = None;
-            }
-            return Err(self.lost(format!(
-                "{op}: the {} session that held the transaction was lost, and PostgreSQL rolled \
-                 the transaction back with it; nothing was run in another session",
-                self.role
-            )));
+            return Err(self.session_gone(op));
         }
         let session = self.session.as_mut().expect("checked above");
         let result = f(&mut session.client);
@@ -289,9 +295,14 @@ impl Link {
 
     /// Starts `COPY ... FROM STDIN` (`sql`) on a feeder thread that holds the
     /// session until [`Link::end_copy`]; rows go in with [`Link::send_copy`].
-    pub fn start_copy(&mut self, op: &str, sql: String) -> Result<(), Failure> {
-        self.session_for(op)?;
-        let session = self.session.take().expect("connected above");
+    /// Only in the session of `generation`, the one whose transaction the
+    /// rows belong to (see [`Link::run_in_session`]): a COPY in a new
+    /// session would load them in autocommit.
+    pub fn start_copy(&mut self, op: &str, generation: u64, sql: String) -> Result<(), Failure> {
+        if !self.holds_session(generation) {
+            return Err(self.session_gone(op));
+        }
+        let session = self.session.take().expect("checked above");
         let pid = session.pid;
         match CopyStream::start(session, |s| &mut s.client, sql) {
             Ok(stream) => {
@@ -343,5 +354,50 @@ impl Link {
                 )))
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A link to a port nobody listens on: any attempt to connect fails
+    /// with a connection error, which the calls below must never reach.
+    fn unreachable_link() -> Link {
+        let mut config = postgres::Config::new();
+        config.host("127.0.0.1").port(1).user("nobody");
+        config.connect_timeout(std::time::Duration::from_millis(200));
+        Link::new("writer", config, "twopc-test", Secrets::default(), "")
+    }
+
+    /// The statements of a transaction, and its COPY, run in the session
+    /// that holds it or nowhere: without that session they fail as lost
+    /// at once, run nothing, and do not open a new session (where they
+    /// would run in autocommit).
+    #[test]
+    fn calls_bound_to_a_session_never_open_another() {
+        let mut link = unreachable_link();
+        let mut ran = false;
+        let f = link
+            .run_in_session("preparing the transaction", 0, |_| {
+                ran = true;
+                Ok(())
+            })
+            .unwrap_err();
+        assert!(!ran);
+        assert!(f.lost, "{}", f.error);
+        assert!(f.error.message.contains("nothing was run"), "{}", f.error);
+        let f = link
+            .start_copy("copying", 0, "COPY t FROM STDIN".into())
+            .unwrap_err();
+        assert!(
+            f.lost && f.error.message.contains("nothing was run"),
+            "{}",
+            f.error
+        );
+        assert_eq!(link.generation(), 0, "no session was opened");
+        // A plain call does try to connect (and fails here).
+        let f = link.run("reading", |_| Ok(())).unwrap_err();
+        assert!(f.error.message.contains("connecting"), "{}", f.error);
     }
 }
