@@ -352,7 +352,13 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
     // writes its record before it publishes its file, so a file published
     // while inspect runs is referenced by the records read below. (Listed
     // after, such a file would be reported as no record's, to be removed.)
-    let visible_before = visible_part_files(opts)?;
+    // Not listed when the check will not be made: a summary of a history
+    // with segments (their records are not read).
+    let visible_before = if depth == twopc_fs::Depth::Full || !any_history_segments(out) {
+        Some(visible_part_files(opts)?)
+    } else {
+        None
+    };
     let inventories = twopc_fs::inventory_with(out, depth).map_err(|e| {
         let stray: Vec<String> = control_entries
             .iter()
@@ -403,7 +409,11 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
         ));
         Vec::new()
     } else {
-        unreferenced_among(opts, visible_before, &referenced)
+        let visible = match visible_before {
+            Some(v) => v,
+            None => visible_part_files(opts)?,
+        };
+        unreferenced_among(opts, visible, &referenced)
     };
     for u in &unreferenced {
         let mut message = format!(
@@ -1103,6 +1113,18 @@ fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
             }
         })
         .collect()
+}
+
+/// True when some sink's history directory holds anything (then a summary
+/// does not read every record). A cheap look, one listing per sink.
+fn any_history_segments(out: &Path) -> bool {
+    let control = out.join(CONTROL_DIR);
+    let Ok(sinks) = fs::read_dir(&control) else {
+        return false;
+    };
+    sinks
+        .flatten()
+        .any(|sink| fs::read_dir(sink.path().join("history")).is_ok_and(|mut h| h.next().is_some()))
 }
 
 /// The files among `visible` that no commit record names and that are

@@ -596,39 +596,51 @@ fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
     let mut s = orders(&out, &clock, opts, None);
     commit_one(&mut s, &["x"], 1);
     s.checkpoint_completed(1).unwrap();
-    // Bounded, so that each inspect reads a bounded history: the job runs
-    // its checkpoints and inspect runs until it is done.
+    // The job commits at least CHECKPOINTS checkpoints, and goes on until
+    // inspect ran RUNS times; inspect runs until the job is done. Each
+    // commit is paced, so that each inspect reads a bounded history.
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
     const CHECKPOINTS: u64 = 300;
-    let done = std::sync::atomic::AtomicBool::new(false);
-    let runs = std::thread::scope(|scope| {
+    const RUNS: u64 = 5;
+    let done = AtomicBool::new(false);
+    let runs = AtomicU64::new(0);
+    let commits = std::thread::scope(|scope| {
         let job = scope.spawn(|| {
-            for cp in 2..=CHECKPOINTS {
+            let mut cp = 1;
+            while cp < CHECKPOINTS || runs.load(Ordering::SeqCst) < RUNS {
+                cp += 1;
                 commit_one(&mut s, &["x", "y"], cp);
                 s.checkpoint_completed(cp).unwrap();
                 std::thread::sleep(std::time::Duration::from_millis(2));
             }
-            done.store(true, std::sync::atomic::Ordering::Relaxed);
+            done.store(true, Ordering::SeqCst);
+            cp
         });
-        let mut run = 0;
-        while !done.load(std::sync::atomic::Ordering::Relaxed) {
-            run += 1;
+        while !done.load(Ordering::SeqCst) {
+            let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
             let (_, v) = json(&out, &["--all"]);
             let kinds = kinds(&v);
             assert!(
                 !kinds.iter().any(|k| k == "unreferenced-file"),
                 "run {run}: {v:#}"
             );
+            // A commit caught between its record and its publication, and
+            // (under heavy load) a history that kept changing while read.
             for p in v["sinks"][0]["problems"].as_array().unwrap() {
                 let p = p.as_str().unwrap();
-                assert!(p.ends_with("which no longer exists"), "run {run}: {p}");
+                assert!(
+                    p.ends_with("which no longer exists") || p.contains("kept changing"),
+                    "run {run}: {p}"
+                );
             }
         }
-        job.join().unwrap();
-        run
+        job.join().unwrap()
     });
     let (code, v) = json(&out, &["--all"]);
     assert_eq!(code, 0, "{v:#}");
-    assert_eq!(v["sinks"][0]["committed_total"], CHECKPOINTS, "{v:#}");
-    eprintln!("inspect ran {runs} times during {CHECKPOINTS} commits");
-    assert!(runs >= 3, "inspect ran only {runs} times");
+    assert_eq!(v["sinks"][0]["committed_total"], commits, "{v:#}");
+    eprintln!(
+        "inspect ran {} times during {commits} commits",
+        runs.load(Ordering::SeqCst)
+    );
 }

@@ -192,7 +192,7 @@ pub struct SinkInventory {
     pub committed: Vec<CommitRecord>,
     /// The history segments, by name (what each holds, summed).
     pub segments: Vec<SegmentName>,
-    /// True when `committed` holds the folded records too.
+    /// True when `committed` holds the folded records too, all of them.
     pub full: bool,
     /// With [`Depth::Summary`]: the folded records of checkpoints a lost
     /// note names (not in `committed`, so that nothing counts twice).
@@ -270,6 +270,9 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
         }
         let mut segments = Vec::new();
         let mut folded_context = Vec::new();
+        // Every folded record read (with Depth::Full): only then can a
+        // visible file be told to be no record's.
+        let mut whole = true;
         let mut committed = committed;
         if let Some(dir) = &v.history {
             let history = History {
@@ -293,37 +296,52 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
             }
             let folded = match depth {
                 Depth::Full => {
+                    // Segments merged or rewritten since the listing went
+                    // after the one holding their records was written: a
+                    // new listing has it. What was read stays (a record
+                    // read twice is taken once), so each round reads only
+                    // the segments not read yet.
                     let mut all = Vec::new();
-                    let mut unreadable = Vec::new();
-                    'again: for attempt in 0..4 {
-                        all.clear();
-                        unreadable.clear();
+                    let mut read = std::collections::BTreeSet::new();
+                    let mut settled = false;
+                    'again: for _ in 0..8 {
                         for seg in &segments {
+                            let name = seg.render();
+                            if read.contains(&name) {
+                                continue;
+                            }
                             match history.read(seg) {
                                 Ok(Some(records)) => all.extend(records),
-                                // Merged or rewritten since the listing: its
-                                // records are in a segment written before it
-                                // went, which a new listing has. (Skipping it
-                                // would leave their output files looking like
-                                // no record's.)
-                                Ok(None) if attempt < 3 => match history.list() {
+                                Ok(None) => match history.list() {
                                     Ok((names, _)) => {
                                         segments = names;
                                         continue 'again;
                                     }
-                                    Err(e) => unreadable.push(e.to_string()),
+                                    Err(e) => {
+                                        problems.push(e.to_string());
+                                        whole = false;
+                                        settled = true;
+                                        break 'again;
+                                    }
                                 },
-                                Ok(None) => unreadable.push(format!(
-                                    "the history segments in {} kept changing while they were \
-                                     read (a compaction or a retraction running): inspect again",
-                                    dir.path().display()
-                                )),
-                                Err(e) => unreadable.push(e.to_string()),
+                                Err(e) => {
+                                    problems.push(e.to_string());
+                                    whole = false;
+                                }
                             }
+                            read.insert(name);
                         }
+                        settled = true;
                         break;
                     }
-                    problems.append(&mut unreadable);
+                    if !settled {
+                        whole = false;
+                        problems.push(format!(
+                            "the history segments in {} kept changing while they were read (a \
+                             compaction or a retraction running): inspect again",
+                            dir.path().display()
+                        ));
+                    }
                     all
                 }
                 // The folded checkpoints a lost note names are read: the
@@ -411,7 +429,7 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
             sink,
             committed,
             segments,
-            full: depth == Depth::Full,
+            full: depth == Depth::Full && whole,
             folded_context,
             staged,
             expired,

@@ -88,7 +88,7 @@ fn racer(dir: &Path, fallback: bool) -> FsDestination {
 /// slower.
 fn rounds(fallback: bool) -> u64 {
     if fallback {
-        ROUNDS / 4
+        ROUNDS / 5
     } else {
         ROUNDS
     }
