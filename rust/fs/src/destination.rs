@@ -699,9 +699,16 @@ impl FsDestination {
         Ok(CommitStatus::AlreadyCommitted)
     }
 
-    /// Claims a staged transaction for removal (abort or expiry); true if
-    /// this call claimed it.
-    fn claim_for_removal(&mut self, txn: &TransactionId) -> Result<bool, DestinationError> {
+    /// Claims a staged transaction for removal (abort or expiry) and
+    /// removes it; true if this call claimed it. `before_removal` runs
+    /// between the two (while the trash still shows the transaction as
+    /// being removed): an expiry writes its tombstone there, so that a
+    /// commit that finds the transaction gone always finds why.
+    fn claim_for_removal(
+        &mut self,
+        txn: &TransactionId,
+        before_removal: impl FnOnce(&Self) -> Result<(), DestinationError>,
+    ) -> Result<bool, DestinationError> {
         if matches!(&self.open, Some(o) if &o.txn == txn) {
             self.open = None;
         }
@@ -717,6 +724,7 @@ impl FsDestination {
                     .staging
                     .sync()
                     .map_err(io_err("syncing directory", self.dirs.staging.path()))?;
+                before_removal(self)?;
                 self.dirs
                     .trash
                     .remove_tree(&trash_name)
@@ -1161,7 +1169,7 @@ impl Destination for FsDestination {
     }
 
     fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
-        if self.claim_for_removal(txn)? {
+        if self.claim_for_removal(txn, |_| Ok(()))? {
             return Ok(AbortStatus::Aborted);
         }
         // Claimed for commit: decided, never undone by an abort. Once a
@@ -1244,25 +1252,26 @@ impl Destination for FsDestination {
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
-        if !self.claim_for_removal(txn)? {
-            return Ok(()); // committed, aborted or expired meanwhile
-        }
-        let dir = &self.dirs.expired;
-        match dir.write_atomically(
-            &self.dirs.tmp,
-            txn.as_str(),
-            now_ms.to_string().as_bytes(),
-            false,
-            IoStep::Note,
-        ) {
-            Ok(()) => Ok(()),
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
-            Err(e) => Err(DestinationError::io(
-                "writing tombstone",
-                &dir.child(txn.as_str()),
-                e,
-            )),
-        }
+        let tombstone = |d: &Self| {
+            let dir = &d.dirs.expired;
+            match dir.write_atomically(
+                &d.dirs.tmp,
+                txn.as_str(),
+                now_ms.to_string().as_bytes(),
+                false,
+                IoStep::Note,
+            ) {
+                Ok(()) => Ok(()),
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => Ok(()),
+                Err(e) => Err(DestinationError::io(
+                    "writing tombstone",
+                    &dir.child(txn.as_str()),
+                    e,
+                )),
+            }
+        };
+        // Not claimed: committed, aborted or expired meanwhile.
+        self.claim_for_removal(txn, tombstone).map(|_| ())
     }
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {

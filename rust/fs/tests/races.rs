@@ -285,3 +285,50 @@ fn two_commits_of_one_transaction_racing_in_two_processes_both_succeed() {
     }
     assert!(writer.staged().unwrap().is_empty());
 }
+
+/// A commit racing retention cleanup's expiry of the same transaction:
+/// one wins; a commit that finds the transaction gone names the expiry as
+/// the reason (the tombstone is written while the trash still shows the
+/// removal), never "removed outside twopc", which sends an operator
+/// looking for someone else.
+#[test]
+fn a_commit_racing_an_expiry_names_the_expiry_when_it_loses() {
+    let t = TempDir::fast("race-expiry");
+    let mut writer = dest(&t.0);
+    let mut committer = dest(&t.0);
+    let mut expirer = dest(&t.0);
+    let (mut commits, mut expiries) = (0, 0);
+    for round in 0..ROUNDS / 5 {
+        let h = stage(&mut writer, round, 1, &["r"]);
+        let barrier = Barrier::new(2);
+        let (c, e) = std::thread::scope(|s| {
+            let c = s.spawn(|| {
+                barrier.wait();
+                committer.commit(&h, 1)
+            });
+            let e = s.spawn(|| {
+                barrier.wait();
+                expirer.expire(&h.transaction, 5)
+            });
+            (c.join().unwrap(), e.join().unwrap())
+        });
+        e.unwrap_or_else(|e| panic!("round {round}: expiry: {e}"));
+        match c.unwrap_or_else(|e| panic!("round {round}: commit: {e}")) {
+            CommitStatus::Committed | CommitStatus::AlreadyCommitted => {
+                commits += 1;
+                assert!(part(&t.0, round).exists(), "round {round}");
+                std::fs::remove_file(part(&t.0, round)).unwrap();
+            }
+            CommitStatus::Missing { evidence } => {
+                expiries += 1;
+                assert!(
+                    evidence.contains("retention cleanup"),
+                    "round {round}: {evidence}"
+                );
+                assert!(!part(&t.0, round).exists(), "round {round}");
+            }
+        }
+    }
+    eprintln!("commit won {commits}, expiry won {expiries}");
+    assert!(writer.staged().unwrap().is_empty());
+}
