@@ -83,21 +83,25 @@ public final class TwopcWriter<IN>
         } catch (TwopcException e) {
             throw Escalation.escalate(LOG, scope, e, "opening the writer");
         }
+        // Whatever fails from here on (an Error too: the batch buffers are direct memory, which
+        // may be short), the native writer is closed: Flink never closes a writer whose
+        // construction failed, and it would hold this subtask's ownership and its transaction
+        // until the TaskManager ends, so that every restart met "the share is held".
         try {
             commitShimTransactions(config, run, subtask, parallelism, attempt, options, restoredId, shimPrepared);
             this.current = NativeBridge.begin(nativeWriter);
+            this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
+                    this::writeBatch);
+            // Once per job class loader: releases this job's copy of the native library.
+            ctx.getUserCodeClassLoader().registerReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
+                    NativeBridge.releaseHookFor(ctx.getUserCodeClassLoader().asClassLoader()));
         } catch (TwopcException e) {
             NativeBridge.close(nativeWriter);
             throw Escalation.escalate(LOG, scope, e, "opening the writer");
-        } catch (RuntimeException e) {
+        } catch (RuntimeException | Error e) {
             NativeBridge.close(nativeWriter);
             throw e;
         }
-        this.batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
-                this::writeBatch);
-        // Once per job class loader: releases this job's copy of the native library.
-        ctx.getUserCodeClassLoader().registerReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
-                NativeBridge.releaseHookFor(ctx.getUserCodeClassLoader().asClassLoader()));
     }
 
     /**
