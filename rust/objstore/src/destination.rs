@@ -983,26 +983,35 @@ fn bucket_url(options: &S3Options, bucket: &str) -> String {
     }
 }
 
+/// How long dropping a destination waits for the store to take back its
+/// leases: a drop may run on a thread that must not hang on an unreachable
+/// store (the job class loader's release hook, a task's cancellation).
+const LEASE_RELEASE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
+
 impl Drop for ObjectStoreDestination {
-    /// Releases the leases (rewritten as expired; a failure only delays a
-    /// successor until the lease lapses).
+    /// Releases the leases (rewritten as expired; a failure, or no answer
+    /// within [`LEASE_RELEASE_TIMEOUT`], only delays a successor until the
+    /// lease lapses).
     fn drop(&mut self) {
         let now = now_ms();
         for mut held in std::mem::take(&mut self.leases) {
-            let released = self.rt.block_on(lease::rewrite(
-                &self.store,
-                &mut held,
-                self.options.lease_ms,
-                now,
-                true,
-            ));
-            if let Err(e) = released {
-                log::warn!(
-                    "sink '{}': releasing the ownership lease {}: {e}; it lapses by itself",
-                    self.layout.sink,
-                    held.key
-                );
-            }
+            let released = self.rt.block_on(async {
+                tokio::time::timeout(
+                    LEASE_RELEASE_TIMEOUT,
+                    lease::rewrite(&self.store, &mut held, self.options.lease_ms, now, true),
+                )
+                .await
+            });
+            let failure = match released {
+                Ok(Ok(_)) => continue,
+                Ok(Err(e)) => e.to_string(),
+                Err(_) => format!("no answer within {LEASE_RELEASE_TIMEOUT:?}"),
+            };
+            log::warn!(
+                "sink '{}': releasing the ownership lease {}: {failure}; it lapses by itself",
+                self.layout.sink,
+                held.key
+            );
         }
     }
 }
