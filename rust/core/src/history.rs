@@ -5,7 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::destination::{CommittedTransaction, HistoryPolicy};
+use crate::destination::{CommittedTransaction, HistoryPolicy, HistoryTally};
 use crate::envelope::PayloadKind;
 use crate::handle::{decode_payload, encode_payload, HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, RunId, TransactionId};
@@ -219,6 +219,30 @@ impl SegmentName {
                 .sum(),
             nonce: 0,
             run: first.run.clone(),
+        }
+    }
+
+    /// Adds what this segment holds, from its name alone, to the sums per
+    /// lineage and run in `tallies`.
+    pub fn add_to(&self, tallies: &mut Vec<HistoryTally>) {
+        match tallies
+            .iter_mut()
+            .find(|t| t.lineage == self.lineage && t.run == self.run)
+        {
+            Some(t) => {
+                t.transactions += self.transactions;
+                t.records += self.records;
+                t.first_checkpoint = t.first_checkpoint.min(self.first);
+                t.last_checkpoint = t.last_checkpoint.max(self.last);
+            }
+            None => tallies.push(HistoryTally {
+                lineage: self.lineage,
+                run: self.run.clone(),
+                transactions: self.transactions,
+                records: self.records,
+                first_checkpoint: self.first,
+                last_checkpoint: self.last,
+            }),
         }
     }
 

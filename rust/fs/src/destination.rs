@@ -1522,7 +1522,9 @@ impl Destination for FsDestination {
         let loose = self.commit_records()?;
         let (segments, _) = self.history().list()?;
         let mut out = Vec::new();
-        history::tally_segments(&segments, &mut out);
+        for s in &segments {
+            s.add_to(&mut out);
+        }
         // A record both single and folded (an interrupted compaction) is
         // counted once.
         let folded = self.folded_among_listed(&loose, &segments)?;

@@ -36,7 +36,7 @@
 use std::collections::BTreeMap;
 use std::fs::File;
 
-use twopc_core::destination::{HistoryPolicy, HistoryTally};
+use twopc_core::destination::HistoryPolicy;
 use twopc_core::error::DestinationError;
 use twopc_core::handle::TransactionHandle;
 use twopc_core::ids::{CheckpointId, LineageId, TransactionId};
@@ -275,32 +275,6 @@ impl History<'_> {
             changed += 1;
         }
         Ok(changed)
-    }
-}
-
-/// Adds the sums of `segments` per lineage and run, from their names
-/// alone, to `into`.
-pub(crate) fn tally_segments(segments: &[SegmentName], into: &mut Vec<HistoryTally>) {
-    for s in segments {
-        match into
-            .iter_mut()
-            .find(|t| t.lineage == s.lineage && t.run == s.run)
-        {
-            Some(t) => {
-                t.transactions += s.transactions;
-                t.records += s.records;
-                t.first_checkpoint = t.first_checkpoint.min(s.first);
-                t.last_checkpoint = t.last_checkpoint.max(s.last);
-            }
-            None => into.push(HistoryTally {
-                lineage: s.lineage,
-                run: s.run.clone(),
-                transactions: s.transactions,
-                records: s.records,
-                first_checkpoint: s.first,
-                last_checkpoint: s.last,
-            }),
-        }
     }
 }
 

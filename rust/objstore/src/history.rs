@@ -185,25 +185,7 @@ impl HistoryIndex {
     /// Sums per lineage and run, from the names alone.
     pub fn tallies(&self, into: &mut Vec<HistoryTally>) {
         for s in &self.segments {
-            match into
-                .iter_mut()
-                .find(|t| t.lineage == s.lineage && t.run == s.run)
-            {
-                Some(t) => {
-                    t.transactions += s.transactions;
-                    t.records += s.records;
-                    t.first_checkpoint = t.first_checkpoint.min(s.first);
-                    t.last_checkpoint = t.last_checkpoint.max(s.last);
-                }
-                None => into.push(HistoryTally {
-                    lineage: s.lineage,
-                    run: s.run.clone(),
-                    transactions: s.transactions,
-                    records: s.records,
-                    first_checkpoint: s.first,
-                    last_checkpoint: s.last,
-                }),
-            }
+            s.add_to(into);
         }
     }
 }
