@@ -426,6 +426,9 @@ def main():
     runs = []
     for r in range(rounds):
         round_cases = [c for c in cases if c[3] == 1000 or r < sizes.get("sweep_rounds", rounds)]
+        if not round_cases:
+            # --only=jni: no job case, only the micro-benchmark below.
+            break
         order = round_cases[r % len(round_cases):] + round_cases[:r % len(round_cases)]
         if r % 2 == 1:
             order = list(reversed(order))

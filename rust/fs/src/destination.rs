@@ -1119,9 +1119,17 @@ impl Destination for FsDestination {
                 ) {
                     Ok(()) => {
                         // The claim is the decision: durable before going on.
-                        for d in [&self.dirs.staging, &self.dirs.committing] {
-                            d.sync().map_err(io_err("syncing directory", d.path()))?;
-                        }
+                        // Syncing the directory it moved into suffices, as
+                        // for every rename here (`write_atomically`): a
+                        // directory's rename is one atomic change of both
+                        // parents in a journaling file system, which one
+                        // sync makes durable. Each sync is a cache flush of
+                        // the device, and under the sink's own write load the
+                        // flushes are most of a commit's time.
+                        self.dirs
+                            .committing
+                            .sync()
+                            .map_err(io_err("syncing directory", self.dirs.committing.path()))?;
                         match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
                             Some(d) => d,
                             None => continue,

@@ -8,12 +8,14 @@ mod common;
 use std::fs;
 
 use common::*;
+use std::path::Path;
+use std::sync::Arc;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, Destination, LineageRecord, OwnerClaim, Ownership, StagedState,
 };
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
-use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
+use twopc_fs::{FsDestination, FsOptions, IoFaults, IoMode, IoStep, IoTiming, RecordFormat};
 
 #[test]
 fn staged_data_is_hidden_and_commit_publishes_one_file() {
@@ -35,6 +37,76 @@ fn staged_data_is_hidden_and_commit_publishes_one_file() {
         assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
         assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
     }
+}
+
+/// Records every I/O step a destination takes.
+#[derive(Default)]
+struct StepLog(std::sync::Mutex<Vec<(IoStep, IoTiming, std::path::PathBuf)>>);
+
+impl IoFaults for StepLog {
+    fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<std::io::Error> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((step, timing, path.to_path_buf()));
+        None
+    }
+}
+
+/// Each sync is a cache flush of the device, which waits behind the sink's
+/// own writes: a commit's latency is mostly its syncs. It takes one per
+/// ordered step, in the order that makes each durable before the next
+/// depends on it: the claim (its target directory only), the commit record
+/// (its file, inside the record's step, then its directory), the
+/// publication.
+#[test]
+fn a_commit_syncs_once_per_step_claim_record_publication_in_that_order() {
+    let t = TempDir::new("syncs");
+    let log = Arc::new(StepLog::default());
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let h = stage(&mut d, 1, 3, &["a", "b"]);
+    let layout = d.layout();
+    log.0.lock().unwrap().clear();
+    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    let steps: Vec<(IoStep, std::path::PathBuf)> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(s, t, _)| {
+            *t == IoTiming::Before
+                && matches!(
+                    s,
+                    IoStep::DirSync | IoStep::Claim | IoStep::CommitRecord | IoStep::Publish
+                )
+        })
+        .map(|(s, _, p)| (*s, p.clone()))
+        .collect();
+    let kinds: Vec<IoStep> = steps.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        kinds,
+        [
+            IoStep::Claim,
+            IoStep::DirSync,
+            IoStep::CommitRecord,
+            IoStep::DirSync,
+            IoStep::Publish,
+            IoStep::DirSync
+        ],
+        "{steps:?}"
+    );
+    let synced: Vec<&std::path::PathBuf> = steps
+        .iter()
+        .filter(|(s, _)| *s == IoStep::DirSync)
+        .map(|(_, p)| p)
+        .collect();
+    assert_eq!(
+        synced,
+        [&layout.committing, &layout.committed, &t.0],
+        "{steps:?}"
+    );
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
 }
 
 /// The states a crash can leave a commit in, rebuilt by hand from a
