@@ -339,27 +339,38 @@ pub struct HistoryTally {
     pub last_checkpoint: CheckpointId,
 }
 
+impl HistoryTally {
+    /// Adds `part` (one transaction, or a folded segment's sums) to the
+    /// tally of its lineage and run in `tallies`, starting one if needed.
+    pub fn add(tallies: &mut Vec<HistoryTally>, part: HistoryTally) {
+        match tallies
+            .iter_mut()
+            .find(|t| t.lineage == part.lineage && t.run == part.run)
+        {
+            Some(t) => {
+                t.transactions += part.transactions;
+                t.records += part.records;
+                t.first_checkpoint = t.first_checkpoint.min(part.first_checkpoint);
+                t.last_checkpoint = t.last_checkpoint.max(part.last_checkpoint);
+            }
+            None => tallies.push(part),
+        }
+    }
+}
+
 /// Sums committed transactions per lineage and run (into `tallies`).
 pub fn tally(tallies: &mut Vec<HistoryTally>, c: &CommittedTransaction) {
-    match tallies
-        .iter_mut()
-        .find(|t| t.lineage == c.lineage && t.run == c.run)
-    {
-        Some(t) => {
-            t.transactions += 1;
-            t.records += c.records;
-            t.first_checkpoint = t.first_checkpoint.min(c.checkpoint);
-            t.last_checkpoint = t.last_checkpoint.max(c.checkpoint);
-        }
-        None => tallies.push(HistoryTally {
+    HistoryTally::add(
+        tallies,
+        HistoryTally {
             lineage: c.lineage,
             run: c.run.clone(),
             transactions: 1,
             records: c.records,
             first_checkpoint: c.checkpoint,
             last_checkpoint: c.checkpoint,
-        }),
-    }
+        },
+    );
 }
 
 /// One sink's view of a destination, used by one subtask.
@@ -694,5 +705,31 @@ mod lost_note_tests {
             LostNote::parse("transaction=orders.1.00000000000000ab.7\n"),
             None
         );
+    }
+}
+
+#[cfg(test)]
+mod tally_tests {
+    use super::*;
+
+    fn part(run: &str, transactions: u64, first: u64, last: u64) -> HistoryTally {
+        HistoryTally {
+            lineage: LineageId(3),
+            run: RunId::new(run).unwrap(),
+            transactions,
+            records: 10 * transactions,
+            first_checkpoint: first,
+            last_checkpoint: last,
+        }
+    }
+
+    #[test]
+    fn parts_of_one_run_sum_and_other_runs_keep_their_own_tally() {
+        let mut tallies = Vec::new();
+        HistoryTally::add(&mut tallies, part("a", 5, 10, 14));
+        HistoryTally::add(&mut tallies, part("b", 1, 3, 3));
+        HistoryTally::add(&mut tallies, part("a", 2, 2, 3));
+        HistoryTally::add(&mut tallies, part("a", 1, 20, 20));
+        assert_eq!(tallies, vec![part("a", 8, 2, 20), part("b", 1, 3, 3)]);
     }
 }

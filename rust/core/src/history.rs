@@ -225,25 +225,17 @@ impl SegmentName {
     /// Adds what this segment holds, from its name alone, to the sums per
     /// lineage and run in `tallies`.
     pub fn add_to(&self, tallies: &mut Vec<HistoryTally>) {
-        match tallies
-            .iter_mut()
-            .find(|t| t.lineage == self.lineage && t.run == self.run)
-        {
-            Some(t) => {
-                t.transactions += self.transactions;
-                t.records += self.records;
-                t.first_checkpoint = t.first_checkpoint.min(self.first);
-                t.last_checkpoint = t.last_checkpoint.max(self.last);
-            }
-            None => tallies.push(HistoryTally {
+        HistoryTally::add(
+            tallies,
+            HistoryTally {
                 lineage: self.lineage,
                 run: self.run.clone(),
                 transactions: self.transactions,
                 records: self.records,
                 first_checkpoint: self.first,
                 last_checkpoint: self.last,
-            }),
-        }
+            },
+        );
     }
 
     /// This segment as [`plan_merge`] sees it.
