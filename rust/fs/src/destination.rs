@@ -577,8 +577,11 @@ impl FsDestination {
             IoStep::CommitRecord,
         ) {
             Ok(()) => {}
-            // A concurrent commit of the same transaction wrote it.
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+            // A concurrent commit of the same transaction wrote it, maybe
+            // a moment ago: durable before the publication depends on it.
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                self.sync_dir(&self.dirs.committed)?;
+            }
             Err(e) => {
                 return Err(DestinationError::io(
                     "writing commit record",
@@ -638,6 +641,22 @@ impl FsDestination {
         self.output
             .sync()
             .map_err(io_err("syncing directory", self.output.path()))
+    }
+
+    /// Makes a claim for commit durable: the directory it left and the one
+    /// it entered. Syncing the target alone suffices where one journal
+    /// transaction changes both parents (ext4, XFS), not everywhere (btrfs
+    /// logs per inode; ext4 without a journal): there the entry could come
+    /// back in `staging/` after a power loss beside a durable record, and a
+    /// lingering cleanup would abort a decided transaction. Measured, the
+    /// one flush this costs is within the noise of a commit (`bench/notes.md`).
+    fn sync_claim(&self) -> Result<(), DestinationError> {
+        self.sync_dir(&self.dirs.staging)?;
+        self.sync_dir(&self.dirs.committing)
+    }
+
+    fn sync_dir(&self, dir: &Dir) -> Result<(), DestinationError> {
+        dir.sync().map_err(io_err("syncing directory", dir.path()))
     }
 
     /// A concurrent commit of the transaction published its data: it must
@@ -1107,10 +1126,19 @@ impl Destination for FsDestination {
         // between the looks below; each round sees a later state.
         for _ in 0..4 {
             if let Some(record) = self.read_commit_record(&record_name)? {
+                // Maybe another commit's record, written a moment ago:
+                // durable before this one acts on it.
+                self.sync_dir(&self.dirs.committed)?;
                 return self.already_committed(handle, &record);
             }
             let claimed = match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
-                Some(d) => d,
+                Some(d) => {
+                    // Another commit's claim (a retry racing its first
+                    // attempt, or one interrupted): durable before this
+                    // commit writes a record that depends on it.
+                    self.sync_claim()?;
+                    d
+                }
                 None => match self.dirs.staging.rename_noreplace(
                     txn.as_str(),
                     &self.dirs.committing,
@@ -1119,17 +1147,7 @@ impl Destination for FsDestination {
                 ) {
                     Ok(()) => {
                         // The claim is the decision: durable before going on.
-                        // Syncing the directory it moved into suffices, as
-                        // for every rename here (`write_atomically`): a
-                        // directory's rename is one atomic change of both
-                        // parents in a journaling file system, which one
-                        // sync makes durable. Each sync is a cache flush of
-                        // the device, and under the sink's own write load the
-                        // flushes are most of a commit's time.
-                        self.dirs
-                            .committing
-                            .sync()
-                            .map_err(io_err("syncing directory", self.dirs.committing.path()))?;
+                        self.sync_claim()?;
                         match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
                             Some(d) => d,
                             None => continue,
@@ -1239,12 +1257,15 @@ impl Destination for FsDestination {
                     .map_err(io_err("syncing directory", self.output.path()))?;
             }
         }
-        // Leftovers of an interrupted commit go too.
+        // Leftovers of an interrupted commit go too, durably before the
+        // record does: a claim that came back without its record after a
+        // power loss would be rolled forward and found missing.
         remove_claimed(
             &self.dirs.committing,
             &self.dirs.trash,
             &committed.transaction,
         )?;
+        self.sync_dir(&self.dirs.committing)?;
         // Two subtasks may retract the same commit at once (each retracts
         // what the restored state knows); whoever removes the record second
         // finds it gone, which is the state both wanted.

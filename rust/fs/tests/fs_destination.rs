@@ -53,24 +53,17 @@ impl IoFaults for StepLog {
     }
 }
 
-/// Each sync is a cache flush of the device, which waits behind the sink's
-/// own writes: a commit's latency is mostly its syncs. It takes one per
-/// ordered step, in the order that makes each durable before the next
-/// depends on it: the claim (its target directory only), the commit record
-/// (its file, inside the record's step, then its directory), the
-/// publication.
-#[test]
-fn a_commit_syncs_once_per_step_claim_record_publication_in_that_order() {
-    let t = TempDir::new("syncs");
-    let log = Arc::new(StepLog::default());
-    let mut d =
-        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
-    let h = stage(&mut d, 1, 3, &["a", "b"]);
-    let layout = d.layout();
+/// The durable steps of `d.commit(h)` as they happened: each rename and
+/// write that must survive a power loss, and each directory sync.
+fn durable_steps(
+    d: &mut FsDestination,
+    log: &StepLog,
+    h: &twopc_core::handle::TransactionHandle,
+    expected: CommitStatus,
+) -> Vec<(IoStep, std::path::PathBuf)> {
     log.0.lock().unwrap().clear();
-    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
-    let steps: Vec<(IoStep, std::path::PathBuf)> = log
-        .0
+    assert_eq!(d.commit(h, 5).unwrap(), expected);
+    log.0
         .lock()
         .unwrap()
         .iter()
@@ -82,12 +75,99 @@ fn a_commit_syncs_once_per_step_claim_record_publication_in_that_order() {
                 )
         })
         .map(|(s, _, p)| (*s, p.clone()))
+        .collect()
+}
+
+/// Each step of a commit is durable before the next depends on it, since a
+/// power loss keeps any subset of what was not synced: the claim (both
+/// directories it changed, so that it cannot come back in `staging/`
+/// beside a durable record where one sync does not cover both parents),
+/// the commit record (its file within the record's step, then its
+/// directory), the publication. Each sync is a flush of the device, which
+/// waits behind the sink's own writes: this also pins their number.
+#[test]
+fn a_commit_makes_each_step_durable_before_the_next() {
+    let t = TempDir::new("syncs");
+    let log = Arc::new(StepLog::default());
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let layout = d.layout();
+    let h = stage(&mut d, 1, 3, &["a", "b"]);
+    let steps = durable_steps(&mut d, &log, &h, CommitStatus::Committed);
+    let expected = [
+        (
+            IoStep::Claim,
+            layout.committing.join(h.transaction.as_str()),
+        ),
+        (IoStep::DirSync, layout.staging.clone()),
+        (IoStep::DirSync, layout.committing.clone()),
+        (
+            IoStep::CommitRecord,
+            layout.committed.join(twopc_fs::commit_record_name(
+                LineageId(7),
+                3,
+                &h.transaction,
+            )),
+        ),
+        (IoStep::DirSync, layout.committed.clone()),
+        (IoStep::Publish, part(&t.0, 1)),
+        (IoStep::DirSync, t.0.clone()),
+    ];
+    assert_eq!(steps, expected);
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
+
+    // A repeated commit meets the record, which another commit may have
+    // written a moment ago: durable before anything acts on it.
+    let steps = durable_steps(&mut d, &log, &h, CommitStatus::AlreadyCommitted);
+    assert_eq!(steps, [(IoStep::DirSync, layout.committed.clone())]);
+
+    // A retraction removes the output, then whatever is left of a claim,
+    // then the record, each durable before the next: a claim that came
+    // back without its record would be rolled forward and found missing.
+    let committed = d.committed_after(LineageId(7), 0).unwrap();
+    log.0.lock().unwrap().clear();
+    d.retract(&committed[0]).unwrap();
+    let synced: Vec<std::path::PathBuf> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(s, t, _)| *s == IoStep::DirSync && *t == IoTiming::Before)
+        .map(|(_, _, p)| p.clone())
         .collect();
+    assert_eq!(
+        synced[..3],
+        [
+            t.0.clone(),
+            layout.committing.clone(),
+            layout.committed.clone()
+        ]
+    );
+    assert!(!part(&t.0, 1).exists());
+}
+
+/// A commit that meets another commit's claim (a retry racing its first
+/// attempt, which has renamed but not yet synced) makes the claim durable
+/// before writing a record that depends on it.
+#[test]
+fn a_commit_that_meets_a_claim_makes_it_durable_before_its_record() {
+    let t = TempDir::new("claimed");
+    let log = Arc::new(StepLog::default());
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let layout = d.layout();
+    let h = stage(&mut d, 1, 3, &["a"]);
+    fs::rename(
+        layout.staging_dir(&h.transaction),
+        layout.committing.join(h.transaction.as_str()),
+    )
+    .unwrap();
+    let steps = durable_steps(&mut d, &log, &h, CommitStatus::Committed);
     let kinds: Vec<IoStep> = steps.iter().map(|(s, _)| *s).collect();
     assert_eq!(
         kinds,
         [
-            IoStep::Claim,
+            IoStep::DirSync,
             IoStep::DirSync,
             IoStep::CommitRecord,
             IoStep::DirSync,
@@ -96,17 +176,9 @@ fn a_commit_syncs_once_per_step_claim_record_publication_in_that_order() {
         ],
         "{steps:?}"
     );
-    let synced: Vec<&std::path::PathBuf> = steps
-        .iter()
-        .filter(|(s, _)| *s == IoStep::DirSync)
-        .map(|(_, p)| p)
-        .collect();
-    assert_eq!(
-        synced,
-        [&layout.committing, &layout.committed, &t.0],
-        "{steps:?}"
-    );
-    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
+    assert_eq!(steps[0].1, layout.staging);
+    assert_eq!(steps[1].1, layout.committing);
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\n");
 }
 
 /// The states a crash can leave a commit in, rebuilt by hand from a
