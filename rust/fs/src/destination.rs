@@ -695,6 +695,12 @@ impl FsDestination {
                     .is_some()
                 {
                     self.publish(&claimed, file, record.data_len)?;
+                } else {
+                    // Published by another commit, which may not have
+                    // synced the output directory yet: durable before the
+                    // claim, the last copy of the way back, goes (found by
+                    // review).
+                    self.sync_dir(&self.output)?;
                 }
             }
             remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
@@ -821,6 +827,11 @@ impl FsDestination {
     /// by a retraction cut the same way leaves its smaller result within
     /// the old segment; removing the result leaves what readers saw, and
     /// the retraction, repeated at recovery, rewrites it again.)
+    ///
+    /// A segment of any size goes when another has the same name but for
+    /// its nonce and the same records: a retraction repeated after one
+    /// interrupted before it removed the old segment writes the same
+    /// rewrite again (found by review: the twin was counted twice forever).
     fn remove_redundant_segments(
         &mut self,
         policy: &HistoryPolicy,
@@ -862,14 +873,31 @@ impl FsDestination {
             }
             let within_some = reach.is_some_and(|r| r >= s.last);
             reach = Some(reach.map_or(s.last, |r| r.max(s.last)));
-            if !within_some || s.transactions >= small {
+            let twin = |m: &twopc_core::history::SegmentName| {
+                (m.first, m.last, m.transactions, m.records)
+                    == (s.first, s.last, s.transactions, s.records)
+            };
+            // Twins sort next to each other (same first checkpoint).
+            let large = s.transactions >= small;
+            if !within_some
+                || (large
+                    && !segments[group_start..i]
+                        .iter()
+                        .rev()
+                        .take_while(|m| m.first == s.first)
+                        .any(twin))
+            {
                 continue;
             }
             // Earlier in the order: first <= s.first; those reaching s.last
             // cover s's range.
             for j in (group_start..i).rev() {
                 let m = &segments[j];
-                if gone[j] || m.last < s.last || m.transactions < s.transactions {
+                if gone[j]
+                    || m.last < s.last
+                    || m.transactions < s.transactions
+                    || (large && !twin(m))
+                {
                     continue;
                 }
                 let pair = (s.render(), m.render());
@@ -1166,6 +1194,11 @@ impl Destination for FsDestination {
                         {
                             continue;
                         }
+                        // Gone, maybe by an abort that has not synced its
+                        // claim yet: durable before it is reported (and
+                        // noted as lost), or a power loss could bring the
+                        // transaction back beside a note saying it was lost.
+                        self.sync_dir(&self.dirs.staging)?;
                         return Ok(CommitStatus::Missing {
                             evidence: self.missing_evidence(txn)?,
                         });
@@ -1502,6 +1535,10 @@ impl Destination for FsDestination {
         // between writing its segment and removing them) just go.
         let folded = self.folded_among(&loose)?;
         if !folded.is_empty() {
+            // The segment that holds them may be one an interrupted
+            // compaction renamed into place without syncing: durable
+            // before its records' only other copies go (found by review).
+            self.sync_dir(&self.dirs.history)?;
             for r in loose
                 .iter()
                 .filter(|r| folded.contains(&r.handle.transaction))

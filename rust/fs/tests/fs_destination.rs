@@ -8,14 +8,13 @@ mod common;
 use std::fs;
 
 use common::*;
-use std::path::Path;
 use std::sync::Arc;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, Destination, LineageRecord, OwnerClaim, Ownership, StagedState,
 };
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
-use twopc_fs::{FsDestination, FsOptions, IoFaults, IoMode, IoStep, IoTiming, RecordFormat};
+use twopc_fs::{FsDestination, FsOptions, IoMode, IoStep, IoTiming, RecordFormat};
 
 #[test]
 fn staged_data_is_hidden_and_commit_publishes_one_file() {
@@ -36,20 +35,6 @@ fn staged_data_is_hidden_and_commit_publishes_one_file() {
         assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
         assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
         assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
-    }
-}
-
-/// Records every I/O step a destination takes.
-#[derive(Default)]
-struct StepLog(std::sync::Mutex<Vec<(IoStep, IoTiming, std::path::PathBuf)>>);
-
-impl IoFaults for StepLog {
-    fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<std::io::Error> {
-        self.0
-            .lock()
-            .unwrap()
-            .push((step, timing, path.to_path_buf()));
-        None
     }
 }
 
@@ -583,4 +568,62 @@ fn a_decided_commit_is_finished_by_any_start_never_aborted() {
     .unwrap();
     assert!(report.aborted.is_empty(), "{:?}", report.aborted);
     assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "decided\n");
+}
+
+/// A commit that meets a claim whose data another commit already published
+/// (and may not have synced yet) makes the publication durable before it
+/// removes the claim, the last way back to the output after a power loss.
+#[test]
+fn a_commit_that_meets_a_published_claim_makes_the_output_durable_first() {
+    let t = TempDir::new("published-claim");
+    let log = Arc::new(StepLog::default());
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let layout = d.layout();
+    let h = stage(&mut d, 1, 3, &["a"]);
+    let saved = t.0.join("saved");
+    copy_dir(&layout.staging_dir(&h.transaction), &saved);
+    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    // The other commit's state: recorded, published, its claim still there.
+    let claimed = layout.committing.join(h.transaction.as_str());
+    copy_dir(&saved, &claimed);
+    fs::remove_file(claimed.join("data")).unwrap();
+    let steps = durable_steps(&mut d, &log, &h, CommitStatus::AlreadyCommitted);
+    assert_eq!(
+        steps,
+        [
+            (IoStep::DirSync, layout.committed.clone()),
+            (IoStep::DirSync, t.0.clone())
+        ]
+    );
+    assert!(!claimed.exists());
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\n");
+}
+
+/// A commit that finds its transaction gone (aborted, maybe by a process
+/// that has not synced its claim yet) makes that durable before it reports
+/// the transaction missing, and the committer notes it as lost.
+#[test]
+fn a_commit_that_finds_its_transaction_gone_makes_that_durable_first() {
+    let t = TempDir::new("gone");
+    let log = Arc::new(StepLog::default());
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let layout = d.layout();
+    let h = stage(&mut d, 1, 3, &["a"]);
+    assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::Aborted);
+    log.0.lock().unwrap().clear();
+    assert!(matches!(
+        d.commit(&h, 5).unwrap(),
+        CommitStatus::Missing { .. }
+    ));
+    let synced: Vec<std::path::PathBuf> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(s, t, _)| *s == IoStep::DirSync && *t == IoTiming::Before)
+        .map(|(_, _, p)| p.clone())
+        .collect();
+    assert_eq!(synced, std::slice::from_ref(&layout.staging));
 }

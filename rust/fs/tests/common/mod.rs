@@ -169,3 +169,17 @@ pub fn faulty(dir: &Path, mode: IoMode) -> (FsDestination, Arc<OneFault>) {
     let d = FsDestination::open_with_faults(options(dir, mode), &sink(), faults.clone()).unwrap();
     (d, faults)
 }
+
+/// Records every I/O step a destination takes, failing none.
+#[derive(Default)]
+pub struct StepLog(pub Mutex<Vec<(IoStep, IoTiming, PathBuf)>>);
+
+impl IoFaults for StepLog {
+    fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<io::Error> {
+        self.0
+            .lock()
+            .unwrap()
+            .push((step, timing, path.to_path_buf()));
+        None
+    }
+}
