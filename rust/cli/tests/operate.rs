@@ -930,3 +930,68 @@ fn decide_follows_the_recovery_rules_for_claimed_and_unreadable_transactions() {
         .join(damaged.transaction.as_str())
         .exists());
 }
+
+/// A fresh start of run-b in `t` under `policy`: its error, if it stopped.
+fn fresh_start_of_run_b(t: &Three, policy: twopc_core::FreshStartPolicy) -> Option<TwopcError> {
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 0, 1)
+        .unwrap();
+    twopc_core::SubtaskSink::open(
+        dest,
+        t.clock.clone(),
+        ctx,
+        SinkOptions {
+            fresh_start: policy,
+            ..SinkOptions::default()
+        },
+        None,
+        None,
+    )
+    .err()
+}
+
+/// Run-a's commit of checkpoint 4 was decided (claimed) and interrupted
+/// before its output became visible; then the job was started again
+/// without state, from the end of the output as it looked. A fresh start
+/// must stop whatever its policy, naming the commit and changing nothing:
+/// finishing it there would add output that the chosen start position
+/// replays again (found by the crash simulation, seed 1000009262). Once
+/// `twopc decide --commit` finished it, a start that appends runs.
+#[test]
+fn a_decided_commit_of_an_earlier_run_stops_every_fresh_start_until_finished() {
+    use twopc_core::FreshStartPolicy::*;
+    let (t, p) = leftover("dc-decided");
+    let layout = twopc_fs::Layout::new(&t.out, &twopc_core::SinkId::new("orders").unwrap());
+    fs::rename(
+        layout.staging_dir(&p.transaction),
+        layout.committing.join(p.transaction.as_str()),
+    )
+    .unwrap();
+    let before = snapshot(&t.out);
+    for policy in [Fail, AbortPrepared, Append, AppendAndAbortPrepared] {
+        let err = fresh_start_of_run_b(&t, policy).expect("the decided commit stops the start");
+        let TwopcError::PreparedOnFreshStart(f) = &err else {
+            panic!("{policy:?}: expected a fresh-start stop, got {err}")
+        };
+        assert_eq!(f.decided, vec![(p.transaction.clone(), 4)], "{policy:?}");
+        assert!(f.prepared.is_empty(), "{policy:?}");
+        let msg = err.to_string();
+        assert!(
+            msg.contains(&format!(
+                "twopc decide <destination> --sink orders --commit {}",
+                p.transaction
+            )),
+            "{msg}"
+        );
+        assert!(
+            msg.contains("never aborted, whatever the fresh-start policy"),
+            "{msg}"
+        );
+        assert_eq!(snapshot(&t.out), before, "{policy:?}: nothing changed");
+    }
+    let o = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(fs::read_to_string(part(&t.out, &p)).unwrap(), "x\ny\n");
+    assert!(fresh_start_of_run_b(&t, Append).is_none());
+}

@@ -246,12 +246,19 @@ pub struct OwnershipConflict {
     pub fatal: bool,
 }
 
-/// A job started without state found prepared transactions of this sink.
+/// A job started without state found prepared transactions of this sink,
+/// or commits of an earlier run that were decided but did not finish.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct PreparedOnFreshStart {
     pub scope: SinkScope,
-    /// (transaction, checkpoint it was prepared for).
+    /// (transaction, checkpoint it was prepared for). Empty when the
+    /// fresh-start policy aborts prepared leftovers.
     pub prepared: Vec<(TransactionId, CheckpointId)>,
+    /// Commits of another run that were decided (their checkpoints
+    /// completed) but did not finish, whatever the policy: they can only be
+    /// finished, and finishing them extends the visible output that the
+    /// new job's start position was chosen against.
+    pub decided: Vec<(TransactionId, CheckpointId)>,
     /// See [`ExistingOutput::restored_without_state`].
     pub restored_without_state: Option<CheckpointId>,
 }
@@ -482,6 +489,40 @@ fn rewind_message(r: &RewindDetected) -> String {
 }
 
 fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
+    if p.decided.is_empty() {
+        return prepared_on_fresh_start_message(p);
+    }
+    let first = p
+        .decided
+        .first()
+        .map_or("<transaction>", |(t, _)| t.as_str());
+    let mut message = format!(
+        "{}: the job started without restored state, but commits of an earlier run of this sink \
+         were decided (their checkpoints completed) and did not finish: {}. Their records are \
+         not visible yet and exist nowhere else, so they are never aborted, whatever the \
+         fresh-start policy; once finished they extend the output, and a job that replays its \
+         input from the end of the output as it looks now would write them twice. Finish them \
+         first: restore the earlier run's latest checkpoint or savepoint (its recovery finishes \
+         them and the job continues after them); or, while the job is stopped, run `twopc \
+         decide <destination> --sink {} --commit {first}` for each, then choose this job's start \
+         position against the output as it is then, and start it again.",
+        p.scope,
+        describe_pairs(&p.decided),
+        p.scope.sink,
+    );
+    if !p.prepared.is_empty() {
+        message.push_str(&format!(
+            " Besides, prepared, uncommitted transactions of this sink are staged: {}; `twopc \
+             inspect <destination>` shows them, and the same restore commits those of completed \
+             checkpoints.",
+            describe_pairs(&p.prepared)
+        ));
+    }
+    message.push_str(&without_state_hint(p.restored_without_state));
+    message
+}
+
+fn prepared_on_fresh_start_message(p: &PreparedOnFreshStart) -> String {
     let list = describe_pairs(&p.prepared);
     format!(
         "{}: the job started without restored state but the destination holds prepared, \

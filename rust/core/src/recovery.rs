@@ -543,32 +543,45 @@ fn check_rewind<D: Destination>(
 /// whose state was lost. Stop and name them all, unless the policy says to
 /// abort them. The list is the sink's, every subtask's, since each subtask
 /// lists the whole staging area.
+///
+/// Commits of another run that were decided but did not finish stop the
+/// start whatever the policy: they can only be finished, and finishing
+/// them here would extend the output behind the back of the operator who
+/// chose this job's start position from it (found by the crash
+/// simulation: a stateless restart from the visible output's end wrote the
+/// records of such a commit twice).
 fn refuse_prepared_leftovers(
     ctx: &SubtaskContext,
     options: &SinkOptions,
     staged: &[StagedTransaction],
     restored_without_state: Option<CheckpointId>,
 ) -> Result<(), TwopcError> {
-    if options.fresh_start.aborts_prepared() {
-        return Ok(());
-    }
-    let foreign: Vec<(TransactionId, CheckpointId)> = staged
-        .iter()
-        .filter_map(|s| match &s.state {
-            StagedState::Prepared(h) if h.run != ctx.run => {
-                Some((s.transaction.clone(), h.checkpoint().unwrap_or_default()))
+    let aborts_prepared = options.fresh_start.aborts_prepared();
+    let mut prepared = Vec::new();
+    let mut decided = Vec::new();
+    for s in staged {
+        let checkpoint = |h: &TransactionHandle| h.checkpoint().unwrap_or_default();
+        match &s.state {
+            StagedState::Prepared(h) if h.run != ctx.run && !aborts_prepared => {
+                prepared.push((s.transaction.clone(), checkpoint(h)));
             }
-            StagedState::PreparedUnreadable { .. } => Some((s.transaction.clone(), 0)),
-            _ => None,
-        })
-        .collect();
-    if foreign.is_empty() {
+            StagedState::PreparedUnreadable { .. } if !aborts_prepared => {
+                prepared.push((s.transaction.clone(), 0));
+            }
+            StagedState::Committing(h) if h.run != ctx.run => {
+                decided.push((s.transaction.clone(), checkpoint(h)));
+            }
+            _ => {}
+        }
+    }
+    if prepared.is_empty() && decided.is_empty() {
         return Ok(());
     }
     Err(TwopcError::PreparedOnFreshStart(Box::new(
         PreparedOnFreshStart {
             scope: ctx.scope(),
-            prepared: foreign,
+            prepared,
+            decided,
             restored_without_state,
         },
     )))

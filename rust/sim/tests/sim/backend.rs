@@ -36,7 +36,7 @@ pub trait Backend {
     /// (the filesystem destination's `Committing`: interrupted while it
     /// published): they hold their records until a commit or a roll-forward
     /// finishes them.
-    fn decided(&self) -> Vec<TransactionId>;
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId)>;
 
     /// The destination's commit records.
     fn committed(&self) -> Vec<CommittedTransaction>;
@@ -94,7 +94,7 @@ impl Backend for MemoryBackend {
     }
 
     /// A commit in memory is one step: never half done.
-    fn decided(&self) -> Vec<TransactionId> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
         Vec::new()
     }
 
@@ -233,15 +233,17 @@ impl Backend for FsBackend {
             .collect()
     }
 
-    fn decided(&self) -> Vec<TransactionId> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
         let (staged, _) = self
             .layout()
             .read_staged()
             .expect("reading the staging area");
         staged
             .into_iter()
-            .filter(|s| matches!(s.state, StagedState::Committing(_)))
-            .map(|s| s.transaction)
+            .filter_map(|s| match s.state {
+                StagedState::Committing(h) => Some((s.transaction, h.checkpoint()?)),
+                _ => None,
+            })
             .collect()
     }
 
@@ -569,7 +571,7 @@ impl Backend for ObjBackend {
         out
     }
 
-    fn decided(&self) -> Vec<TransactionId> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
         Vec::new()
     }
 

@@ -209,26 +209,46 @@ pub fn rewind_is_complete(
     rewind_left_visible_alone(visible_before, visible_after, allowed)
 }
 
-/// A start without state refused because of prepared transactions names
-/// every one of them, and removed none.
+type Pairs = BTreeSet<(TransactionId, CheckpointId)>;
+
+/// A start without state refused because of prepared transactions (unless
+/// the policy aborts them) or decided commits names every one of them, and
+/// changed none: `before` and `after` are (prepared, decided).
 pub fn refusal_is_complete(
     p: &PreparedOnFreshStart,
-    before: &BTreeSet<(TransactionId, CheckpointId)>,
-    after: &BTreeSet<(TransactionId, CheckpointId)>,
+    before: (&Pairs, &Pairs),
+    names_prepared: bool,
+    after: (&Pairs, &Pairs),
 ) -> Result<(), String> {
-    let named: BTreeSet<(TransactionId, CheckpointId)> = p.prepared.iter().cloned().collect();
-    if &named != before {
+    let named: Pairs = p.prepared.iter().cloned().collect();
+    let expected = if names_prepared {
+        before.0.clone()
+    } else {
+        Pairs::new()
+    };
+    if named != expected {
         return Err(format!(
-            "PREPARED_ON_FRESH_START names {} but the destination held {}",
+            "PREPARED_ON_FRESH_START names {} prepared but the destination held {}",
             sample(&named),
-            sample(before)
+            sample(&expected)
+        ));
+    }
+    let named_decided: Pairs = p.decided.iter().cloned().collect();
+    if &named_decided != before.1 {
+        return Err(format!(
+            "PREPARED_ON_FRESH_START names {} decided but the destination held {}",
+            sample(&named_decided),
+            sample(before.1)
         ));
     }
     if after != before {
         return Err(format!(
-            "a start without state removed prepared transactions: before {}, after {}",
-            sample(before),
-            sample(after)
+            "a start without state changed what it must refuse over: prepared before {}, after \
+             {}; decided before {}, after {}",
+            sample(before.0),
+            sample(after.0),
+            sample(before.1),
+            sample(after.1)
         ));
     }
     Ok(())

@@ -123,10 +123,17 @@ enum Expectation {
         committed_after: BTreeSet<(TransactionId, CheckpointId)>,
         visible_before: Vec<Vec<u8>>,
     },
-    /// A start without state while prepared transactions exist: must stop
-    /// with PREPARED_ON_FRESH_START naming them all, removing none.
+    /// A start without state while prepared transactions exist (unless the
+    /// policy aborts them), or commits of an earlier run were decided but
+    /// did not finish (whatever the policy): must stop with
+    /// PREPARED_ON_FRESH_START naming them all, changing none.
     Refusal {
+        /// Every prepared transaction at submission (none may go).
         prepared: BTreeSet<(TransactionId, CheckpointId)>,
+        /// False when the policy aborts prepared leftovers: the refusal
+        /// (for decided commits) names none of them.
+        names_prepared: bool,
+        decided: BTreeSet<(TransactionId, CheckpointId)>,
     },
     /// A start without state, not allowed to append, while output of other
     /// lineages is committed: must stop naming every such lineage, changing
@@ -310,18 +317,25 @@ impl<B: Backend> SimulatedJob<B> {
             .map(|c| c.lineage)
             .filter(|l| *l != lineage)
             .collect();
-        let expect = if !fresh_start.aborts_prepared() && !prepared.is_empty() {
-            Expectation::Refusal { prepared }
-        } else if !fresh_start.appends() && !earlier.is_empty() {
-            Expectation::ExistingOutput {
-                lineages: earlier,
-                visible_before: self.backend.visible(),
-            }
-        } else {
-            // A new lineage begins; the old checkpoints no longer match it.
-            self.store.clear();
-            Expectation::Proceed
-        };
+        // Every decided commit is another run's: this run is new.
+        let decided = self.decided_set();
+        let expect =
+            if (!fresh_start.aborts_prepared() && !prepared.is_empty()) || !decided.is_empty() {
+                Expectation::Refusal {
+                    prepared,
+                    names_prepared: !fresh_start.aborts_prepared(),
+                    decided,
+                }
+            } else if !fresh_start.appends() && !earlier.is_empty() {
+                Expectation::ExistingOutput {
+                    lineages: earlier,
+                    visible_before: self.backend.visible(),
+                }
+            } else {
+                // A new lineage begins; the old checkpoints no longer match it.
+                self.store.clear();
+                Expectation::Proceed
+            };
         let run = Run {
             id,
             number: self.submissions,
@@ -341,7 +355,8 @@ impl<B: Backend> SimulatedJob<B> {
              {parallelism}, fresh start {fresh_start:?}){}",
             run.id,
             match run.expect {
-                Expectation::Refusal { .. } => ": prepared transactions exist, expecting a refusal",
+                Expectation::Refusal { .. } =>
+                    ": prepared or decided transactions exist, expecting a refusal",
                 Expectation::ExistingOutput { .. } =>
                     ": earlier runs' output exists, expecting a refusal",
                 _ => "",
@@ -514,6 +529,39 @@ impl<B: Backend> SimulatedJob<B> {
                     )))
                 }
             }
+            TwopcError::PreparedOnFreshStart(p)
+                if self.store.latest().is_none() && !p.decided.is_empty() =>
+            {
+                // No checkpoint of the earlier run to restore: finish its
+                // decided commits by hand, as the error says (`twopc decide
+                // --commit`), then start again from the output as it is now.
+                let mut dest = self.backend.destination();
+                for (txn, _) in &p.decided {
+                    twopc_core::operator::decide(
+                        &mut dest,
+                        &self.clock,
+                        &self.sink,
+                        txn,
+                        twopc_core::operator::Decision::Commit,
+                        twopc_core::RetryPolicy::default(),
+                        "sim operator",
+                    )
+                    .map_err(|e| format!("finishing {txn} by hand failed: {e}"))?;
+                }
+                drop(dest);
+                let offset = self
+                    .visible_prefix()
+                    .ok_or("output is not a clean prefix after finishing decided commits")?;
+                self.coverage.bump(
+                    Section::OperatorAction,
+                    "after PREPARED_ON_FRESH_START (decided): finish them by hand, start again",
+                );
+                Ok(Some(self.submit_fresh(
+                    offset,
+                    parallelism,
+                    Self::appending(run.options.fresh_start.aborts_prepared()),
+                )))
+            }
             TwopcError::PreparedOnFreshStart(_) => match self.store.latest().cloned() {
                 Some(latest) => {
                     self.coverage.bump(
@@ -677,13 +725,29 @@ impl<B: Backend> SimulatedJob<B> {
                 run.restored_checkpoint(),
                 committed_after.len()
             )),
-            (Expectation::Refusal { prepared }, Some(TwopcError::PreparedOnFreshStart(p))) => {
-                invariants::refusal_is_complete(p, prepared, &self.prepared_set())
-            }
-            (Expectation::Refusal { prepared }, _) => Err(format!(
-                "a start without state while {} prepared transactions exist must stop with \
-                 PREPARED_ON_FRESH_START, but the job {ended}",
-                prepared.len()
+            (
+                Expectation::Refusal {
+                    prepared,
+                    names_prepared,
+                    decided,
+                },
+                Some(TwopcError::PreparedOnFreshStart(p)),
+            ) => invariants::refusal_is_complete(
+                p,
+                (prepared, decided),
+                *names_prepared,
+                (&self.prepared_set(), &self.decided_set()),
+            ),
+            (
+                Expectation::Refusal {
+                    prepared, decided, ..
+                },
+                _,
+            ) => Err(format!(
+                "a start without state while {} prepared and {} decided transactions exist must \
+                 stop with PREPARED_ON_FRESH_START, but the job {ended}",
+                prepared.len(),
+                decided.len()
             )),
             (
                 Expectation::ExistingOutput {
@@ -1494,7 +1558,12 @@ impl<B: Backend> SimulatedJob<B> {
     /// the product, which `check_gate` reports. Commit records, which the
     /// rewind check reads, are never removed by the environment.
     fn refresh_expectation(&mut self, run: &mut Run) {
-        let Expectation::Refusal { prepared } = &mut run.expect else {
+        let Expectation::Refusal {
+            prepared,
+            names_prepared,
+            decided,
+        } = &mut run.expect
+        else {
             return;
         };
         let before = prepared.len();
@@ -1506,7 +1575,7 @@ impl<B: Backend> SimulatedJob<B> {
             Section::Expiry,
             "prepared leftover timed out before a repeated fresh-start check",
         );
-        if prepared.is_empty() {
+        if (prepared.is_empty() || !*names_prepared) && decided.is_empty() {
             trace!(
                 self.trace,
                 "no prepared transaction is left: {} must now proceed",
@@ -1533,7 +1602,9 @@ impl<B: Backend> SimulatedJob<B> {
     fn check_gate(&self, run: &Run) -> Result<(), String> {
         match &run.expect {
             Expectation::Proceed => Ok(()),
-            Expectation::Refusal { prepared } => {
+            Expectation::Refusal {
+                prepared, decided, ..
+            } => {
                 if let Some(who) = &run.past_check {
                     return Err(format!(
                         "a start without state while {} prepared transactions exist must stop \
@@ -1545,13 +1616,21 @@ impl<B: Backend> SimulatedJob<B> {
                 }
                 let now = self.prepared_set();
                 let gone: Vec<_> = prepared.difference(&now).collect();
-                if gone.is_empty() {
-                    Ok(())
-                } else {
+                let decided_now = self.decided_set();
+                let finished: Vec<_> = decided.difference(&decided_now).collect();
+                if !gone.is_empty() {
                     Err(format!(
                         "a start without state that must refuse removed prepared transactions: \
                          {gone:?}"
                     ))
+                } else if !finished.is_empty() {
+                    Err(format!(
+                        "a start without state that must refuse finished decided commits, \
+                         extending the output its start position was chosen against: \
+                         {finished:?}"
+                    ))
+                } else {
+                    Ok(())
                 }
             }
             Expectation::Rewind {
@@ -1653,7 +1732,7 @@ impl<B: Backend> SimulatedJob<B> {
         let holders = prepared
             .iter()
             .map(|(t, _)| t)
-            .chain(decided.iter())
+            .chain(decided.iter().map(|(t, _)| t))
             .chain(self.expired.iter());
         for t in holders {
             if let Some(records) = self.ledger.get(t) {
@@ -1665,6 +1744,10 @@ impl<B: Backend> SimulatedJob<B> {
 
     fn prepared_set(&self) -> BTreeSet<(TransactionId, CheckpointId)> {
         self.backend.prepared().into_iter().collect()
+    }
+
+    fn decided_set(&self) -> BTreeSet<(TransactionId, CheckpointId)> {
+        self.backend.decided().into_iter().collect()
     }
 
     /// `Some(n)` when the visible output is exactly records `0..n`: the

@@ -7,6 +7,11 @@ import org.apache.flink.annotation.PublicEvolving;
  * either prepared transactions of this sink left by another run (they may belong to a completed
  * checkpoint of an earlier run whose state was lost), or output this sink committed in earlier runs
  * (a new run would write every record again next to it).
+ *
+ * <p>Commits of another run that were decided (their checkpoint completed) but did not finish stop
+ * every fresh start, whatever the policy: they can only be finished, and finishing them would add
+ * output behind the start position the job was given. Restore the earlier run's checkpoint, or
+ * finish them with {@code twopc decide --commit}, then start again.
  */
 @PublicEvolving
 public enum FreshStartPolicy {
