@@ -651,6 +651,12 @@ impl ObjectStoreDestination {
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
         let key = location.key.as_str();
+        // The uploads first, then the object: a completion landing between
+        // the two looks (this call's own request still in flight, or a
+        // racing commit) then shows as the object, whereas in the other
+        // order it hid from both and a committed transaction was reported
+        // missing (found by review).
+        let uploads = self.uploads_of(key).await?;
         if let Some(meta) = self.head(key).await? {
             if Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
                 // Completed, by this call (its answer lost) or an earlier one.
@@ -676,7 +682,6 @@ impl ObjectStoreDestination {
                 location.parts.len()
             )));
         }
-        let uploads = self.uploads_of(key).await?;
         if uploads.iter().any(|u| u.upload_id == location.upload_id) {
             return Err(DestinationError::new(
                 DestinationErrorKind::Io,
@@ -810,6 +815,77 @@ impl ObjectStoreDestination {
             uploaded: 0,
             poisoned: None,
         });
+        Ok(())
+    }
+
+    /// Records the commits whose upload was completed but whose commit
+    /// record was never written: a crash between the two requests, or a
+    /// record PUT that kept failing until the job stopped. Their output is
+    /// visible, and without a record no check would see it: not the rewind
+    /// check of a restore, nor a fresh start's, nor `twopc reconcile` (found
+    /// by review). Their prepare marker (removed only after the record) is
+    /// the way to them. Run before anything reads records or staged
+    /// transactions; a commit of the same transaction racing this writes
+    /// the same record, and either write is kept.
+    async fn record_unrecorded_completions(&self) -> Result<(), DestinationError> {
+        let markers = self.names_in(PREPARED).await?;
+        if markers.is_empty() {
+            return Ok(());
+        }
+        let prefix = self.layout.parts_of_sink();
+        let uploads = self
+            .api
+            .list_multipart_uploads(&prefix)
+            .await
+            .map_err(|e| {
+                DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
+                        self.layout.sink, self.layout.bucket
+                    ),
+                )
+            })?;
+        for name in markers {
+            let Some(parsed) = TransactionId::parse(&name) else {
+                continue;
+            };
+            if parsed.sink != self.layout.sink {
+                continue;
+            }
+            let txn = parsed.id;
+            let key = self.layout.part_key(&txn);
+            if uploads.iter().any(|u| u.key == key) {
+                continue; // still staged
+            }
+            let Some(Ok((handle, location))) = self.read_marker(&txn).await? else {
+                continue; // gone meanwhile, or unreadable: `staged` reports it
+            };
+            let Some(checkpoint) = handle.checkpoint() else {
+                continue;
+            };
+            let record = names::commit_record_name(handle.lineage, checkpoint, &txn);
+            if self.read_commit_record(&record).await?.is_some() {
+                continue; // recorded; only its marker was left
+            }
+            let Some(meta) = self.head(&location.key).await? else {
+                continue; // aborted or lost: a commit of it reports which
+            };
+            if !Self::is_completion_of(meta.size, meta.e_tag.as_deref(), &location) {
+                continue;
+            }
+            log::warn!(
+                "recording the commit of transaction {txn} (checkpoint {checkpoint}): its upload \
+                 was completed as s3://{}/{}, but its commit record was never written",
+                self.layout.bucket,
+                location.key
+            );
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            self.record_commit(&handle, &location.key, meta.size, meta.e_tag, None, now_ms)
+                .await?;
+        }
         Ok(())
     }
 
@@ -1284,6 +1360,7 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        self.rt.block_on(self.record_unrecorded_completions())?;
         let (staged, foreign) = self.scan_staged()?;
         for key in foreign {
             log::warn!(
@@ -1299,6 +1376,7 @@ impl Destination for ObjectStoreDestination {
         lineage: LineageId,
         checkpoint: CheckpointId,
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        self.rt.block_on(self.record_unrecorded_completions())?;
         Ok(self
             .rt
             .block_on(self.records_after(lineage, checkpoint))?
@@ -1414,6 +1492,7 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
+        self.rt.block_on(self.record_unrecorded_completions())?;
         // Counts from the names of single records and segments; records are
         // read only for each lineage's latest checkpoint.
         let latest = self.rt.block_on(self.lineage_view())?;

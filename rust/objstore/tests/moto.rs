@@ -136,6 +136,49 @@ fn a_commit_record_lost_after_completion_is_repaired() {
     assert_eq!(d.commit(&h2, 14).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
+/// A crash between completing the upload and writing its record leaves
+/// visible output that only a repeat of that very commit used to find: a
+/// restore of an older checkpoint missed it in its rewind check (and
+/// replayed it), a fresh start in its check for earlier output, a restart
+/// that had it as its open transaction could not abort it (found by
+/// review). Whatever reads records or staged transactions first records
+/// such a completion from its prepare marker.
+#[test]
+fn a_completion_whose_record_was_never_written_is_recorded_by_the_next_reader() {
+    type Read = fn(&mut ObjectStoreDestination) -> bool;
+    let readers: [(&str, Read); 3] = [
+        ("committed_after", |d| {
+            d.committed_after(LineageId(7), 0).unwrap().len() == 1
+        }),
+        ("lineages", |d| d.lineages().unwrap()[0].committed == 1),
+        ("staged", |d| d.staged().unwrap().is_empty()),
+    ];
+    for (name, read) in readers {
+        let endpoint = server!();
+        let o = options(&endpoint);
+        let (mut d, faults) = open_faulty(&o);
+        let recs = records(5, 10, 2);
+        let h = stage(&mut d, 1, 3, &recs);
+        faults.arm(S3Call::PutObject, FaultAction::FailBefore("crash".into()));
+        assert!(d.commit(&h, 10).is_err());
+        drop(d);
+        // The process restarts.
+        let mut d = open(&o);
+        assert_eq!(object(&d, 1), Some(lines(&recs)), "{name}");
+        assert!(read(&mut d), "{name}");
+        let record_key = d
+            .layout()
+            .commit_record_key(LineageId(7), 3, &h.transaction);
+        assert!(head(&d, &record_key).is_some(), "{name}: recorded");
+        let committed = d.committed_after(LineageId(7), 0).unwrap();
+        assert_eq!(committed.len(), 1, "{name}");
+        assert_eq!(committed[0].transaction, h.transaction);
+        assert_eq!(d.lineages().unwrap()[0].committed, 1, "{name}");
+        assert_eq!(d.commit(&h, 12).unwrap(), CommitStatus::AlreadyCommitted);
+        assert_eq!(object(&d, 1), Some(lines(&recs)), "{name}: once");
+    }
+}
+
 #[test]
 fn a_committed_object_removed_later_is_missing_not_success() {
     let endpoint = server!();
@@ -686,4 +729,91 @@ fn two_commits_of_one_transaction_racing_both_succeed() {
         assert_eq!(object(&d, seq), Some(lines(&recs)), "round {seq}");
         assert!(uploads(&d, seq).is_empty());
     }
+}
+
+/// Fails this destination's first CompleteMultipartUpload before it goes
+/// out (as a request that timed out), then runs `between` once just
+/// before the ListMultipartUploads that follows (the look at the uploads;
+/// the object is looked at too, before or after it).
+struct CompletionMeanwhile<F: Fn() + Send + Sync> {
+    between: F,
+    completes: Mutex<u32>,
+    ran: Mutex<bool>,
+}
+
+impl<F: Fn() + Send + Sync> std::fmt::Debug for CompletionMeanwhile<F> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("CompletionMeanwhile")
+    }
+}
+
+impl<F: Fn() + Send + Sync> RequestFaults for CompletionMeanwhile<F> {
+    fn decide(&self, r: &RequestInfo) -> FaultAction {
+        if r.call == S3Call::CompleteUpload {
+            let mut n = self.completes.lock().unwrap();
+            *n += 1;
+            if *n == 1 {
+                return FaultAction::FailBefore("timed out".into());
+            }
+        }
+        if r.call == S3Call::ListUploads && *self.completes.lock().unwrap() > 0 {
+            let mut ran = self.ran.lock().unwrap();
+            if !*ran {
+                *ran = true;
+                drop(ran);
+                (self.between)();
+            }
+        }
+        FaultAction::Proceed
+    }
+}
+
+/// A commit whose CompleteMultipartUpload failed learns the outcome from
+/// the upload and the object. Another commit of the transaction (a retry
+/// racing it, or its own request landing late) may complete the upload
+/// between its first look and its second: it must still answer committed,
+/// never missing (found by review: the object was looked at before the
+/// uploads, and a completion in between hid from both).
+#[test]
+fn a_completion_between_the_looks_of_a_failed_commit_is_not_missing() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d0 = open(&o);
+    let recs = records(5, 10, 2);
+    let h = stage(&mut d0, 1, 3, &recs);
+    let other = Arc::new(Mutex::new(None));
+    let (o2, h2, other2) = (o.clone(), h.clone(), other.clone());
+    let hook = Arc::new(CompletionMeanwhile {
+        between: move || {
+            let (o3, h3) = (o2.clone(), h2.clone());
+            let r = std::thread::spawn(move || {
+                ObjectStoreDestination::open(o3, &sink())
+                    .unwrap()
+                    .commit(&h3, 11)
+            })
+            .join()
+            .unwrap();
+            *other2.lock().unwrap() = Some(r);
+        },
+        completes: Mutex::new(0),
+        ran: Mutex::new(false),
+    });
+    let mut d = ObjectStoreDestination::open_with_faults(o.clone(), &sink(), hook).unwrap();
+    let mine = d.commit(&h, 10);
+    assert!(
+        matches!(
+            *other.lock().unwrap(),
+            Some(Ok(CommitStatus::Committed | CommitStatus::AlreadyCommitted))
+        ),
+        "the racing commit ran between the looks: {:?}",
+        other.lock().unwrap()
+    );
+    assert!(
+        matches!(
+            mine,
+            Ok(CommitStatus::Committed | CommitStatus::AlreadyCommitted)
+        ),
+        "{mine:?}"
+    );
+    assert_eq!(object(&d0, 1), Some(lines(&recs)));
 }
