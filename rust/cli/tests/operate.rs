@@ -978,12 +978,14 @@ fn a_decided_commit_of_an_earlier_run_stops_every_fresh_start_until_finished() {
         assert!(f.prepared.is_empty(), "{policy:?}");
         let msg = err.to_string();
         assert!(
-            msg.contains(&format!(
-                "twopc decide <destination> --sink orders --commit {}",
-                p.transaction
-            )),
+            msg.contains("twopc decide <destination> --sink orders --commit <transaction>"),
             "{msg}"
         );
+        assert!(
+            msg.contains(&format!("{} (checkpoint 4)", p.transaction)),
+            "{msg}"
+        );
+        assert!(msg.contains("no older than checkpoint 4"), "{msg}");
         assert!(
             msg.contains("never aborted, whatever the fresh-start policy"),
             "{msg}"
@@ -994,4 +996,118 @@ fn a_decided_commit_of_an_earlier_run_stops_every_fresh_start_until_finished() {
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(fs::read_to_string(part(&t.out, &p)).unwrap(), "x\ny\n");
     assert!(fresh_start_of_run_b(&t, Append).is_none());
+}
+
+/// Run-a committed checkpoints 1 to 3, and its commit of checkpoint 4 was
+/// decided (claimed) but interrupted before its record. A restore of
+/// checkpoint 1 must count it as committed after the restore, like the
+/// recorded ones: FAIL stops naming it, REPLACE_RANGE finishes and retracts
+/// it with the others. (Found by review: the rewind check read commit
+/// records only; the lingering cleanup then finished the commit while the
+/// re-run wrote its records again.)
+#[test]
+fn a_restore_older_than_a_decided_commit_counts_it_as_committed_after() {
+    let (t, p) = leftover("rw-decided");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let layout = twopc_fs::Layout::new(&t.out, &sink);
+    fs::rename(
+        layout.staging_dir(&p.transaction),
+        layout.committing.join(p.transaction.as_str()),
+    )
+    .unwrap();
+    let restore = Restore {
+        checkpoint: 1,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let restore_with = |rewind| {
+        let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+        let ctx = twopc_core::SubtaskContext::new(
+            sink.clone(),
+            twopc_core::RunId::new("run-b").unwrap(),
+            0,
+            1,
+        )
+        .unwrap();
+        twopc_core::SubtaskSink::open(
+            dest,
+            t.clock.clone(),
+            ctx,
+            SinkOptions {
+                rewind,
+                ..SinkOptions::default()
+            },
+            Some(&restore),
+            None,
+        )
+    };
+    let before = snapshot(&t.out);
+    let err = restore_with(twopc_core::RewindPolicy::Fail)
+        .err()
+        .expect("the rewind must stop");
+    let TwopcError::Rewind(r) = &err else {
+        panic!("expected a rewind, got {err}");
+    };
+    let named: Vec<&twopc_core::TransactionId> = r.committed_after.iter().map(|(t, _)| t).collect();
+    assert_eq!(
+        named,
+        [&t.h[1].transaction, &t.h[2].transaction, &p.transaction],
+        "{err}"
+    );
+    // Nothing changed but the run's lineage note (written before the check).
+    let mut after = snapshot(&t.out);
+    after.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
+    let mut expected = before.clone();
+    expected.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
+    assert!(after == expected, "FAIL changes nothing");
+
+    let s = restore_with(twopc_core::RewindPolicy::ReplaceRange).expect("replaced");
+    drop(s);
+    assert!(part(&t.out, &t.h[0]).exists());
+    for h in [&t.h[1], &t.h[2], &p] {
+        assert!(!part(&t.out, h).exists(), "{} retracted", h.transaction);
+    }
+    assert_eq!(fs::read_dir(&layout.committing).unwrap().count(), 0);
+}
+
+/// A commit decided after the reconciled checkpoint but not finished is
+/// output of the range too: `twopc reconcile` refuses, naming it and the
+/// command that finishes it, and changes nothing; once finished, it is
+/// removed with the rest. (Left alone, a later start would have finished
+/// it over the re-run's output.)
+#[test]
+fn reconcile_refuses_over_a_decided_commit_until_it_is_finished() {
+    let (t, p) = leftover("rc-decided");
+    let layout = twopc_fs::Layout::new(&t.out, &twopc_core::SinkId::new("orders").unwrap());
+    fs::rename(
+        layout.staging_dir(&p.transaction),
+        layout.committing.join(p.transaction.as_str()),
+    )
+    .unwrap();
+    let before = snapshot(&t.out);
+    for extra in [&[][..], &["--apply"][..]] {
+        let o = reconcile(&t, "3", extra);
+        assert_eq!(o.status.code(), Some(3), "{}{}", stdout(&o), stderr(&o));
+        assert!(
+            stderr(&o).contains(&format!("{} (checkpoint 4)", p.transaction)),
+            "{}",
+            stderr(&o)
+        );
+        assert!(
+            stderr(&o).contains(&format!(
+                "twopc decide <destination> --sink orders --commit {}",
+                p.transaction
+            )),
+            "{}",
+            stderr(&o)
+        );
+        assert_eq!(snapshot(&t.out), before, "nothing changed");
+    }
+    let o = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(part(&t.out, &p).exists());
+    let o = reconcile(&t, "3", &["--apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!part(&t.out, &p).exists());
+    assert!(part(&t.out, &t.h[2]).exists());
 }

@@ -492,20 +492,18 @@ fn fresh_start_message(p: &PreparedOnFreshStart) -> String {
     if p.decided.is_empty() {
         return prepared_on_fresh_start_message(p);
     }
-    let first = p
-        .decided
-        .first()
-        .map_or("<transaction>", |(t, _)| t.as_str());
+    let newest = p.decided.iter().map(|(_, c)| *c).max().unwrap_or_default();
     let mut message = format!(
         "{}: the job started without restored state, but commits of an earlier run of this sink \
-         were decided (their checkpoints completed) and did not finish: {}. Their records are \
-         not visible yet and exist nowhere else, so they are never aborted, whatever the \
-         fresh-start policy; once finished they extend the output, and a job that replays its \
-         input from the end of the output as it looks now would write them twice. Finish them \
-         first: restore the earlier run's latest checkpoint or savepoint (its recovery finishes \
-         them and the job continues after them); or, while the job is stopped, run `twopc \
-         decide <destination> --sink {} --commit {first}` for each, then choose this job's start \
-         position against the output as it is then, and start it again.",
+         were decided (their checkpoints completed) and did not finish: {}. Their records may \
+         not be visible yet and exist nowhere else, so they are never aborted, whatever the \
+         fresh-start policy; once finished they are part of the output, and a job that replays \
+         its input from the end of the output as it looked before would write them twice. \
+         Finish them first: restore a checkpoint or savepoint of that run no older than \
+         checkpoint {newest} (its recovery finishes them and the job continues after them; an \
+         older one is refused as a rewind); or, while the job is stopped, run `twopc decide \
+         <destination> --sink {} --commit <transaction>` for each of them, then choose this \
+         job's start position against the output as it is then, and start it again.",
         p.scope,
         describe_pairs(&p.decided),
         p.scope.sink,
@@ -531,8 +529,9 @@ fn prepared_on_fresh_start_message(p: &PreparedOnFreshStart) -> String {
          restore the earlier run's latest checkpoint or savepoint (its recovery commits them); \
          or decide each by hand while the job is stopped (`twopc inspect <destination>` shows \
          them): `twopc decide <destination> --sink {} --commit {}` if its checkpoint completed, \
-         `--abort` instead if not; or, if their output is not wanted, set the fresh-start \
-         policy to ABORT_PREPARED and start again.{}",
+         `--abort` instead if not, then choose this job's start position against the output as \
+         it is then; or, if their output is not wanted, set the fresh-start policy to \
+         ABORT_PREPARED and start again.{}",
         p.scope,
         list,
         p.scope.sink,

@@ -188,6 +188,45 @@ pub fn reconcile_plan<D: Destination>(
         .into_iter()
         .map(|l| l.lineage)
         .collect();
+    // A commit decided in the range but not finished is output of it too
+    // (its records become visible when anything finishes it, and nothing
+    // may abort it): finished first by hand, it is then removed with the
+    // rest. Left alone, a later start would finish it over the re-run's
+    // output.
+    let decided: Vec<(TransactionId, CheckpointId)> = dest
+        .staged()
+        .map_err(dest_err(
+            sink,
+            "listing staged transactions",
+            "Nothing was changed.",
+        ))?
+        .into_iter()
+        .filter_map(|s| match s.state {
+            StagedState::Committing(h)
+                if h.lineage == lineage && h.checkpoint().is_some_and(|c| c > after) =>
+            {
+                Some((s.transaction, h.checkpoint().unwrap_or_default()))
+            }
+            _ => None,
+        })
+        .collect();
+    if let Some((first, _)) = decided.first() {
+        let list: Vec<String> = decided
+            .iter()
+            .map(|(t, c)| format!("{t} (checkpoint {c})"))
+            .collect();
+        return Err(OperatorError::Refused {
+            sink: sink.clone(),
+            message: format!(
+                "commits after checkpoint {after} of lineage {lineage} were decided but did not \
+                 finish: {}. They cannot be aborted; finish each first with `twopc decide \
+                 <destination> --sink {sink} --commit {first}` (and the same for the others), \
+                 then run this command again, which then removes them with the rest. Nothing was \
+                 changed",
+                list.join(", ")
+            ),
+        });
+    }
     let mut transactions = dest.committed_after(lineage, after).map_err(dest_err(
         sink,
         format!("reading commit records of lineage {lineage} after checkpoint {after}"),

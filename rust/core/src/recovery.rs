@@ -132,7 +132,9 @@ pub(crate) fn start<D: Destination, C: Clock>(
         None => None,
         Some(r) if !r.is_empty() => Some(r),
         Some(r) => match wait_for_run_lineage(dest, clock, ctx, options, r.checkpoint)? {
-            Some(lineage) => return restored_start(dest, ctx, options, r, lineage),
+            Some(lineage) => {
+                return restored_start(dest, clock, committer, ctx, options, r, lineage)
+            }
             None => {
                 without_state = Some(r.checkpoint);
                 None
@@ -206,18 +208,20 @@ pub(crate) fn start<D: Destination, C: Clock>(
     // For this run's subtasks that got no share (see `wait_for_run_lineage`).
     dest.record_run_lineage(&ctx.run, lineage)
         .map_err(scan_err("recording the run's lineage"))?;
-    restored_start(dest, ctx, options, restore, lineage)
+    restored_start(dest, clock, committer, ctx, options, restore, lineage)
 }
 
 /// The checks of a start from restored state in `lineage`.
-fn restored_start<D: Destination>(
+fn restored_start<D: Destination, C: Clock>(
     dest: &mut D,
+    clock: &C,
+    committer: &Committer,
     ctx: &SubtaskContext,
     options: &SinkOptions,
     restore: &Restore,
     lineage: LineageId,
 ) -> Result<StartupReport, TwopcError> {
-    let retracted = check_rewind(dest, ctx, options, restore, lineage)?;
+    let retracted = check_rewind(dest, clock, committer, ctx, options, restore, lineage)?;
     Ok(StartupReport {
         lineage,
         fresh: false,
@@ -471,36 +475,86 @@ fn diagnose_holder(ctx: &SubtaskContext, holder: &OwnerInfo) -> (String, bool, b
     }
 }
 
-fn check_rewind<D: Destination>(
+/// Commits decided after the restored checkpoint count as committed after
+/// it: their output is (or, once finished, will be) there, and the re-run
+/// writes the same records (found by review: the check read commit records
+/// only, and a claimed commit without its record yet slipped through; the
+/// lingering cleanup finished it while the job replayed its records).
+#[allow(clippy::too_many_arguments)]
+fn check_rewind<D: Destination, C: Clock>(
     dest: &mut D,
+    clock: &C,
+    committer: &Committer,
     ctx: &SubtaskContext,
     options: &SinkOptions,
     restore: &Restore,
     lineage: LineageId,
 ) -> Result<Vec<CommittedTransaction>, TwopcError> {
     let scope = ctx.scope();
-    let mut later = dest
-        .committed_after(lineage, restore.checkpoint)
+    let read_later = |dest: &mut D| {
+        dest.committed_after(lineage, restore.checkpoint)
+            .map_err(|source| TwopcError::Scan {
+                scope: scope.clone(),
+                action: "reading commit records for rewind detection",
+                source,
+            })
+    };
+    let mut later = read_later(dest)?;
+    let decided: Vec<TransactionHandle> = dest
+        .staged()
         .map_err(|source| TwopcError::Scan {
             scope: scope.clone(),
-            action: "reading commit records for rewind detection",
+            action: "listing staged transactions for rewind detection",
             source,
-        })?;
-    if later.is_empty() {
+        })?
+        .into_iter()
+        .filter_map(|s| match s.state {
+            StagedState::Committing(h)
+                if h.lineage == lineage && h.checkpoint() > Some(restore.checkpoint) =>
+            {
+                Some(h)
+            }
+            _ => None,
+        })
+        .collect();
+    if later.is_empty() && decided.is_empty() {
         return Ok(later);
     }
     later.sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
     match options.rewind {
-        RewindPolicy::Fail => Err(TwopcError::Rewind(Box::new(RewindDetected {
-            scope,
-            restored_checkpoint: restore.checkpoint,
-            lineage,
-            committed_after: later
+        RewindPolicy::Fail => {
+            let mut committed_after: Vec<(TransactionId, CheckpointId)> = later
                 .iter()
                 .map(|c| (c.transaction.clone(), c.checkpoint))
-                .collect(),
-        }))),
+                .collect();
+            for h in &decided {
+                if !committed_after.iter().any(|(t, _)| t == &h.transaction) {
+                    committed_after
+                        .push((h.transaction.clone(), h.checkpoint().unwrap_or_default()));
+                }
+            }
+            committed_after.sort_by(|a, b| (a.1, &a.0).cmp(&(b.1, &b.0)));
+            Err(TwopcError::Rewind(Box::new(RewindDetected {
+                scope,
+                restored_checkpoint: restore.checkpoint,
+                lineage,
+                committed_after,
+            })))
+        }
         RewindPolicy::ReplaceRange => {
+            // A decided commit is finished first (by its owner, as the
+            // lingering cleanup would), then retracted with the rest.
+            let mut finished = false;
+            for h in decided.iter().filter(|h| ctx.owns(h.subtask)) {
+                roll_forward(dest, clock, committer, ctx, h)?;
+                finished = true;
+            }
+            if finished {
+                later = read_later(dest)?;
+                later.sort_by(|a, b| {
+                    (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction))
+                });
+            }
             // Besides what this subtask owns, retract every committed
             // transaction the restored state knows (a restored open one,
             // committed by a later checkpoint). Flink splits list state in
@@ -568,7 +622,11 @@ fn refuse_prepared_leftovers(
             StagedState::PreparedUnreadable { .. } if !aborts_prepared => {
                 prepared.push((s.transaction.clone(), 0));
             }
-            StagedState::Committing(h) if h.run != ctx.run => {
+            // Of this run too: a run meets its own decided commit at a fresh
+            // start only when its job id was reused without its
+            // checkpoints (application mode with a fixed job id), and the
+            // replay would write those records twice as well.
+            StagedState::Committing(h) => {
                 decided.push((s.transaction.clone(), checkpoint(h)));
             }
             _ => {}

@@ -539,7 +539,7 @@ fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
 }
 
 #[test]
-fn a_decided_commit_is_finished_by_any_start_never_aborted() {
+fn a_decided_commit_is_never_aborted_and_stops_a_fresh_start_of_another_run() {
     use twopc_core::config::{FreshStartPolicy, SinkOptions, SubtaskContext};
     use twopc_fs::{IoStep, IoTiming};
     let t = TempDir::new("roll-forward");
@@ -551,13 +551,15 @@ fn a_decided_commit_is_finished_by_any_start_never_aborted() {
     drop(d);
     assert!(visible_files(&t.0).is_empty());
     // A later run starts without state and is told to abort prepared
-    // leftovers: a decided commit is not a leftover, it is finished.
+    // leftovers: a decided commit is not a leftover; it is neither aborted
+    // nor finished behind the start position the run was given, and the
+    // start stops naming it.
     let options = SinkOptions {
         fresh_start: FreshStartPolicy::AppendAndAbortPrepared,
         ..SinkOptions::default()
     };
     let ctx = SubtaskContext::new(sink(), RunId::new("later").unwrap(), 0, 1).unwrap();
-    let (_sink, report) = twopc_core::SubtaskSink::open(
+    let err = twopc_core::SubtaskSink::open(
         dest(&t.0),
         twopc_core::SystemClock,
         ctx,
@@ -565,8 +567,16 @@ fn a_decided_commit_is_finished_by_any_start_never_aborted() {
         None,
         None,
     )
-    .unwrap();
-    assert!(report.aborted.is_empty(), "{:?}", report.aborted);
+    .err()
+    .expect("the decided commit stops the start");
+    let twopc_core::TwopcError::PreparedOnFreshStart(f) = &err else {
+        panic!("expected a fresh-start stop, got {err}")
+    };
+    assert_eq!(f.decided, vec![(h.transaction.clone(), 3)]);
+    assert!(visible_files(&t.0).is_empty());
+    // Whoever finishes it (a restore of its run, `twopc decide --commit`)
+    // publishes it whole.
+    assert_eq!(dest(&t.0).commit(&h, 2).unwrap(), CommitStatus::Committed);
     assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "decided\n");
 }
 

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use twopc_core::destination::{CommittedTransaction, StagedState};
 use twopc_core::memory::{MemoryDestination, MemoryStore};
-use twopc_core::{CheckpointId, Destination, SinkId, TransactionId};
+use twopc_core::{CheckpointId, Destination, LineageId, SinkId, TransactionId};
 use twopc_fs::{committed_view, FsDestination, FsOptions, IoMode, Layout};
 
 use twopc_objstore::{CredentialSource, Credentials, ObjectStoreDestination, S3Options, Secret};
@@ -36,7 +36,7 @@ pub trait Backend {
     /// (the filesystem destination's `Committing`: interrupted while it
     /// published): they hold their records until a commit or a roll-forward
     /// finishes them.
-    fn decided(&self) -> Vec<(TransactionId, CheckpointId)>;
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId, LineageId)>;
 
     /// The destination's commit records.
     fn committed(&self) -> Vec<CommittedTransaction>;
@@ -94,7 +94,7 @@ impl Backend for MemoryBackend {
     }
 
     /// A commit in memory is one step: never half done.
-    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId, LineageId)> {
         Vec::new()
     }
 
@@ -233,7 +233,7 @@ impl Backend for FsBackend {
             .collect()
     }
 
-    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId, LineageId)> {
         let (staged, _) = self
             .layout()
             .read_staged()
@@ -241,7 +241,7 @@ impl Backend for FsBackend {
         staged
             .into_iter()
             .filter_map(|s| match s.state {
-                StagedState::Committing(h) => Some((s.transaction, h.checkpoint()?)),
+                StagedState::Committing(h) => Some((s.transaction, h.checkpoint()?, h.lineage)),
                 _ => None,
             })
             .collect()
@@ -571,7 +571,7 @@ impl Backend for ObjBackend {
         out
     }
 
-    fn decided(&self) -> Vec<(TransactionId, CheckpointId)> {
+    fn decided(&self) -> Vec<(TransactionId, CheckpointId, LineageId)> {
         Vec::new()
     }
 

@@ -389,6 +389,14 @@ impl<B: Backend> SimulatedJob<B> {
             .into_iter()
             .filter(|c| c.lineage == lineage && c.checkpoint > from.id)
             .map(|c| (c.transaction, c.checkpoint))
+            // A decided commit counts as committed after the restore too.
+            .chain(
+                self.backend
+                    .decided()
+                    .into_iter()
+                    .filter(|(_, c, l)| *l == lineage && *c > from.id)
+                    .map(|(t, c, _)| (t, c)),
+            )
             .collect();
         let expect = if rewind == RewindPolicy::Fail && !later.is_empty() {
             Expectation::Rewind {
@@ -638,6 +646,23 @@ impl<B: Backend> SimulatedJob<B> {
         parallelism: usize,
     ) -> Result<Option<Run>, String> {
         let mut dest = self.backend.destination();
+        // The lineage's decided commits are its output too: finished by
+        // hand (`twopc decide --commit`), then removed with the rest, or a
+        // later start would finish them over the re-run's output.
+        for (txn, _, lineage) in self.backend.decided() {
+            if lineage == lost.lineage {
+                twopc_core::operator::decide(
+                    &mut dest,
+                    &self.clock,
+                    &self.sink,
+                    &txn,
+                    twopc_core::operator::Decision::Commit,
+                    twopc_core::RetryPolicy::default(),
+                    "sim operator",
+                )
+                .map_err(|e| format!("finishing {txn} by hand failed: {e}"))?;
+            }
+        }
         for c in self.backend.committed() {
             if c.lineage == lost.lineage {
                 dest.retract(&c)
@@ -1732,7 +1757,7 @@ impl<B: Backend> SimulatedJob<B> {
         let holders = prepared
             .iter()
             .map(|(t, _)| t)
-            .chain(decided.iter().map(|(t, _)| t))
+            .chain(decided.iter().map(|(t, _, _)| t))
             .chain(self.expired.iter());
         for t in holders {
             if let Some(records) = self.ledger.get(t) {
@@ -1747,7 +1772,11 @@ impl<B: Backend> SimulatedJob<B> {
     }
 
     fn decided_set(&self) -> BTreeSet<(TransactionId, CheckpointId)> {
-        self.backend.decided().into_iter().collect()
+        self.backend
+            .decided()
+            .into_iter()
+            .map(|(t, c, _)| (t, c))
+            .collect()
     }
 
     /// `Some(n)` when the visible output is exactly records `0..n`: the
