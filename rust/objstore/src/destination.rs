@@ -818,6 +818,20 @@ impl ObjectStoreDestination {
         Ok(())
     }
 
+    /// Every open multipart upload under this sink's part names.
+    async fn sink_uploads(&self) -> Result<Vec<OpenUpload>, DestinationError> {
+        let prefix = self.layout.parts_of_sink();
+        self.api.list_multipart_uploads(&prefix).await.map_err(|e| {
+            DestinationError::new(
+                DestinationErrorKind::Io,
+                format!(
+                    "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
+                    self.layout.sink, self.layout.bucket
+                ),
+            )
+        })
+    }
+
     /// Records the commits whose upload was completed but whose commit
     /// record was never written: a crash between the two requests, or a
     /// record PUT that kept failing until the job stopped. Their output is
@@ -832,20 +846,7 @@ impl ObjectStoreDestination {
         if markers.is_empty() {
             return Ok(());
         }
-        let prefix = self.layout.parts_of_sink();
-        let uploads = self
-            .api
-            .list_multipart_uploads(&prefix)
-            .await
-            .map_err(|e| {
-                DestinationError::new(
-                    DestinationErrorKind::Io,
-                    format!(
-                        "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
-                        self.layout.sink, self.layout.bucket
-                    ),
-                )
-            })?;
+        let uploads = self.sink_uploads().await?;
         for name in markers {
             let Some(parsed) = TransactionId::parse(&name) else {
                 continue;
@@ -893,20 +894,7 @@ impl ObjectStoreDestination {
     /// that are not its transactions.
     fn scan_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
         self.rt.block_on(async {
-            let prefix = self.layout.parts_of_sink();
-            let uploads = self
-                .api
-                .list_multipart_uploads(&prefix)
-                .await
-                .map_err(|e| {
-                    DestinationError::new(
-                        DestinationErrorKind::Io,
-                        format!(
-                        "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
-                        self.layout.sink, self.layout.bucket
-                    ),
-                    )
-                })?;
+            let uploads = self.sink_uploads().await?;
             if uploads.is_empty() {
                 return Ok((Vec::new(), Vec::new())); // nothing staged: no marker matters
             }
