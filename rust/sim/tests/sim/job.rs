@@ -181,6 +181,14 @@ enum JobEnd {
     Operator(OperatorAction),
 }
 
+/// What became of one notification of a completed checkpoint.
+enum Delivery {
+    Delivered,
+    Lost,
+    /// The attempt crashed before delivering it.
+    Crashed,
+}
+
 /// Whether an attempt goes on after a checkpoint.
 enum Step {
     Continue,
@@ -1181,12 +1189,7 @@ impl<B: Backend> SimulatedJob<B> {
         let id = run.next_checkpoint;
         run.next_checkpoint += 1;
         let p = subtasks.len();
-        let declined = !is_final && self.chaos.decline_checkpoint();
-        let mut participants = self.chaos.rng.order(p);
-        if declined {
-            let acknowledged = self.chaos.rng.between(0, p - 1);
-            participants.truncate(acknowledged);
-        }
+        let (declined, participants) = self.snapshot_participants(p, is_final);
         let mut states: Vec<Option<SubtaskState>> = vec![None; p];
         for (n, &i) in participants.iter().enumerate() {
             if n > 0 && self.chaos.crash(CrashPoint::DuringSnapshot) {
@@ -1244,6 +1247,48 @@ impl<B: Backend> SimulatedJob<B> {
                 Err(e) => return Step::End(AttemptEnd::Failed(e)),
             }
         }
+        if let Some(step) = self.complete_checkpoint(run, id, offset, states, declined) {
+            return step;
+        }
+        let mut notified = 0;
+        for i in self.chaos.rng.order(p) {
+            match self.deliver_notification(id, is_final, notified, &format!("s{i}")) {
+                Delivery::Crashed => {
+                    return Step::End(AttemptEnd::Crashed(CrashPoint::DuringNotify))
+                }
+                Delivery::Lost => continue,
+                Delivery::Delivered => notified += 1,
+            }
+            if let Some(end) = self.notify(&mut subtasks[i], id) {
+                return Step::End(end);
+            }
+        }
+        Step::Continue
+    }
+
+    /// Which subtasks snapshot checkpoint `is_final`'s barrier, in their
+    /// order; a declined checkpoint is acknowledged by some of them only.
+    fn snapshot_participants(&mut self, p: usize, is_final: bool) -> (bool, Vec<usize>) {
+        let declined = !is_final && self.chaos.decline_checkpoint();
+        let mut participants = self.chaos.rng.order(p);
+        if declined {
+            let acknowledged = self.chaos.rng.between(0, p - 1);
+            participants.truncate(acknowledged);
+        }
+        (declined, participants)
+    }
+
+    /// Every participant snapshotted: the checkpoint completes (or, when
+    /// declined, the job keeps running without it). `Some` ends the step: a
+    /// crash, or the decline.
+    fn complete_checkpoint(
+        &mut self,
+        run: &mut Run,
+        id: CheckpointId,
+        offset: usize,
+        states: Vec<Option<SubtaskState>>,
+        declined: bool,
+    ) -> Option<Step> {
         if declined {
             trace!(
                 self.trace,
@@ -1251,10 +1296,10 @@ impl<B: Backend> SimulatedJob<B> {
             );
             self.coverage
                 .bump(Section::Protocol, "checkpoint declined, job kept running");
-            return Step::Continue;
+            return Some(Step::Continue);
         }
         if self.chaos.crash(CrashPoint::AfterPrepare) {
-            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterPrepare));
+            return Some(Step::End(AttemptEnd::Crashed(CrashPoint::AfterPrepare)));
         }
         let completed = CompletedCheckpoint {
             id,
@@ -1272,29 +1317,36 @@ impl<B: Backend> SimulatedJob<B> {
             self.expire_one(Some(&completed));
         }
         if self.chaos.crash(CrashPoint::AfterCompleteBeforeNotify) {
-            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterCompleteBeforeNotify));
+            return Some(Step::End(AttemptEnd::Crashed(
+                CrashPoint::AfterCompleteBeforeNotify,
+            )));
         }
         if let Some(n) = self.chaos.commit_burst() {
             trace!(self.trace, "the next {n} commit calls will fail");
         }
-        let mut notified = 0;
-        for i in self.chaos.rng.order(p) {
-            // The final checkpoint's notification is awaited (FLIP-147).
-            if !is_final && self.chaos.lose_notification() {
-                trace!(self.trace, "notification of checkpoint {id} to s{i} lost");
-                self.coverage
-                    .bump(Section::Protocol, "notifyCheckpointComplete not delivered");
-                continue;
-            }
-            if notified > 0 && self.chaos.crash(CrashPoint::DuringNotify) {
-                return Step::End(AttemptEnd::Crashed(CrashPoint::DuringNotify));
-            }
-            notified += 1;
-            if let Some(end) = self.notify(&mut subtasks[i], id) {
-                return Step::End(end);
-            }
+        None
+    }
+
+    /// Whether checkpoint `id`'s notification reaches `to` (`notified`
+    /// were delivered before it).
+    fn deliver_notification(
+        &mut self,
+        id: CheckpointId,
+        is_final: bool,
+        notified: usize,
+        to: &str,
+    ) -> Delivery {
+        // The final checkpoint's notification is awaited (FLIP-147).
+        if !is_final && self.chaos.lose_notification() {
+            trace!(self.trace, "notification of checkpoint {id} to {to} lost");
+            self.coverage
+                .bump(Section::Protocol, "notifyCheckpointComplete not delivered");
+            return Delivery::Lost;
         }
-        Step::Continue
+        if notified > 0 && self.chaos.crash(CrashPoint::DuringNotify) {
+            return Delivery::Crashed;
+        }
+        Delivery::Delivered
     }
 
     /// `notifyCheckpointComplete`: commit every pending transaction up to

@@ -36,7 +36,7 @@ use super::super::checkpoints::{CompletedCheckpoint, Redistribution, SubtaskStat
 use super::super::coverage::Section;
 use super::super::mortal::Mortal;
 use super::super::schedule::{CommitRetry, CrashPoint, Topology};
-use super::{poison_refusal, AttemptEnd, Operators, Run, SimulatedJob, Step};
+use super::{poison_refusal, AttemptEnd, Delivery, Operators, Run, SimulatedJob, Step};
 
 pub(super) struct SinkV2<D: Destination> {
     pub(super) writers: Vec<WriterTask<D>>,
@@ -310,12 +310,7 @@ impl<B: Backend> SimulatedJob<B> {
         let id = run.next_checkpoint;
         run.next_checkpoint += 1;
         let p = v2.writers.len();
-        let declined = !is_final && self.chaos.decline_checkpoint();
-        let mut participants = self.chaos.rng.order(p);
-        if declined {
-            let acknowledged = self.chaos.rng.between(0, p - 1);
-            participants.truncate(acknowledged);
-        }
+        let (declined, participants) = self.snapshot_participants(p, is_final);
         let mut states: Vec<Option<SubtaskState>> = vec![None; p];
         for (n, &i) in participants.iter().enumerate() {
             if n > 0 && self.chaos.crash(CrashPoint::DuringSnapshot) {
@@ -410,52 +405,18 @@ impl<B: Backend> SimulatedJob<B> {
                 writer: Some(writer),
             });
         }
-        if declined {
-            trace!(
-                self.trace,
-                "checkpoint {id} declined; the job keeps running"
-            );
-            self.coverage
-                .bump(Section::Protocol, "checkpoint declined, job kept running");
-            return Step::Continue;
-        }
-        if self.chaos.crash(CrashPoint::AfterPrepare) {
-            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterPrepare));
-        }
-        let completed = CompletedCheckpoint {
-            id,
-            run: run.id.clone(),
-            offset,
-            states: states
-                .into_iter()
-                .map(|s| s.expect("every subtask snapshotted"))
-                .collect(),
-        };
-        trace!(self.trace, "checkpoint {id} completed at offset {offset}");
-        run.latest = Some(completed.clone());
-        self.store.add(completed.clone());
-        if self.chaos.expire() {
-            self.expire_one(Some(&completed));
-        }
-        if self.chaos.crash(CrashPoint::AfterCompleteBeforeNotify) {
-            return Step::End(AttemptEnd::Crashed(CrashPoint::AfterCompleteBeforeNotify));
-        }
-        if let Some(n) = self.chaos.commit_burst() {
-            trace!(self.trace, "the next {n} commit calls will fail");
+        if let Some(step) = self.complete_checkpoint(run, id, offset, states, declined) {
+            return step;
         }
         let mut notified = 0;
         for j in self.chaos.rng.order(p) {
-            // The final checkpoint's notification is awaited (FLIP-147).
-            if !is_final && self.chaos.lose_notification() {
-                trace!(self.trace, "notification of checkpoint {id} to c{j} lost");
-                self.coverage
-                    .bump(Section::Protocol, "notifyCheckpointComplete not delivered");
-                continue;
+            match self.deliver_notification(id, is_final, notified, &format!("c{j}")) {
+                Delivery::Crashed => {
+                    return Step::End(AttemptEnd::Crashed(CrashPoint::DuringNotify))
+                }
+                Delivery::Lost => continue,
+                Delivery::Delivered => notified += 1,
             }
-            if notified > 0 && self.chaos.crash(CrashPoint::DuringNotify) {
-                return Step::End(AttemptEnd::Crashed(CrashPoint::DuringNotify));
-            }
-            notified += 1;
             if let Some(end) =
                 self.commit_due(&mut v2.committers[j], id, "v2 commit on notification")
             {
