@@ -132,6 +132,35 @@ pub struct LineageSummary {
     pub record: Option<LineageRecord>,
 }
 
+impl LineageSummary {
+    /// The summary a destination that reads its latest checkpoint's commits
+    /// (transaction and run of each) reports: `runs` are those commits' runs.
+    pub fn from_latest<'a>(
+        lineage: LineageId,
+        committed: u64,
+        last_checkpoint: CheckpointId,
+        latest: impl IntoIterator<Item = (&'a TransactionId, &'a RunId)>,
+        record: Option<LineageRecord>,
+    ) -> LineageSummary {
+        let mut last_transactions = Vec::new();
+        let mut runs: Vec<RunId> = Vec::new();
+        for (transaction, run) in latest {
+            last_transactions.push(transaction.clone());
+            if !runs.contains(run) {
+                runs.push(run.clone());
+            }
+        }
+        LineageSummary {
+            lineage,
+            committed,
+            last_checkpoint: Some(last_checkpoint),
+            last_transactions,
+            runs,
+            record,
+        }
+    }
+}
+
 /// Written when a run starts without state: it begins a lineage.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct LineageRecord {

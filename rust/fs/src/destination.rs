@@ -1485,23 +1485,15 @@ impl Destination for FsDestination {
         for (lineage, (count, last)) in by {
             // The latest checkpoint's records name its transactions and runs.
             let latest = self.records_after(lineage, last.saturating_sub(1))?;
-            let mut runs = Vec::new();
-            for r in &latest {
-                if !runs.contains(&r.handle.run) {
-                    runs.push(r.handle.run.clone());
-                }
-            }
-            out.push(LineageSummary {
+            out.push(LineageSummary::from_latest(
                 lineage,
-                committed: count,
-                last_checkpoint: Some(last),
-                last_transactions: latest
+                count,
+                last,
+                latest
                     .iter()
-                    .map(|r| r.handle.transaction.clone())
-                    .collect(),
-                runs,
-                record: records.iter().find(|r| r.lineage == lineage).cloned(),
-            });
+                    .map(|r| (&r.handle.transaction, &r.handle.run)),
+                records.iter().find(|r| r.lineage == lineage).cloned(),
+            ));
         }
         Ok(out)
     }

@@ -1487,23 +1487,15 @@ impl Destination for ObjectStoreDestination {
         let records = self.lineage_records()?;
         let mut out = Vec::new();
         for (lineage, (count, last, latest)) in latest {
-            let mut runs: Vec<RunId> = Vec::new();
-            for r in &latest {
-                if !runs.contains(&r.handle.run) {
-                    runs.push(r.handle.run.clone());
-                }
-            }
-            out.push(LineageSummary {
+            out.push(LineageSummary::from_latest(
                 lineage,
-                committed: count,
-                last_checkpoint: Some(last),
-                last_transactions: latest
+                count,
+                last,
+                latest
                     .iter()
-                    .map(|r| r.handle.transaction.clone())
-                    .collect(),
-                runs,
-                record: records.iter().find(|r| r.lineage == lineage).cloned(),
-            });
+                    .map(|r| (&r.handle.transaction, &r.handle.run)),
+                records.iter().find(|r| r.lineage == lineage).cloned(),
+            ));
         }
         Ok(out)
     }

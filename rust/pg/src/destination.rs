@@ -2231,12 +2231,6 @@ impl Destination for PgDestination {
                 Ok(c.query_opt(&record_sql, &[&sink, &lineage])?)
             })?;
             let lineage = LineageId(lineage as u64);
-            let mut runs: Vec<RunId> = Vec::new();
-            for c in &latest {
-                if !runs.contains(&c.run) {
-                    runs.push(c.run.clone());
-                }
-            }
             let record = record.and_then(|r| {
                 Some(LineageRecord {
                     lineage,
@@ -2245,14 +2239,13 @@ impl Destination for PgDestination {
                     appended: r.get(2),
                 })
             });
-            out.push(LineageSummary {
+            out.push(LineageSummary::from_latest(
                 lineage,
-                committed: count.max(0) as u64,
-                last_checkpoint: Some(last.max(0) as u64),
-                last_transactions: latest.into_iter().map(|c| c.transaction).collect(),
-                runs,
+                count.max(0) as u64,
+                last.max(0) as u64,
+                latest.iter().map(|c| (&c.transaction, &c.run)),
                 record,
-            });
+            ));
         }
         Ok(out)
     }
