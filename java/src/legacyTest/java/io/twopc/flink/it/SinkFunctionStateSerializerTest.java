@@ -140,6 +140,61 @@ public class SinkFunctionStateSerializerTest {
                 .hasMessageContaining("3 bytes follow");
     }
 
+    /** Bytes this thread allocated so far (HotSpot's count). */
+    private static long allocatedBytes() {
+        return ((com.sun.management.ThreadMXBean) java.lang.management.ManagementFactory.getThreadMXBean())
+                .getThreadAllocatedBytes(Thread.currentThread().getId());
+    }
+
+    @Test
+    public void truncatedElementsAreCorruptedStateAndCostOnlyTheBytesThatAreThere() throws Exception {
+        TypeSerializer<Object> restored = SERIALIZER.snapshotConfiguration().restoreSerializer();
+        byte[] flink = flinkBytes(sampleState());
+        // A whole element's length, but only part of its bytes; and a length close to the bound
+        // with almost nothing behind it, as damage or a hostile file gives.
+        DataOutputSerializer cut = new DataOutputSerializer(256);
+        cut.writeInt(flink.length);
+        cut.write(flink, 0, flink.length / 2);
+        DataOutputSerializer huge = new DataOutputSerializer(64);
+        huge.writeInt((1 << 28) - 1);
+        huge.write(new byte[] {1, 2, 3});
+        for (byte[] input : Arrays.asList(cut.getCopyOfBuffer(), huge.getCopyOfBuffer())) {
+            long before = allocatedBytes();
+            assertThatThrownBy(() -> SERIALIZER.deserialize(new DataInputDeserializer(input)))
+                    .isInstanceOf(IOException.class)
+                    .isNotInstanceOf(java.io.EOFException.class)
+                    .hasMessageContaining("the SinkFunction state of twopc is corrupted")
+                    .hasMessageContaining("it ends inside an element that declares")
+                    .hasMessageContaining("Restore from another checkpoint or savepoint");
+            assertThat(allocatedBytes() - before).as("bytes allocated reading %d bytes of input", input.length)
+                    .isLessThan(8 << 20);
+            assertThatThrownBy(() -> restored.copy(new DataInputDeserializer(input), new DataOutputSerializer(64)))
+                    .isInstanceOf(IOException.class)
+                    .hasMessageContaining("corrupted");
+        }
+        assertThatThrownBy(() -> SERIALIZER.deserialize(new DataInputDeserializer(new byte[] {0, 0})))
+                .isInstanceOf(IOException.class)
+                .hasMessageContaining("corrupted: it ends where an element's length should be");
+    }
+
+    @Test
+    public void anElementCutShortInsideFlinksFormatIsCorruptedState() throws Exception {
+        byte[] flink = flinkBytes(sampleState());
+        for (int cut : new int[] {1, 5, flink.length / 2}) {
+            byte[] truncated = Arrays.copyOf(flink, flink.length - cut);
+            DataOutputSerializer out = new DataOutputSerializer(256);
+            out.writeInt(truncated.length);
+            out.write(truncated);
+            Object element = SERIALIZER.deserialize(new DataInputDeserializer(out.getCopyOfBuffer()));
+            assertThatThrownBy(() -> SinkFunctionStateSerializer.decode(element, FLINK_FORMAT))
+                    .as("%d bytes cut", cut)
+                    .isInstanceOf(IOException.class)
+                    .isNotInstanceOf(java.io.EOFException.class)
+                    .hasMessageContaining("the SinkFunction state of twopc is corrupted: it ends inside")
+                    .hasMessageContaining("Restore from another checkpoint or savepoint");
+        }
+    }
+
     @Test
     public void aSnapshotOfANewerReleaseIsRefusedWithAnUpgradeHint() {
         assertThatThrownBy(() -> new SinkFunctionStateSerializer.Snapshot()

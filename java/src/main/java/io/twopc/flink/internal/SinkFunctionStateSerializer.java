@@ -9,6 +9,7 @@ import org.apache.flink.core.memory.DataInputView;
 import org.apache.flink.core.memory.DataOutputSerializer;
 import org.apache.flink.core.memory.DataOutputView;
 
+import java.io.EOFException;
 import java.io.IOException;
 import java.util.Arrays;
 
@@ -44,8 +45,20 @@ public final class SinkFunctionStateSerializer extends TypeSerializer<Object> {
     static final String FLINK_120_SNAPSHOT_CLASS =
             "org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction$StateSerializerSnapshot";
 
-    /** Bound on an element's length, so that damaged bytes fail before a huge allocation. */
+    /**
+     * Bound on an element's length. An element is not one handle (those are at most 1 MiB, and a
+     * few hundred bytes in practice) but a subtask's whole state: the open transaction and every
+     * transaction still waiting for its commit, one per checkpoint since the last one that
+     * completed, which a long run of failing checkpoints makes thousands. A bound near a handle's
+     * would make such a state, written without complaint, impossible to restore; so the bound is
+     * generous, {@link #serialize} refuses to write beyond it, and reading allocates only as the
+     * bytes arrive ({@link #readElement}), so that damaged lengths cost no memory the input does
+     * not hold.
+     */
     static final int MAX_ELEMENT_LENGTH = 1 << 28;
+
+    /** The first allocation for an element; it doubles as bytes arrive, up to the declared length. */
+    private static final int FIRST_READ = 64 << 10;
 
     /**
      * Flink's serializer of the state objects: set by the SinkFunction on Flink 1.20, where the
@@ -97,14 +110,25 @@ public final class SinkFunctionStateSerializer extends TypeSerializer<Object> {
         if (!(element instanceof StateBytes)) {
             return element;
         }
-        DataInputDeserializer in = new DataInputDeserializer(((StateBytes) element).bytes);
-        Object state = stateFormat.deserialize(in);
+        byte[] bytes = ((StateBytes) element).bytes;
+        DataInputDeserializer in = new DataInputDeserializer(bytes);
+        Object state;
+        try {
+            state = stateFormat.deserialize(in);
+        } catch (EOFException e) {
+            throw corrupted("it ends inside the SinkFunction state element of " + bytes.length + " bytes", e);
+        }
         if (in.available() != 0) {
             throw new IOException(in.available() + " bytes follow the SinkFunction state element of "
                     + ((StateBytes) element).bytes.length + " bytes: the state is damaged or was written by "
                     + "an unknown release. Restore from another checkpoint or savepoint");
         }
         return state;
+    }
+
+    private static IOException corrupted(String what, Throwable cause) {
+        return new IOException("the SinkFunction state of twopc is corrupted: " + what + ". Restore from another "
+                + "checkpoint or savepoint", cause);
     }
 
     private StateBytes toBytes(Object element) throws IOException {
@@ -159,15 +183,20 @@ public final class SinkFunctionStateSerializer extends TypeSerializer<Object> {
     @Override
     public void serialize(Object element, DataOutputView target) throws IOException {
         byte[] bytes = toBytes(element).bytes;
+        if (bytes.length > MAX_ELEMENT_LENGTH) {
+            // Fails this checkpoint instead of writing one that could not be restored.
+            throw new IOException("the SinkFunction state of twopc is " + bytes.length + " bytes for one subtask, "
+                    + "above the " + MAX_ELEMENT_LENGTH + " bytes a restore reads: its transactions waiting for "
+                    + "their commit have piled up because checkpoints keep failing to complete. Find why "
+                    + "checkpoints fail; this checkpoint is not taken");
+        }
         target.writeInt(bytes.length);
         target.write(bytes);
     }
 
     @Override
     public Object deserialize(DataInputView source) throws IOException {
-        byte[] bytes = new byte[readLength(source)];
-        source.readFully(bytes);
-        return new StateBytes(bytes);
+        return new StateBytes(readElement(source));
     }
 
     @Override
@@ -178,20 +207,40 @@ public final class SinkFunctionStateSerializer extends TypeSerializer<Object> {
     @Override
     public void copy(DataInputView source, DataOutputView target) throws IOException {
         // Through an array: DataOutputSerializer.write(DataInputView, int) does not grow its buffer.
-        byte[] bytes = new byte[readLength(source)];
-        source.readFully(bytes);
+        byte[] bytes = readElement(source);
         target.writeInt(bytes.length);
         target.write(bytes);
     }
 
-    private static int readLength(DataInputView source) throws IOException {
-        int length = source.readInt();
-        if (length < 0 || length > MAX_ELEMENT_LENGTH) {
-            throw new IOException("the SinkFunction state of twopc is corrupted: an element length of " + length
-                    + " bytes is outside 0.." + MAX_ELEMENT_LENGTH + ". Restore from another checkpoint or "
-                    + "savepoint");
+    /**
+     * Reads one element: its length, then its bytes into an array that grows as they arrive, so
+     * that a damaged length over truncated input fails having allocated about what was there.
+     */
+    private static byte[] readElement(DataInputView source) throws IOException {
+        int length;
+        try {
+            length = source.readInt();
+        } catch (EOFException e) {
+            throw corrupted("it ends where an element's length should be", e);
         }
-        return length;
+        if (length < 0 || length > MAX_ELEMENT_LENGTH) {
+            throw corrupted("an element length of " + length + " bytes is outside 0.." + MAX_ELEMENT_LENGTH, null);
+        }
+        byte[] bytes = new byte[Math.min(length, FIRST_READ)];
+        int filled = 0;
+        try {
+            while (true) {
+                source.readFully(bytes, filled, bytes.length - filled);
+                filled = bytes.length;
+                if (filled == length) {
+                    return bytes;
+                }
+                bytes = Arrays.copyOf(bytes, (int) Math.min(length, 2L * filled));
+            }
+        } catch (EOFException e) {
+            throw corrupted("it ends inside an element that declares " + length + " bytes (fewer than "
+                    + bytes.length + " are there)", e);
+        }
     }
 
     @Override
