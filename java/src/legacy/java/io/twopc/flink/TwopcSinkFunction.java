@@ -150,6 +150,16 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         poisoned = null;
         finished = false;
 
+        if (runtime instanceof StreamingRuntimeContext) {
+            // The job's settings (as the environment had them when the job graph was built).
+            try {
+                TwopcSink.refuseEndOfInputWithoutFinalCheckpoint(
+                        ((StreamingRuntimeContext) runtime).getJobConfiguration(), options.sinkId);
+            } catch (TwopcConfigException e) {
+                throw escalate(e, "opening the sink");
+            }
+        }
+
         knownTransactionsState = context.getOperatorStateStore().getListState(
                 new ListStateDescriptor<>(KNOWN_TRANSACTIONS_STATE, BytePrimitiveArraySerializer.INSTANCE));
         writerState = context.getOperatorStateStore().getListState(new ListStateDescriptor<>(

@@ -10,6 +10,8 @@ import org.apache.flink.api.connector.sink2.StatefulSinkWriter;
 import org.apache.flink.api.connector.sink2.SupportsCommitter;
 import org.apache.flink.api.connector.sink2.SupportsWriterState;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 import org.apache.flink.streaming.api.connector.sink2.SupportsPreWriteTopology;
 import org.apache.flink.streaming.api.datastream.DataStream;
@@ -151,7 +153,8 @@ public final class TwopcSink<IN>
      *
      * @throws TwopcConfigException when checkpointing is disabled: output is committed only when a
      *     checkpoint completes, so without checkpoints nothing would ever become visible (and a
-     *     BATCH job, which has none, could not recover exactly once)
+     *     BATCH job, which has none, could not recover exactly once); and when checkpoints after
+     *     tasks finish are disabled (see {@link #refuseEndOfInputWithoutFinalCheckpoint})
      */
     @Override
     public DataStream<IN> addPreWriteTopology(DataStream<IN> inputDataStream) {
@@ -162,7 +165,31 @@ public final class TwopcSink<IN>
                     + "(env.enableCheckpointing(interval), or execution.checkpointing.interval) and run in STREAMING "
                     + "execution mode");
         }
+        refuseEndOfInputWithoutFinalCheckpoint(inputDataStream.getExecutionEnvironment().getConfiguration(),
+                options.sinkId);
         detectedIntervalMs = checkpoints.getCheckpointInterval();
         return inputDataStream;
+    }
+
+    /**
+     * Refuses {@code execution.checkpointing.checkpoints-after-tasks-finish: false} (the key Flink
+     * 1.20 also reads as {@code ...checkpoints-after-tasks-finish.enabled}; {@link
+     * CheckpointingOptions#ENABLE_CHECKPOINTS_AFTER_TASKS_FINISH} covers both on 1.20 and 2.x).
+     * With it, a subtask whose input ends (a bounded source) finishes without a final checkpoint,
+     * and the transaction holding its last records is never committed: Flink commits the
+     * committables emitted at the end of input only when a checkpoint after it completes, and the
+     * SinkFunction aborts its open transaction at close. Output would be missing without any error.
+     * Whether the input is bounded is not known here, so the setting is refused for every job.
+     * Also called by the SinkFunction shim.
+     */
+    static void refuseEndOfInputWithoutFinalCheckpoint(ReadableConfig config, String sinkId) {
+        if (!config.get(CheckpointingOptions.ENABLE_CHECKPOINTS_AFTER_TASKS_FINISH)) {
+            String key = CheckpointingOptions.ENABLE_CHECKPOINTS_AFTER_TASKS_FINISH.key();
+            throw new TwopcConfigException("twopc sink '" + sinkId + "': " + key + " is false (set under this "
+                    + "key or its older one, " + key + ".enabled), so a subtask whose input ends finishes without a "
+                    + "final checkpoint, and the transaction holding its last records would never be committed: that "
+                    + "output would be missing without any error. Remove the setting under both keys, or set "
+                    + key + ": true (the default)");
+        }
     }
 }

@@ -10,6 +10,7 @@ import io.twopc.flink.TwopcSinkBuilderBase;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.serialization.SerializationSchema;
+import org.apache.flink.configuration.Configuration;
 import org.apache.flink.runtime.jobmaster.JobResult;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
@@ -107,6 +108,27 @@ public class TwopcSinkStartupChecksITCase {
 
         Throwable error = expectStoppedBy(env, TwopcConfigException.class);
         assertThat(error.getMessage()).contains("checkpointing is disabled", "enableCheckpointing");
+    }
+
+    @Test
+    public void jobWithoutCheckpointsAfterTasksFinishIsRefused() throws Exception {
+        // Without them a subtask whose input ends finishes without a final checkpoint, and the
+        // transaction with its last records is never committed: output missing, and no error.
+        // Flink 1.20 also reads the older key, and 2.x still does.
+        for (String key : new String[] {"execution.checkpointing.checkpoints-after-tasks-finish",
+                "execution.checkpointing.checkpoints-after-tasks-finish.enabled"}) {
+            Path output = tmp.newFolder().toPath();
+            Configuration conf = new Configuration();
+            conf.setString(key, "false");
+            StreamExecutionEnvironment env = environment(2, 100, RESTART_ATTEMPTS, Duration.ofMillis(50), conf);
+            numbersInto(env, 1000, output);
+
+            Throwable error = expectStoppedBy(env, TwopcConfigException.class);
+            assertThat(error.getMessage()).as("refusal of %s: false", key).contains("'" + SINK_ID + "'",
+                    "execution.checkpointing.checkpoints-after-tasks-finish is false", "never be committed",
+                    "execution.checkpointing.checkpoints-after-tasks-finish: true");
+            assertThat(TwopcOutput.readCommittedRecords(output)).as("records committed").isEmpty();
+        }
     }
 
     @Test

@@ -83,7 +83,12 @@ public final class TwopcItSupport {
     /** A streaming environment on the test cluster with checkpointing and a bounded restart strategy. */
     public static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,
             int restartAttempts, Duration restartDelay) {
-        Configuration conf = new Configuration();
+        return environment(parallelism, checkpointIntervalMs, restartAttempts, restartDelay, new Configuration());
+    }
+
+    /** {@link #environment(int, long, int, Duration)} with the job settings {@code conf} besides. */
+    public static StreamExecutionEnvironment environment(int parallelism, long checkpointIntervalMs,
+            int restartAttempts, Duration restartDelay, Configuration conf) {
         conf.set(RestartStrategyOptions.RESTART_STRATEGY, "fixed-delay");
         conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_ATTEMPTS, restartAttempts);
         conf.set(RestartStrategyOptions.RESTART_STRATEGY_FIXED_DELAY_DELAY, restartDelay);
