@@ -278,12 +278,16 @@ impl CommitterSession {
         Ok(report)
     }
 
-    /// The subtask ends after its final checkpoint: housekeeping still due
-    /// (a lingering cleanup that failed and had no later checkpoint to be
-    /// tried again at) gets one more try, and its failure is raised now:
-    /// the task fails, and Flink's restart from the final checkpoint tries
-    /// again, instead of the job finishing with lingering transactions
-    /// staged.
+    /// The subtask's input ended and its final checkpoint's commit is done:
+    /// housekeeping still due (a lingering cleanup that failed and had no
+    /// later checkpoint to be tried again at) gets one more try. Its
+    /// failure is returned, and the front ends report it without failing
+    /// the task: after the final checkpoint Flink redeploys a failed
+    /// subtask as finished, so nothing would try again, and what is left
+    /// staged stays invisible (the next run's cleanup, or the retention,
+    /// removes it). Only the front ends know whether the input ended; at a
+    /// failure or cancellation they must not call this, since a newer
+    /// attempt may already write under this subtask's share.
     pub fn finish<D: Destination, C: Clock>(
         &mut self,
         dest: &mut D,

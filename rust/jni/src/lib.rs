@@ -485,9 +485,13 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_checkpointCompl
     .resolve::<ThrowJava>()
 }
 
-/// `long finish(long committer)`: the subtask ends after its final
-/// checkpoint; housekeeping still due is tried once more and its failure
-/// raised. Returns the lingering transactions aborted.
+/// `long finish(long committer)`: the subtask's input ended and the final
+/// checkpoint's commit is done; housekeeping still due is tried once more
+/// and its failure returned (the Java side reports it: nothing runs after
+/// this, so raising it could only restart the task). Returns the lingering
+/// transactions aborted. Test-only fault point `twopc-finish`: every call
+/// fails before doing anything, which tells a test where the Java side
+/// called it.
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_finish<'l>(
     mut env: EnvUnowned<'l>,
@@ -496,6 +500,25 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_finish<'l>(
 ) -> jlong {
     env.with_env(|_env| -> BridgeResult<jlong> {
         registry::with_native(id, |n| {
+            #[cfg(feature = "failpoints")]
+            {
+                let scope = match &*n {
+                    Native::Sink(s) => Some(s.scope()),
+                    Native::Committer(c) => Some(c.session.scope()),
+                    _ => None,
+                };
+                if let Some(scope) = scope {
+                    fail::fail_point!("twopc-finish", |_| Err(twopc_core::TwopcError::Scan {
+                        scope,
+                        action: "the final housekeeping (fail point twopc-finish)",
+                        source: twopc_core::error::DestinationError::new(
+                            twopc_core::error::DestinationErrorKind::Io,
+                            "fail point twopc-finish triggered".to_string(),
+                        ),
+                    }
+                    .into()));
+                }
+            }
             let aborted = match n {
                 Native::Sink(s) => s.finish()?,
                 Native::Committer(c) => c.session.finish(&mut c.dest, &SystemClock)?,

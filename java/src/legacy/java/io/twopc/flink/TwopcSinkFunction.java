@@ -94,8 +94,17 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     private transient TwopcMetrics metrics;
     /** Why the open transaction can only be aborted; null while it is usable. */
     private transient String poisoned;
-    /** Set by finish(): the end of input, so close() runs the last housekeeping. */
+    /** Set by finish(): the end of input. */
     private transient boolean finished;
+    /** The first checkpoint snapshotted after the end of input: its transaction holds the last records. */
+    private transient long finalCheckpointId;
+    /**
+     * Set when the transaction of {@link #finalCheckpointId} was committed and no commit of this
+     * attempt failed: the subtask's output is complete, so close() runs the last housekeeping.
+     */
+    private transient boolean endOfInputCommitted;
+    /** Set by any failed commit: Flink goes on committing the others, and then fails the task. */
+    private transient boolean commitFailed;
     /** "twopc sink 'id' subtask i/n", for log lines. */
     private transient String scope;
 
@@ -149,6 +158,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         snapshottingCheckpointId = -1;
         poisoned = null;
         finished = false;
+        finalCheckpointId = -1;
+        endOfInputCommitted = false;
+        commitFailed = false;
 
         if (runtime instanceof StreamingRuntimeContext) {
             // The job's settings (as the environment had them when the job graph was built).
@@ -263,6 +275,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             throw poisonedError("taking checkpoint " + context.getCheckpointId());
         }
         snapshottingCheckpointId = context.getCheckpointId();
+        if (finished && finalCheckpointId < 0) {
+            finalCheckpointId = context.getCheckpointId();
+        }
         try {
             warnAboutAgingPendingTransactions();
             // preCommit(current) -> prepared for this checkpoint; a new transaction begins.
@@ -279,8 +294,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     }
 
     /**
-     * End of input: Flink's {@code finish()} (final in the base class) calls this. The close
-     * that follows the final checkpoint then runs the last housekeeping.
+     * End of input: Flink's {@code finish()} (final in the base class) calls this. The next
+     * checkpoint prepares the last records; once its commit is done, close runs the last
+     * housekeeping.
      */
     @Override
     protected void finishProcessing(TwopcTransaction transaction) {
@@ -294,10 +310,12 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             // Flink aborts the current transaction here: its records are in no checkpoint and
             // will be replayed.
             super.close();
-            if (finished && nativeSink != 0) {
-                // Housekeeping still due after the final checkpoint gets one more try; its
-                // failure fails the task, and Flink tries again from the final checkpoint.
-                NativeBridge.finish(nativeSink);
+            // The last housekeeping runs only after the commit of the last records: Flink closes
+            // a failed or cancelled task too (also one whose input had ended), and such an
+            // attempt may be a zombie whose subtask share a newer attempt has taken over; its
+            // cleanup would abort that attempt's transactions as lingering.
+            if (endOfInputCommitted && !commitFailed && nativeSink != 0) {
+                finalHousekeeping();
             }
         } catch (TwopcException e) {
             throw escalate(e, "closing");
@@ -308,6 +326,29 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 NativeBridge.close(id);
             }
             batcher = null;
+        }
+    }
+
+    /**
+     * Lingering transactions whose cleanup failed after every checkpoint so far get one more try.
+     * A retryable failure is reported (a warning and the {@code housekeepingFailures} metric), not
+     * thrown: after the final checkpoint Flink redeploys a failed subtask as finished, so nothing
+     * would try again and the exception could only cause a pointless restart. Fatal errors (a
+     * decided commit it had to finish found lost or unresolved, damaged control data) still stop
+     * the job.
+     */
+    private void finalHousekeeping() {
+        try {
+            metrics.recordLingeringAborted(NativeBridge.finish(nativeSink));
+        } catch (TwopcException e) {
+            if (e.isFatal()) {
+                throw e;
+            }
+            metrics.recordHousekeepingFailure();
+            LOG.warn("{}: the last housekeeping after the end of input failed; the output is complete and "
+                    + "committed, and the task ends normally. What it did not abort stays staged and invisible: "
+                    + "the retention cleanup removes it, and a later job with this sink id meets it at its start "
+                    + "(its fresh-start policy decides). Cause: {}", scope, e.getMessage());
         }
     }
 
@@ -418,7 +459,11 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         try {
             outcome = NativeBridge.commit(nativeSink, transaction.handle());
         } catch (TwopcException e) {
+            commitFailed = true;
             throw escalate(e, (recovery ? "re-committing restored " : "committing ") + transaction);
+        } catch (RuntimeException | Error e) {
+            commitFailed = true;
+            throw e;
         }
         long durationNanos = System.nanoTime() - start;
         long checkpoint = checkpointOf(transaction);
@@ -430,7 +475,11 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
             try {
                 metrics.recordHousekeeping(NativeBridge.checkpointCompleted(nativeSink, checkpoint));
             } catch (TwopcException e) {
+                commitFailed = true;
                 throw escalate(e, "finishing a decided commit after checkpoint " + checkpoint);
+            }
+            if (finalCheckpointId >= 0 && checkpoint >= finalCheckpointId) {
+                endOfInputCommitted = true;
             }
         }
         // Flink removes the entry from its pending map right after this returns.

@@ -37,6 +37,12 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
     private final TwopcMetrics metrics;
     /** The checkpoint the job restored (-1: none): commits up to it are the restart's recovery. */
     private final long restoredCheckpointId;
+    /**
+     * Set once this attempt committed the committable its writer emitted at the end of its input
+     * (and the rest of that commit call succeeded): the subtask's output is complete and
+     * committed, and only then does {@link #close()} run the last housekeeping.
+     */
+    private boolean endOfInputCommitted;
     private boolean closed;
 
     TwopcCommitter(TwopcSinkOptions options, CommitterInitContext ctx) {
@@ -59,9 +65,14 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
     @Override
     public void commit(Collection<CommitRequest<TwopcCommittable>> requests) {
         long completed = -1;
+        boolean endOfInput = false;
         for (CommitRequest<TwopcCommittable> request : requests) {
             byte[] handle = request.getCommittable().handle();
             long checkpoint = checkpointOf(handle);
+            // Only a mark this attempt's writer set counts (it numbers checkpoints on from the
+            // restored one): a restored mark was set before the restore, and committing it says
+            // nothing about how this attempt ends.
+            endOfInput |= request.getCommittable().isEndOfInput() && checkpoint > restoredCheckpointId;
             long started = System.nanoTime();
             long preparedAgeMs = preparedAgeOf(handle);
             int outcome;
@@ -87,6 +98,9 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             }
             metrics.recordHousekeeping(report);
         }
+        if (endOfInput) {
+            endOfInputCommitted = true;
+        }
     }
 
     /** The checkpoint a prepared handle was prepared for (-1 if it cannot be read). */
@@ -107,6 +121,17 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         }
     }
 
+    /**
+     * Runs the last housekeeping (lingering transactions whose cleanup failed after every
+     * checkpoint so far) only when this attempt committed its writer's end-of-input committable.
+     * Flink calls {@code close()} also when the task failed or was cancelled; such an attempt may
+     * be a zombie whose subtask share a newer attempt has already taken over (an object store's
+     * leases pass at once), and its cleanup would abort that attempt's transactions as lingering.
+     * A failure is reported (a warning and the {@code housekeepingFailures} metric), not thrown:
+     * after the final checkpoint Flink redeploys a failed subtask as finished, so nothing would try
+     * again and the exception could only cause a pointless restart. Fatal errors (a decided commit
+     * it had to finish found lost or unresolved, damaged control data) still stop the job.
+     */
     @Override
     public void close() {
         if (closed) {
@@ -114,13 +139,26 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         }
         closed = true;
         try {
-            // Housekeeping still due after the last completed checkpoint gets one more try; its
-            // failure fails the task, and Flink tries again from the final checkpoint.
-            metrics.recordLingeringAborted(NativeBridge.finish(nativeCommitter));
-        } catch (TwopcException e) {
-            throw Escalation.escalate(LOG, scope, e, "the last housekeeping");
+            if (endOfInputCommitted) {
+                finalHousekeeping();
+            }
         } finally {
             NativeBridge.close(nativeCommitter);
+        }
+    }
+
+    private void finalHousekeeping() {
+        try {
+            metrics.recordLingeringAborted(NativeBridge.finish(nativeCommitter));
+        } catch (TwopcException e) {
+            if (e.isFatal()) {
+                throw Escalation.escalate(LOG, scope, e, "the last housekeeping after the end of input");
+            }
+            metrics.recordHousekeepingFailure();
+            LOG.warn("{}: the last housekeeping after the end of input failed; the output is complete and "
+                    + "committed, and the task ends normally. What it did not abort stays staged and invisible: "
+                    + "the retention cleanup removes it, and a later job with this sink id meets it at its start "
+                    + "(its fresh-start policy decides). Cause: {}", scope, e.getMessage());
         }
     }
 }

@@ -134,4 +134,9 @@ final class TwopcMetrics {
     void recordLingeringAborted(long count) {
         lingeringAborted.inc(count);
     }
+
+    /** The last housekeeping at the end of input failed (reported, not thrown: see TwopcCommitter.close). */
+    void recordHousekeepingFailure() {
+        housekeepingFailures.inc();
+    }
 }

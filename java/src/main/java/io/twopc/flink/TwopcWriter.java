@@ -46,6 +46,11 @@ public final class TwopcWriter<IN>
     private long lastCheckpointId;
     /** Set when a write or prepare failed: the transaction can only be aborted now. */
     private String poisoned;
+    /**
+     * Set by {@code flush(true)}: Flink's end of input. The next {@code prepareCommit} (Flink calls
+     * it right after, and never again) prepares the last records, and its committable is marked.
+     */
+    private boolean endOfInput;
     private boolean closed;
 
     TwopcWriter(TwopcSinkOptions options, SerializationSchema<IN> schema, long detectedIntervalMs,
@@ -160,6 +165,9 @@ public final class TwopcWriter<IN>
 
     @Override
     public void flush(boolean endOfInput) {
+        if (endOfInput) {
+            this.endOfInput = true;
+        }
         if (poisoned == null) {
             batcher.flush();
         }
@@ -189,7 +197,9 @@ public final class TwopcWriter<IN>
             current = null;
             throw Escalation.escalate(LOG, scope, e, "beginning a transaction");
         }
-        return Collections.singletonList(new TwopcCommittable(handle));
+        // The end-of-input mark tells the committer that committing this one ends the subtask
+        // normally, so that its close may run the last housekeeping (see TwopcCommitter.close).
+        return Collections.singletonList(new TwopcCommittable(handle, endOfInput));
     }
 
     @Override

@@ -42,10 +42,35 @@ public class SerializerVectorsTest {
     public void committablesReadAndWriteTheirGoldenBytes() throws Exception {
         byte[] handle = Files.readAllBytes(vectors().resolve("handle-prepared-v1.bin"));
         TwopcCommittableSerializer serializer = new TwopcCommittableSerializer();
-        byte[] stored = golden("committable-v1.bin",
-                SimpleVersionedSerialization.writeVersionAndSerialize(serializer, new TwopcCommittable(handle)));
-        TwopcCommittable read = SimpleVersionedSerialization.readVersionAndDeSerialize(serializer, stored);
+        for (boolean endOfInput : new boolean[] {false, true}) {
+            String name = endOfInput ? "committable-v2-end-of-input.bin" : "committable-v2.bin";
+            byte[] stored = golden(name, SimpleVersionedSerialization.writeVersionAndSerialize(serializer,
+                    new TwopcCommittable(handle, endOfInput)));
+            TwopcCommittable read = SimpleVersionedSerialization.readVersionAndDeSerialize(serializer, stored);
+            assertThat(read.handle()).isEqualTo(handle);
+            assertThat(read.isEndOfInput()).as(name).isEqualTo(endOfInput);
+        }
+    }
+
+    @Test
+    public void committablesOfEarlierReleasesAreReadWithoutTheEndOfInputMark() throws Exception {
+        // Version 1, written by releases before the mark: the handle's bytes alone.
+        byte[] handle = Files.readAllBytes(vectors().resolve("handle-prepared-v1.bin"));
+        byte[] stored = Files.readAllBytes(vectors().resolve("java").resolve("committable-v1.bin"));
+        TwopcCommittable read =
+                SimpleVersionedSerialization.readVersionAndDeSerialize(new TwopcCommittableSerializer(), stored);
         assertThat(read.handle()).isEqualTo(handle);
+        assertThat(read.isEndOfInput()).isFalse();
+    }
+
+    @Test
+    public void aDamagedCommittableIsRefusedAsCorrupted() {
+        TwopcCommittableSerializer serializer = new TwopcCommittableSerializer();
+        for (byte[] bad : new byte[][] {new byte[0], {2, 'T', 'W'}, {(byte) 0x81}}) {
+            assertThatThrownBy(() -> serializer.deserialize(2, bad))
+                    .hasMessageContaining("twopc committable state is corrupted")
+                    .hasMessageContaining("Restore from another checkpoint or savepoint");
+        }
     }
 
     @Test
@@ -68,7 +93,8 @@ public class SerializerVectorsTest {
         assertThatThrownBy(() -> new TwopcWriterStateSerializer().deserialize(2, new byte[8]))
                 .hasMessageContaining("version 2")
                 .hasMessageContaining("restore with the twopc release that wrote the state");
-        assertThatThrownBy(() -> new TwopcCommittableSerializer().deserialize(2, new byte[8]))
-                .hasMessageContaining("version 2");
+        assertThatThrownBy(() -> new TwopcCommittableSerializer().deserialize(3, new byte[8]))
+                .hasMessageContaining("version 3")
+                .hasMessageContaining("restore with the twopc release that wrote the state");
     }
 }

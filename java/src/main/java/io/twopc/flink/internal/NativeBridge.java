@@ -215,9 +215,12 @@ public final class NativeBridge {
     public static native long[] checkpointCompleted(long id, long checkpointId);
 
     /**
-     * The subtask ends after its final checkpoint: housekeeping still due is tried once more, and
-     * its failure thrown (the task fails and Flink tries again from the final checkpoint). Returns
-     * the lingering transactions aborted.
+     * The subtask's input ended and the commit of its final checkpoint is done: housekeeping still
+     * due is tried once more, and its failure thrown. Nothing tries again (after the final
+     * checkpoint Flink redeploys a failed subtask as finished), so callers report a retryable
+     * failure instead of failing the task. Call it only then: at the close of a failed or
+     * cancelled attempt a newer attempt may already own the subtask's share, and this would abort
+     * its transactions as lingering. Returns the lingering transactions aborted.
      */
     public static native long finish(long id);
 

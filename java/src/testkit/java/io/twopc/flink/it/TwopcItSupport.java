@@ -49,6 +49,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
+import java.util.function.Predicate;
 import java.util.stream.Stream;
 
 import static org.assertj.core.api.Assertions.assertThat;
@@ -449,10 +450,20 @@ public final class TwopcItSupport {
      * {@code twopc.recordsWritten}.
      */
     public static long sumMetric(InMemoryReporter reporter, JobID jobId, String name) {
+        return sumMetric(reporter, jobId, name, variables -> true);
+    }
+
+    /**
+     * {@link #sumMetric(InMemoryReporter, JobID, String)} over the metric groups whose variables
+     * ({@code <subtask_index>}, {@code <task_attempt_num>}, ...) pass {@code groups}.
+     */
+    public static long sumMetric(InMemoryReporter reporter, JobID jobId, String name,
+            Predicate<Map<String, String>> groups) {
         long sum = 0;
         String job = jobId.toString();
         for (Map.Entry<MetricGroup, Map<String, Metric>> group : reporter.getMetricsByGroup().entrySet()) {
-            if (!job.equals(group.getKey().getAllVariables().get("<job_id>"))) {
+            Map<String, String> variables = group.getKey().getAllVariables();
+            if (!job.equals(variables.get("<job_id>")) || !groups.test(variables)) {
                 continue;
             }
             for (Map.Entry<String, Metric> m : group.getValue().entrySet()) {
