@@ -1225,6 +1225,61 @@ fn a_restored_subtask_notes_the_runs_lineage_before_it_waits_for_its_share() {
     });
 }
 
+/// A restore with fewer subtasks: subtask 1 of 2 looks after the share of
+/// old subtask 3 of 4. While old subtask 3 still runs (shutting down, it
+/// holds its share and could still commit there), the new subtask does not
+/// start next to it: it claims that share too, waits, and stops naming the
+/// holder; once the old subtask has ended, it starts (found by review: only
+/// its own index was claimed).
+#[test]
+fn a_subtask_claims_the_shares_it_looks_after_for_an_earlier_larger_parallelism() {
+    let t = three("leftover-shares");
+    let mut old3 = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        3,
+        4,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let pending = prepare_one(&mut old3, &["z"], 4);
+    let restore = Restore {
+        checkpoint: 3,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let start = || {
+        let sink = twopc_core::SinkId::new("orders").unwrap();
+        twopc_core::SubtaskSink::open(
+            twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap(),
+            t.clock.clone(),
+            twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 1, 2)
+                .unwrap(),
+            SinkOptions {
+                owner_wait_ms: 300,
+                ..SinkOptions::default()
+            },
+            Some(&restore),
+            None,
+        )
+        .map(drop)
+    };
+    let err = start().expect_err("old subtask 3 still holds its share");
+    let TwopcError::OwnedElsewhere(conflict) = &err else {
+        panic!("expected an ownership conflict, got {err}");
+    };
+    assert_eq!(conflict.ours.subtask, 3, "{err}");
+    assert!(err.to_string().contains("run-a"), "{err}");
+    drop(old3);
+    start().expect("the share is free once old subtask 3 has ended");
+    assert!(
+        !part(&t.out, &pending).exists(),
+        "its transaction was never committed"
+    );
+}
+
 /// A commit decided after the reconciled checkpoint but not finished is
 /// output of the range too: `twopc reconcile` refuses, naming it and the
 /// command that finishes it, and changes nothing; once finished, it is

@@ -47,8 +47,8 @@ use crate::clock::Clock;
 use crate::committer::Committer;
 use crate::config::{RewindPolicy, SinkOptions, SubtaskContext};
 use crate::destination::{
-    AbortStatus, CommittedTransaction, Destination, LineageRecord, OwnerInfo, Ownership,
-    StagedState, StagedTransaction,
+    AbortStatus, CommittedTransaction, Destination, LineageRecord, OwnerClaim, OwnerInfo,
+    Ownership, StagedState, StagedTransaction,
 };
 use crate::error::{
     ConfigError, DestinationError, DestinationErrorKind, ExistingOutput, OwnershipConflict,
@@ -436,14 +436,60 @@ const OWNER_POLL_MS: u64 = 200;
 
 /// Claims this subtask's share of the sink at the destination (see the
 /// module docs), waiting up to `owner_wait_ms` for a holder that may be
-/// shutting down.
+/// shutting down; then the shares it looks after for a larger parallelism
+/// of an earlier run.
 fn claim_ownership<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
     ctx: &SubtaskContext,
     options: &SinkOptions,
 ) -> Result<(), TwopcError> {
-    let claim = ctx.owner_claim();
+    claim_share(dest, clock, ctx, options, ctx.subtask)?;
+    claim_leftover_shares(dest, clock, ctx, options)
+}
+
+/// Claims, and holds as its own, the shares of subtask indexes at or above
+/// this run's parallelism that this subtask looks after (`owns`: left by a
+/// run with more subtasks) and that still hold staged transactions. A
+/// subtask of that run that is still shutting down holds its share while
+/// it runs, and could otherwise finish a commit there after this run's
+/// rewind check passed (the replay writing its records again) or abort
+/// what this run restored (found by review).
+fn claim_leftover_shares<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+) -> Result<(), TwopcError> {
+    let shares: BTreeSet<u32> = dest
+        .staged()
+        .map_err(|source| TwopcError::Scan {
+            scope: ctx.scope(),
+            action: "listing staged transactions for the shares of an earlier parallelism",
+            source,
+        })?
+        .iter()
+        .map(|s| s.subtask)
+        .filter(|&k| k >= ctx.parallelism && ctx.owns(k))
+        .collect();
+    for k in shares {
+        claim_share(dest, clock, ctx, options, k)?;
+    }
+    Ok(())
+}
+
+/// Claims the share of subtask index `subtask` for this subtask.
+fn claim_share<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    subtask: u32,
+) -> Result<(), TwopcError> {
+    let claim = OwnerClaim {
+        subtask,
+        ..ctx.owner_claim()
+    };
     let deadline = clock.now_ms().saturating_add(options.owner_wait_ms);
     loop {
         let holder = match dest.claim_ownership(&claim) {
@@ -468,9 +514,8 @@ fn claim_ownership<D: Destination, C: Clock>(
             })));
         }
         log::info!(
-            "{}: waiting for the destination's share of subtask {} to be released by {}",
+            "{}: waiting for the destination's share of subtask {subtask} to be released by {}",
             ctx.scope(),
-            ctx.subtask,
             holder.holder
         );
         clock.sleep_ms(OWNER_POLL_MS);
