@@ -354,13 +354,12 @@ impl FsDestination {
     }
 
     fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
-        if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
-            return Ok(format!(
-                "its staged data was removed by retention cleanup at {} (tombstone {})",
-                twopc_core::timefmt::utc(at),
-                self.dirs.expired.child(txn.as_str()).display()
-            ));
-        }
+        // The trash first, the tombstone second: an expiry writes its
+        // tombstone before it empties the trash, so a removal that is over
+        // by the first look has its tombstone in place for the second. (In
+        // the other order an expiry could finish between the two looks, and
+        // its transaction read as removed outside twopc; found by the race
+        // test of commit against expiry.)
         let trash = &self.dirs.trash;
         let removed = trash
             .entries()
@@ -368,6 +367,13 @@ impl FsDestination {
             .into_iter()
             .filter_map(|e| e.name)
             .any(|n| names::parse_trash_name(&n).as_ref() == Some(txn));
+        if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
+            return Ok(format!(
+                "its staged data was removed by retention cleanup at {} (tombstone {})",
+                twopc_core::timefmt::utc(at),
+                self.dirs.expired.child(txn.as_str()).display()
+            ));
+        }
         if removed {
             return Ok(format!(
                 "its staged data is being removed (its remains are in {}): claimed by an abort \
