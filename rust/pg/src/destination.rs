@@ -92,7 +92,9 @@
 //!
 //! The writer session holds a session-level advisory lock per sink and
 //! subtask (`pg_try_advisory_lock`), released by the server when the
-//! session ends, however the process died. The holder's claim (run,
+//! session ends, however the process died. The lock is per sink id and
+//! database, not per control schema: prepared transactions are found by
+//! the sink id in their names across the database. The holder's claim (run,
 //! attempt, operator instance, backend pid) is written to `twopc_owners`
 //! so that a refused second owner can be told who holds it. A writer whose
 //! session was reconnected takes the lock again before its next statement,
@@ -277,10 +279,15 @@ struct OwnedShare {
 }
 
 /// The advisory lock key of a sink's share: a stable 64-bit hash (FNV-1a)
-/// of a fixed tag, the control schema, the sink id and the subtask, so two
-/// sinks, or one sink in two control schemas, never share a key.
-fn owner_lock_key(control_schema: &str, sink: &SinkId, subtask: u32) -> i64 {
-    lock_key(&format!("twopc-owner\0{control_schema}\0{sink}\0{subtask}"))
+/// of a fixed tag, the sink id and the subtask, so two sinks never share a
+/// key. Not the control schema: a sink's transactions are PostgreSQL's
+/// prepared transactions, which belong to the database and are found by the
+/// sink id in their name, whatever schema the handles are kept in. Two jobs
+/// with one sink id in two control schemas would each take the other's for
+/// leftovers and roll them back, so the second is refused like any second
+/// owner.
+fn owner_lock_key(sink: &SinkId, subtask: u32) -> i64 {
+    lock_key(&format!("twopc-owner\0{sink}\0{subtask}"))
 }
 
 /// An advisory lock key: the FNV-1a hash of `text`, which starts with a tag
@@ -606,29 +613,96 @@ impl PgDestination {
         Ok(())
     }
 
-    /// Who holds the ownership row of `subtask`, as recorded.
+    /// Who holds the ownership lock of `subtask`, as recorded.
     fn read_owner(&mut self, subtask: u32) -> Result<OwnerInfo, DestinationError> {
+        let own = self.control_tables.owners.clone();
+        if let Some(row) = self.owner_row(&own, subtask, None)? {
+            return Ok(self.owner_info(&row, subtask, &own, ""));
+        }
+        // The lock is per sink id and database, the owners' table per
+        // control schema: the holder may record itself in another schema's
+        // table. Its backend is found in pg_locks (a bigint key shows as
+        // classid = its high half, objid = its low half), and its row by
+        // that backend in any other twopc_owners this user may read.
+        let key = owner_lock_key(&self.sink, subtask);
+        let schema = self.control_tables.schema.clone();
+        let (pid, others) = self.control.run("looking up the lock's holder", |c| {
+            let pid: Option<i32> = c
+                .query_opt(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                       AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1 \
+                       AND database = (SELECT oid FROM pg_database \
+                                       WHERE datname = current_database()) \
+                     LIMIT 1",
+                    &[&key],
+                )?
+                .and_then(|r| r.get(0));
+            let others: Vec<String> = c
+                .query(
+                    "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE c.relname = 'twopc_owners' AND c.relkind IN ('r', 'p') \
+                       AND n.nspname <> $1 AND has_table_privilege(c.oid, 'SELECT') \
+                     ORDER BY 1",
+                    &[&schema],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            Ok((pid, others))
+        })?;
+        if let Some(pid) = pid {
+            for table in others {
+                if let Some(row) = self.owner_row(&table, subtask, Some(pid))? {
+                    let note = format!(
+                        ", with another control schema than this sink's {} (one sink id \
+                         owns its prepared transactions across the database, whatever the \
+                         control schema, so it is held per sink id and database)",
+                        quote_ident(&schema)
+                    );
+                    return Ok(self.owner_info(&row, subtask, &table, &note));
+                }
+            }
+        }
+        Ok(OwnerInfo {
+            claim: None,
+            holder: format!(
+                "another session{} holds the advisory lock of sink '{}' subtask {subtask} in this \
+                 database, and {own} has no row for it: a job with the same sink id and \
+                 another control schema holds it (the lock is per sink id and database, \
+                 whatever the control schema, because a sink's prepared transactions are \
+                 found by its sink id across the database), or a tool that took the lock by hand",
+                pid.map_or(String::new(), |p| format!(
+                    " (PostgreSQL backend {p}, see pg_stat_activity)"
+                )),
+                self.sink,
+            ),
+        })
+    }
+
+    /// This sink's owner row of `subtask` in `table` (quoted), held by
+    /// backend `pid` if given.
+    fn owner_row(
+        &mut self,
+        table: &str,
+        subtask: u32,
+        pid: Option<i32>,
+    ) -> Result<Option<postgres::Row>, DestinationError> {
         let sql = format!(
             "SELECT run_id, attempt, instance, backend_pid, \
                     (extract(epoch FROM since) * 1000)::int8 \
-             FROM {} WHERE sink_id = $1 AND subtask = $2",
-            self.control_tables.owners
+             FROM {table} WHERE sink_id = $1 AND subtask = $2 \
+               AND ($3::int4 IS NULL OR backend_pid = $3)"
         );
         let sink = self.sink.as_str().to_string();
         let sub = subtask as i32;
-        let row = self.control.run("reading the owner of this subtask", |c| {
-            Ok(c.query_opt(&sql, &[&sink, &sub])?)
-        })?;
-        let Some(row) = row else {
-            return Ok(OwnerInfo {
-                claim: None,
-                holder: format!(
-                    "another session holds the advisory lock of sink '{}' subtask {subtask}, \
-                     and {} has no row for it",
-                    self.sink, self.control_tables.owners
-                ),
-            });
-        };
+        Ok(self.control.run("reading the owner of this subtask", |c| {
+            Ok(c.query_opt(&sql, &[&sink, &sub, &pid])?)
+        })?)
+    }
+
+    /// The holder an owner row of `table` records; `note` ends its words.
+    fn owner_info(&self, row: &postgres::Row, subtask: u32, table: &str, note: &str) -> OwnerInfo {
         let run: String = row.get(0);
         let attempt: i32 = row.get(1);
         let instance: String = row.get(2);
@@ -641,15 +715,14 @@ impl PgDestination {
             attempt: attempt.max(0) as u32,
             instance: u64::from_str_radix(&instance, 16).unwrap_or(0),
         });
-        Ok(OwnerInfo {
+        OwnerInfo {
             claim,
             holder: format!(
                 "run {run} (attempt {attempt}) holds it through PostgreSQL backend {pid}, since \
-                 {} (see pg_stat_activity and {})",
+                 {} (see pg_stat_activity and {table}){note}",
                 twopc_core::clock::format_utc(u64::try_from(since).unwrap_or(0)),
-                self.control_tables.owners
             ),
-        })
+        }
     }
 
     pub fn options(&self) -> &PgOptions {
@@ -1999,7 +2072,7 @@ impl Destination for PgDestination {
     }
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
-        let key = owner_lock_key(&self.options.control_schema, &self.sink, claim.subtask);
+        let key = owner_lock_key(&self.sink, claim.subtask);
         let got: bool = self.writer.run("claiming ownership", |c| {
             Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
                 .get(0))
