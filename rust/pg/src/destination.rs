@@ -111,6 +111,7 @@
 //! "busy" (55000), which is again `Err` and retried.
 
 mod history;
+mod lock_wait;
 mod sinks;
 
 pub use sinks::SinkRecord;
@@ -142,9 +143,31 @@ use crate::rows::{self, LineMap};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 
-/// The writer session never has its open transaction cut by the server
-/// for idling between checkpoints: a cut would fail the next checkpoint.
-const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0";
+/// Run at the start of every writer session. The transactional mode's
+/// COPY is one statement, in one transaction, that lasts a whole checkpoint
+/// interval and idles between batches, so none of the server's limits on
+/// those may cut it: a role's or database's `statement_timeout`,
+/// `idle_in_transaction_session_timeout` or (PostgreSQL 17 and newer)
+/// `transaction_timeout` shorter than the interval would fail every
+/// checkpoint. `transaction_timeout` is set through `set_config` in a
+/// `SELECT` that older servers skip: they refuse the name.
+///
+/// `lock_timeout` is the opposite: without one, a write blocked by a lock
+/// waits forever, and the lock that never goes away by itself is a
+/// prepared transaction left by a job that no longer runs (it keeps its row
+/// locks across restarts). With a bound the write fails, naming the
+/// prepared transactions that hold locks on the table (see the `lock_wait`
+/// module). One minute: far longer than the writer waits for anything that
+/// is going to end (a previous checkpoint's commit, a concurrent writer of
+/// the same key), shorter than Flink's default checkpoint timeout. A
+/// `lock_timeout` set for the sink's user or database (or in the
+/// connection's options) is kept: it is an operator's choice.
+const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0; \
+     SET statement_timeout = 0; \
+     SELECT set_config('transaction_timeout', '0', false) \
+       WHERE current_setting('server_version_num')::int >= 170000; \
+     SELECT set_config('lock_timeout', '1min', false) \
+       WHERE current_setting('lock_timeout') = '0'";
 
 /// What the open transaction's COPY is called in errors.
 const COPY_OP: &str = "COPY into the open transaction";
@@ -523,6 +546,15 @@ impl PgDestination {
         self.lose_writer_after_copy = true;
     }
 
+    /// For tests: the value of setting `name` in the writer session
+    /// (connecting it if needed), as `current_setting` shows it.
+    #[doc(hidden)]
+    pub fn writer_setting(&mut self, name: &str) -> Result<String, DestinationError> {
+        Ok(self.writer.run("reading a setting", |c| {
+            Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0))
+        })?)
+    }
+
     /// For `twopc reconcile --rows-deleted-by-hand` of a sink that fills no
     /// transaction-id column: from now on a retract removes a transaction's
     /// commit record only (loose, or its entry in a history segment), and
@@ -884,7 +916,10 @@ impl PgDestination {
             open.lines.push(open.rows + i as u64, record, format);
         }
         let rows = Arc::new(copy_rows(batch, self.row_suffix(txn).as_deref()));
-        let result = self.writer.send_copy(COPY_OP, Arc::clone(&rows));
+        let mut result = self.writer.send_copy(COPY_OP, Arc::clone(&rows));
+        if let Err(f) = &mut result {
+            self.name_lock_holders(f);
+        }
         // The server refuses a row only when the COPY ends, normally at
         // prepare; should it end early, the row it names is mapped back
         // here as well.
@@ -1051,11 +1086,12 @@ impl PgDestination {
                 if let Some(fault) = fault {
                     return Err(DestinationError::record(fault));
                 }
+                let holders = self.lock_holders(&f);
                 return Err(self.err(
                     f.error.kind,
                     format!(
                         "transaction {txn} cannot be prepared: {}; it was rolled back and its \
-                         records are replayed from the last checkpoint",
+                         records are replayed from the last checkpoint{holders}",
                         f.error.message
                     ),
                 ));
@@ -1601,6 +1637,14 @@ impl PgDestination {
             // job fails and replays the batch, which the upsert then
             // rewrites, as for any lost batch of this mode.
             Err(f) if f.lost => Err(f.error),
+            // The upsert would wait for the same lock again.
+            Err(mut f) if lock_wait::timed_out(&f) => {
+                let _ = self
+                    .writer
+                    .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+                self.name_lock_holders(&mut f);
+                Err(f.error)
+            }
             Err(f) => {
                 log::debug!(
                     "{}: a batch of {records} records could not be copied straight into {} \
@@ -1663,7 +1707,7 @@ impl PgDestination {
                 Ok(())
             }
             Ok(Some(loaded)) => Err(self.rows_mismatch(loaded, records)),
-            Err(f) => {
+            Err(mut f) => {
                 if !f.lost {
                     let _ = self
                         .writer
@@ -1671,7 +1715,10 @@ impl PgDestination {
                 }
                 match self.idempotent_row_fault(&f, batch, upserting) {
                     Some(fault) => Err(DestinationError::record(fault)),
-                    None => Err(f.error),
+                    None => {
+                        self.name_lock_holders(&mut f);
+                        Err(f.error)
+                    }
                 }
             }
         }
