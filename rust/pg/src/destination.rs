@@ -112,6 +112,7 @@
 
 mod history;
 mod lock_wait;
+mod mode_switch;
 mod sinks;
 
 pub use sinks::SinkRecord;
@@ -260,7 +261,9 @@ struct TxnSql {
 
 enum ModeSql {
     Transactional(Box<TxnSql>),
-    Idempotent(IdempotentSql),
+    /// With the transactional mode's statements, for what a transactional
+    /// run of the same sink left prepared (see the `mode_switch` module).
+    Idempotent(IdempotentSql, Box<TxnSql>),
 }
 
 /// The PostgreSQL destination of one subtask: two sessions (writer and
@@ -397,15 +400,18 @@ impl PgDestination {
                 &control_tables,
                 copy_options,
             ))),
-            PgMode::Idempotent { key_columns } => ModeSql::Idempotent(IdempotentSql::new(
-                &table,
-                &options.columns,
-                &info.column_types,
-                key_columns,
-                copy_options,
-                options.operation_field,
-                info.traits,
-            )),
+            PgMode::Idempotent { key_columns } => ModeSql::Idempotent(
+                IdempotentSql::new(
+                    &table,
+                    &options.columns,
+                    &info.column_types,
+                    key_columns,
+                    copy_options,
+                    options.operation_field,
+                    info.traits,
+                ),
+                Box::new(TxnSql::new(&table, &options, &control_tables, "")),
+            ),
         };
         let mut dest = PgDestination {
             sink: ctx.sink.clone(),
@@ -786,7 +792,15 @@ impl PgDestination {
     fn txn_sql(&self) -> Option<&TxnSql> {
         match &self.sql {
             ModeSql::Transactional(s) => Some(s),
-            ModeSql::Idempotent(_) => None,
+            ModeSql::Idempotent(..) => None,
+        }
+    }
+
+    /// The statements on prepared transactions, in either mode (the
+    /// idempotent mode finishes those a transactional run left).
+    fn prepared_sql(&self) -> &TxnSql {
+        match &self.sql {
+            ModeSql::Transactional(s) | ModeSql::Idempotent(_, s) => s,
         }
     }
 
@@ -1227,8 +1241,13 @@ impl PgDestination {
         handle: &TransactionHandle,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
+        if mode_switch::written_idempotent(handle) {
+            return Ok(CommitStatus::Missing {
+                evidence: self.idempotent_handle_evidence(),
+            });
+        }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let after_commit = self.txn_sql().expect("transactional").after_commit.clone();
+        let after_commit = self.prepared_sql().after_commit.clone();
         match self.control.run("COMMIT PREPARED", |c| {
             Ok(c.batch_execute(&format!("COMMIT PREPARED {gid}"))?)
         }) {
@@ -1262,7 +1281,7 @@ impl PgDestination {
         gid: &str,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = handle.transaction.as_str();
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (find_record, find_tombstone, find_side, after_commit) = (
             sql.find_record.clone(),
             sql.find_tombstone.clone(),
@@ -1294,6 +1313,9 @@ impl PgDestination {
             });
             return Ok(CommitStatus::AlreadyCommitted);
         }
+        if tombstone.is_none() && !side && self.unmarked_idempotent(handle)? {
+            return Ok(CommitStatus::Committed);
+        }
         let records = &format!(
             "{} (nor any segment of {} covering checkpoint {})",
             self.control_tables.commit_records,
@@ -1318,8 +1340,14 @@ impl PgDestination {
                         "; its handle row in {} shows it had been prepared",
                         self.control_tables.prepared
                     )
+                } else if self.txn_sql().is_some() {
+                    mode_switch::UNMARKED_NOTE.to_string()
                 } else {
-                    String::new()
+                    // Idempotent mode gets here only through such a note.
+                    format!(
+                        "; {} notes that it was found LOST before",
+                        self.control_tables.lost
+                    )
                 }
             ),
         };
@@ -1337,7 +1365,7 @@ impl PgDestination {
         // Also for the open one: if an earlier PREPARE's response was lost,
         // it may be prepared.
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (delete_side, find_record) = (sql.delete_side.clone(), sql.find_record.clone());
         match self.control.run("ROLLBACK PREPARED", |c| {
             Ok(c.batch_execute(&format!("ROLLBACK PREPARED {gid}"))?)
@@ -1368,17 +1396,27 @@ impl PgDestination {
         }
     }
 
-    fn staged_transactional(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
-        let sql = self.txn_sql().expect("transactional");
+    /// The sink's prepared transactions, with their handles; with
+    /// `clean_stale`, also removes the handle rows of transactions no
+    /// longer prepared (see the module docs).
+    fn staged_prepared(
+        &mut self,
+        clean_stale: bool,
+    ) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let sql = self.prepared_sql();
         let (staged, clean) = (sql.staged.clone(), sql.clean_side.clone());
         let prefix = format!("{}.", self.sink);
         let sink = self.sink.as_str().to_string();
         let rows = self.control.run("listing prepared transactions", |c| {
             Ok(c.query(&staged, &[&prefix])?)
         })?;
-        match self.control.run("removing stale handle rows", |c| {
-            Ok(c.execute(&clean, &[&sink])?)
-        }) {
+        let cleaned = match clean_stale {
+            true => self.control.run("removing stale handle rows", |c| {
+                Ok(c.execute(&clean, &[&sink])?)
+            }),
+            false => Ok(0),
+        };
+        match cleaned {
             Ok(n) if n > 0 => {
                 log::debug!("removed {n} handle rows of transactions no longer prepared")
             }
@@ -1563,7 +1601,7 @@ impl PgDestination {
             self.rollback_open();
         }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (tomb, delete_side) = (sql.insert_tombstone.clone(), sql.delete_side.clone());
         let sink = self.sink.as_str().to_string();
         let now = to_i64(now_ms, "time")?;
@@ -1598,7 +1636,7 @@ impl PgDestination {
     /// refused it (a key already there, or anything the upsert path then
     /// meets again and names); nothing of the batch stays then.
     fn copy_into_target(&mut self, batch: RecordBatch<'_>) -> Result<bool, DestinationError> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let Some(copy) = sql.copy_target.clone() else {
@@ -1628,7 +1666,7 @@ impl PgDestination {
                     self.sink,
                     self.table
                 );
-                if let ModeSql::Idempotent(sql) = &mut self.sql {
+                if let ModeSql::Idempotent(sql, _) = &mut self.sql {
                     sql.copy_target = None;
                 }
                 Ok(false)
@@ -1665,7 +1703,7 @@ impl PgDestination {
     /// The batch upserted through the staging table (see
     /// [`crate::idempotent`]).
     fn upsert_batch(&mut self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let stage_ready =
@@ -1799,7 +1837,7 @@ impl PgDestination {
         &mut self,
         batch: RecordBatch<'_>,
     ) -> Result<Option<(u64, ServerError)>, Failure> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let (create, copy, last_rows, delete_some, upsert_some) = (
@@ -2050,7 +2088,7 @@ impl Destination for PgDestination {
         self.check_batch(batch)?;
         match self.sql {
             ModeSql::Transactional(_) => self.write_transactional(txn, batch),
-            ModeSql::Idempotent(_) => self.write_idempotent(batch),
+            ModeSql::Idempotent(..) => self.write_idempotent(batch),
         }
     }
 
@@ -2059,11 +2097,23 @@ impl Destination for PgDestination {
             ModeSql::Transactional(_) => self.prepare_transactional(handle),
             // Every write already committed: nothing is buffered. The next
             // checkpoint's batches try the COPY into the target again.
-            ModeSql::Idempotent(_) => {
+            ModeSql::Idempotent(..) => {
                 self.upsert_until_prepare = false;
                 Ok(())
             }
         }
+    }
+
+    fn prepared_location(
+        &mut self,
+        _txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        // The handle says which mode wrote it (see the `mode_switch`
+        // module); a transactional one is found by its id.
+        Ok(match self.sql {
+            ModeSql::Transactional(_) => None,
+            ModeSql::Idempotent(..) => Some(mode_switch::IDEMPOTENT_HANDLE.to_vec()),
+        })
     }
 
     fn commit(
@@ -2073,23 +2123,25 @@ impl Destination for PgDestination {
     ) -> Result<CommitStatus, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.commit_transactional(handle),
-            ModeSql::Idempotent(_) => Ok(CommitStatus::Committed),
+            ModeSql::Idempotent(..) => self.commit_idempotent(handle),
         }
     }
 
     fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
-        match self.sql {
-            ModeSql::Transactional(_) => self.abort_transactional(txn),
-            // Nothing is staged; upserted rows stay and a replay rewrites
-            // them.
-            ModeSql::Idempotent(_) => Ok(AbortStatus::NotFound),
-        }
+        // In idempotent mode nothing of its own is staged (upserted rows
+        // stay and a replay rewrites them), but a prepared transaction a
+        // transactional run left is rolled back like the transactional
+        // mode does; anything else answers NotFound.
+        self.abort_transactional(txn)
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
         match self.sql {
-            ModeSql::Transactional(_) => self.staged_transactional(),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Transactional(_) => self.staged_prepared(true),
+            // Only what a transactional run left. Stale handle rows are
+            // kept: a commit of a handle whose transaction is gone reads
+            // them as proof that it had been prepared (see `mode_switch`).
+            ModeSql::Idempotent(..) => self.staged_prepared(false),
         }
     }
 
@@ -2100,22 +2152,21 @@ impl Destination for PgDestination {
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.committed_after_transactional(lineage, checkpoint),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Idempotent(..) => Ok(Vec::new()),
         }
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.retract_transactional(committed),
-            ModeSql::Idempotent(_) => Ok(()),
+            ModeSql::Idempotent(..) => Ok(()),
         }
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
-        match self.sql {
-            ModeSql::Transactional(_) => self.expire_transactional(txn, now_ms),
-            ModeSql::Idempotent(_) => Ok(()),
-        }
+        // In idempotent mode, the staged transactions are prepared ones a
+        // transactional run left: they expire the same way.
+        self.expire_transactional(txn, now_ms)
     }
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
@@ -2282,14 +2333,14 @@ impl Destination for PgDestination {
         match self.sql {
             ModeSql::Transactional(_) => self.compact_transactional(policy),
             // Keeps no commit records: nothing to fold.
-            ModeSql::Idempotent(_) => Ok(Compaction::default()),
+            ModeSql::Idempotent(..) => Ok(Compaction::default()),
         }
     }
 
     fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.tallies_transactional(),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Idempotent(..) => Ok(Vec::new()),
         }
     }
 
