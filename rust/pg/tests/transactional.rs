@@ -651,3 +651,58 @@ fn a_fresh_start_onto_committed_rows_of_an_earlier_run_stops_unless_appending() 
         .is_some_and(|r| r.appended && r.run.as_str() == "run2")));
     assert_eq!(f.count(), 4);
 }
+
+#[test]
+fn one_sink_id_in_two_control_schemas_of_one_database_is_refused_to_the_second_job() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "owner_schemas");
+    let schema = unique("ctl");
+    f.admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    struct DropSchema(String, String);
+    impl Drop for DropSchema {
+        fn drop(&mut self) {
+            let _ = admin(&self.0).batch_execute(&format!("DROP SCHEMA {} CASCADE", self.1));
+        }
+    }
+    let _drop = DropSchema(url.clone(), schema.clone());
+
+    // Job A prepares checkpoint 1 (public control tables).
+    let mut a = f.open("runA");
+    let h = prepared(&mut a, &rows(0..3, "a"), 1);
+
+    // Job B: same sink id and database, its own control schema, started
+    // with the policy that aborts prepared leftovers (of its own sink, as
+    // its operator sees it). Before the fix it took a lock of its own,
+    // found A's prepared transaction under the sink id and rolled it back:
+    // A's commit then stopped A with LOST.
+    let mut other = f.opts.clone();
+    other.control_schema = schema.clone();
+    let quick = SinkOptions {
+        owner_wait_ms: 300,
+        fresh_start: FreshStartPolicy::AbortPrepared,
+        ..sink_options()
+    };
+    let err = match open(&other, f.ctx("runB"), quick, None) {
+        Ok(_) => panic!("job B opened next to job A"),
+        Err(e) => e,
+    };
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert!(c.fatal, "{err}");
+    let text = err.to_string();
+    for needle in [
+        "runA",
+        "runB",
+        "control schema",
+        "public.twopc_owners",
+        "Another run (runA)",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing: {text}");
+    }
+    assert_eq!(f.prepared_gids(), [h.transaction.to_string()]);
+    assert_eq!(a.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(f.count(), 3);
+}
