@@ -286,6 +286,9 @@ pub struct PgDestination {
     upsert_until_prepare: bool,
     /// The ownership this destination holds (see the module docs).
     owner: Option<OwnedShare>,
+    /// Shares of an earlier, larger parallelism this subtask looks after,
+    /// claimed after its own and held in the same session.
+    leftover_shares: Vec<OwnedShare>,
     /// The history segments' table is known to exist (see
     /// [`history`]).
     segments_known: bool,
@@ -425,6 +428,7 @@ impl PgDestination {
             stage_generation: None,
             upsert_until_prepare: false,
             owner: None,
+            leftover_shares: Vec::new(),
             segments_known: false,
             records_only: false,
             lose_writer_after_copy: false,
@@ -536,6 +540,7 @@ impl PgDestination {
             stage_generation: None,
             upsert_until_prepare: false,
             owner: None,
+            leftover_shares: Vec::new(),
             segments_known: false,
             records_only: false,
             lose_writer_after_copy: false,
@@ -647,6 +652,29 @@ impl PgDestination {
         }
         if let Some(share) = &mut self.owner {
             share.generation = self.writer.generation();
+        }
+        let leftovers: Vec<(i64, u32)> = self
+            .leftover_shares
+            .iter()
+            .map(|s| (s.key, s.subtask))
+            .collect();
+        for (key, subtask) in leftovers {
+            let got: bool = self.writer.run("taking back an ownership lock", |c| {
+                Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                    .get(0))
+            })?;
+            if !got {
+                return Err(self.err(
+                    DestinationErrorKind::Unavailable,
+                    format!(
+                        "the writer session of sink '{}' was reconnected, and meanwhile \
+                         another session took the ownership lock of subtask {}'s share, which \
+                         this subtask looks after (see {}); the job restarts and its start-up \
+                         names the owner",
+                        self.sink, subtask, self.control_tables.owners
+                    ),
+                ));
+            }
         }
         Ok(())
     }
@@ -2196,11 +2224,20 @@ impl Destination for PgDestination {
         self.control.run("recording the owner", |c| {
             Ok(c.execute(&sql, &[&sink, &sub, &run, &attempt, &instance, &pid])?)
         })?;
-        self.owner = Some(OwnedShare {
+        let share = OwnedShare {
             key,
             generation: self.writer.generation(),
             subtask: claim.subtask,
-        });
+        };
+        match &self.owner {
+            // The subtask's own share is claimed first; others after it are
+            // shares of an earlier parallelism it looks after.
+            Some(own) if own.subtask != claim.subtask => {
+                self.leftover_shares.retain(|s| s.subtask != claim.subtask);
+                self.leftover_shares.push(share);
+            }
+            _ => self.owner = Some(share),
+        }
         Ok(Ownership::Acquired)
     }
 

@@ -706,3 +706,45 @@ fn one_sink_id_in_two_control_schemas_of_one_database_is_refused_to_the_second_j
     assert_eq!(a.commit(&h).unwrap(), CommitOutcome::Committed);
     assert_eq!(f.count(), 3);
 }
+
+/// After a restart with fewer subtasks, subtask 1 of 2 looks after the
+/// share of old subtask 3 of 4. While a session of old subtask 3 still
+/// holds that share (its task shutting down), the new subtask does not
+/// start next to it: it claims that share too and names the holder; once
+/// the old session has ended, it starts.
+#[test]
+fn a_subtask_claims_the_shares_it_looks_after_for_an_earlier_larger_parallelism() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "leftover_shares");
+    let mut old3 = f.open_subtask("runA", 3, 4, None);
+    let leftover = prepared(&mut old3, &rows(0..2, "z"), 1);
+    let start = || {
+        open(
+            &f.opts,
+            ctx(&f.sink, "runB", 1, 2),
+            SinkOptions {
+                owner_wait_ms: 300,
+                fresh_start: FreshStartPolicy::AbortPrepared,
+                ..sink_options()
+            },
+            None,
+        )
+    };
+    let err = match start() {
+        Ok(_) => panic!("started next to old subtask 3"),
+        Err(e) => e,
+    };
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(c.ours.subtask, 3, "{err}");
+    assert!(err.to_string().contains("runA"), "{err}");
+    drop(old3);
+    let _new1 = start().expect("the share is free once the old session has ended");
+    assert!(
+        !f.prepared_gids()
+            .iter()
+            .any(|g| g == leftover.transaction.as_str()),
+        "the leftover was aborted by the subtask that looks after it"
+    );
+}
