@@ -619,8 +619,8 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_release0<'l>(
         // Bounded: the hook runs on a TaskManager thread that must not hang
         // on a stuck disk. A thread still syncing then ends on its own.
         let stopped = twopc_fs::stop_writeback(std::time::Duration::from_secs(10));
-        if stopped {
-            log::debug!(target: "twopc::jni", "library released");
+        if stopped != twopc_fs::WritebackStop::StillRunning {
+            log::debug!(target: "twopc::jni", "library released (write-back thread: {stopped:?})");
         } else {
             // Unloaded under a running thread, the JVM would crash (`pin`).
             let pinned = pin::keep_this_library_loaded();
