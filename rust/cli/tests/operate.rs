@@ -1070,6 +1070,216 @@ fn a_restore_older_than_a_decided_commit_counts_it_as_committed_after() {
     assert_eq!(fs::read_dir(&layout.committing).unwrap().count(), 0);
 }
 
+/// REPLACE_RANGE after a rescale: a decided commit that subtask 0 owns (and
+/// finishes at its start) is known to subtask 1's restored state, so subtask
+/// 1 retracts it too. Subtask 1 must not retract it while its owner may
+/// still be publishing it (the output would stay visible without a record,
+/// and the re-run would write it again): it waits for the claim to go, and
+/// gives up, changing nothing, when nobody finishes it. Then both subtasks
+/// start at once, as Flink starts them: the waiting one goes on as soon as
+/// the owner has finished and retracted the commit.
+#[test]
+fn a_decided_commit_owned_elsewhere_is_retracted_only_after_its_owner_finished_it() {
+    let (t, p) = leftover("rw-decided-elsewhere");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let layout = twopc_fs::Layout::new(&t.out, &sink);
+    fs::rename(
+        layout.staging_dir(&p.transaction),
+        layout.committing.join(p.transaction.as_str()),
+    )
+    .unwrap();
+    let open_at = |subtask: u32, restore: &Restore, wait_ms: u64| {
+        let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+        let ctx = twopc_core::SubtaskContext::new(
+            sink.clone(),
+            twopc_core::RunId::new("run-b").unwrap(),
+            subtask,
+            2,
+        )
+        .unwrap();
+        twopc_core::SubtaskSink::open(
+            dest,
+            t.clock.clone(),
+            ctx,
+            SinkOptions {
+                rewind: twopc_core::RewindPolicy::ReplaceRange,
+                owner_wait_ms: wait_ms,
+                ..SinkOptions::default()
+            },
+            Some(restore),
+            None,
+        )
+    };
+    // Subtask 1 holds the handle (Flink hands list state out in ranges);
+    // subtask 0 owns the share it was written by.
+    let knows_it = Restore {
+        checkpoint: 1,
+        states: Vec::new(),
+        known: vec![p.clone()],
+    };
+    let owns_it = Restore {
+        checkpoint: 1,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let before = snapshot(&t.out);
+    let err = open_at(1, &knows_it, 300)
+        .err()
+        .expect("subtask 1 must not retract a commit its owner has not finished");
+    let msg = err.to_string();
+    assert!(msg.contains(p.transaction.as_str()), "{msg}");
+    assert!(
+        msg.contains("still being finished by the subtask that owns it"),
+        "{msg}"
+    );
+    let mut after = snapshot(&t.out);
+    after.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
+    let mut expected = before;
+    expected.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
+    assert!(
+        after == expected,
+        "a subtask that waited in vain changes nothing"
+    );
+
+    let waiting = std::thread::scope(|scope| {
+        let waiting = scope.spawn(|| open_at(1, &knows_it, 20_000).map(drop));
+        std::thread::sleep(std::time::Duration::from_millis(300));
+        open_at(0, &owns_it, 20_000)
+            .map(drop)
+            .expect("the owner finishes and retracts");
+        waiting.join().unwrap()
+    });
+    waiting.expect("subtask 1 goes on once the owner finished the commit");
+    assert!(part(&t.out, &t.h[0]).exists());
+    for h in [&t.h[1], &t.h[2], &p] {
+        assert!(!part(&t.out, h).exists(), "{} retracted", h.transaction);
+    }
+    assert_eq!(fs::read_dir(&layout.committing).unwrap().count(), 0);
+}
+
+/// A subtask restored with a share of the state notes the run's lineage
+/// before it waits for the ownership of its share (an earlier attempt still
+/// shutting down holds it): subtasks that got no share of the state wait
+/// for that note only for a while, and one that gave up would start fresh
+/// in a lineage of its own, which the run's note then refused at every
+/// later start (found by review).
+#[test]
+fn a_restored_subtask_notes_the_runs_lineage_before_it_waits_for_its_share() {
+    let t = three("run-lineage-first");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let run = twopc_core::RunId::new("run-b").unwrap();
+    let ctx = |attempt| {
+        twopc_core::SubtaskContext::new(sink.clone(), run.clone(), 0, 1)
+            .unwrap()
+            .with_attempt(attempt, 7)
+    };
+    let open_dest =
+        || twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
+    // Attempt 0 of the run still holds the share.
+    let mut holder = open_dest();
+    assert_eq!(
+        twopc_core::destination::Destination::claim_ownership(&mut holder, &ctx(0).owner_claim())
+            .unwrap(),
+        twopc_core::destination::Ownership::Acquired
+    );
+    let restore = Restore {
+        checkpoint: 3,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    std::thread::scope(|scope| {
+        let starting = scope.spawn(|| {
+            twopc_core::SubtaskSink::open(
+                open_dest(),
+                t.clock.clone(),
+                ctx(1),
+                SinkOptions {
+                    owner_wait_ms: 20_000,
+                    ..SinkOptions::default()
+                },
+                Some(&restore),
+                None,
+            )
+            .map(drop)
+        });
+        let mut noted = None;
+        for _ in 0..100 {
+            noted =
+                twopc_core::destination::Destination::run_lineage(&mut open_dest(), &run).unwrap();
+            if noted.is_some() {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        assert_eq!(
+            noted,
+            Some(t.state_at_1.lineage),
+            "the run's lineage is noted while the share is still held"
+        );
+        assert!(!starting.is_finished(), "the start waits for the share");
+        drop(holder);
+        starting
+            .join()
+            .unwrap()
+            .expect("the start goes on once the share is free");
+    });
+}
+
+/// A restore with fewer subtasks: subtask 1 of 2 looks after the share of
+/// old subtask 3 of 4. While old subtask 3 still runs (shutting down, it
+/// holds its share and could still commit there), the new subtask does not
+/// start next to it: it claims that share too, waits, and stops naming the
+/// holder; once the old subtask has ended, it starts (found by review: only
+/// its own index was claimed).
+#[test]
+fn a_subtask_claims_the_shares_it_looks_after_for_an_earlier_larger_parallelism() {
+    let t = three("leftover-shares");
+    let mut old3 = open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        3,
+        4,
+        SinkOptions::default(),
+        &t.clock,
+        None,
+    );
+    let pending = prepare_one(&mut old3, &["z"], 4);
+    let restore = Restore {
+        checkpoint: 3,
+        states: vec![t.state_at_1.clone()],
+        known: Vec::new(),
+    };
+    let start = || {
+        let sink = twopc_core::SinkId::new("orders").unwrap();
+        twopc_core::SubtaskSink::open(
+            twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap(),
+            t.clock.clone(),
+            twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new("run-b").unwrap(), 1, 2)
+                .unwrap(),
+            SinkOptions {
+                owner_wait_ms: 300,
+                ..SinkOptions::default()
+            },
+            Some(&restore),
+            None,
+        )
+        .map(drop)
+    };
+    let err = start().expect_err("old subtask 3 still holds its share");
+    let TwopcError::OwnedElsewhere(conflict) = &err else {
+        panic!("expected an ownership conflict, got {err}");
+    };
+    assert_eq!(conflict.ours.subtask, 3, "{err}");
+    assert!(err.to_string().contains("run-a"), "{err}");
+    drop(old3);
+    start().expect("the share is free once old subtask 3 has ended");
+    assert!(
+        !part(&t.out, &pending).exists(),
+        "its transaction was never committed"
+    );
+}
+
 /// A commit decided after the reconciled checkpoint but not finished is
 /// output of the range too: `twopc reconcile` refuses, naming it and the
 /// command that finishes it, and changes nothing; once finished, it is

@@ -47,12 +47,12 @@ use crate::clock::Clock;
 use crate::committer::Committer;
 use crate::config::{RewindPolicy, SinkOptions, SubtaskContext};
 use crate::destination::{
-    CommittedTransaction, Destination, LineageRecord, OwnerInfo, Ownership, StagedState,
-    StagedTransaction,
+    AbortStatus, CommittedTransaction, Destination, LineageRecord, OwnerClaim, OwnerInfo,
+    Ownership, StagedState, StagedTransaction,
 };
 use crate::error::{
-    ConfigError, ExistingOutput, OwnershipConflict, PreparedOnFreshStart, RewindDetected,
-    TwopcError,
+    ConfigError, DestinationError, DestinationErrorKind, ExistingOutput, OwnershipConflict,
+    PreparedOnFreshStart, RewindDetected, TwopcError,
 };
 use crate::handle::{HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
@@ -112,7 +112,6 @@ pub(crate) fn start<D: Destination, C: Clock>(
     restore: Option<&Restore>,
 ) -> Result<StartupReport, TwopcError> {
     let scope = ctx.scope();
-    claim_ownership(dest, clock, ctx, options)?;
     let scan_err = |action: &'static str| {
         let scope = scope.clone();
         move |source| TwopcError::Scan {
@@ -121,6 +120,27 @@ pub(crate) fn start<D: Destination, C: Clock>(
             source,
         }
     };
+    // A subtask with a share of the restored state records the run's
+    // lineage before anything that may wait (the ownership claim waits for
+    // an earlier attempt): subtasks that got no share wait for that record,
+    // and only for a while (found by review: recorded after the claim's
+    // wait, it came too late for them, one started fresh in a lineage of
+    // its own, and the run's note then refused every later start).
+    let restored_lineage = match restore {
+        Some(r) if !r.is_empty() => {
+            let lineage = restored_lineage(ctx, r)?;
+            dest.record_run_lineage(&ctx.run, lineage)
+                .map_err(scan_err(
+                    "recording the run's lineage (if the note names the lineage of a fresh start, \
+                 a subtask of this run that got no share of the restored state gave up \
+                 waiting for it and started fresh: stop the job, remove that note and restore \
+                 again)",
+                ))?;
+            Some(lineage)
+        }
+        _ => None,
+    };
+    claim_ownership(dest, clock, ctx, options)?;
 
     // A restore that gave this subtask no share of the sink's state: the
     // parallelism grew (other subtasks have shares and record the run's
@@ -128,59 +148,64 @@ pub(crate) fn start<D: Destination, C: Clock>(
     // sink, or its uid or sink id changed): then it starts as a fresh start
     // would, and the fresh-start rules refuse output it could duplicate.
     let mut without_state = None;
-    let restore = match restore {
-        None => None,
-        Some(r) if !r.is_empty() => Some(r),
-        Some(r) => match wait_for_run_lineage(dest, clock, ctx, options, r.checkpoint)? {
+    match (restore, restored_lineage) {
+        (None, _) => {}
+        (Some(r), Some(lineage)) => {
+            return restored_start(dest, clock, committer, ctx, options, r, lineage)
+        }
+        (Some(r), None) => match wait_for_run_lineage(dest, clock, ctx, options, r.checkpoint)? {
             Some(lineage) => {
                 return restored_start(dest, clock, committer, ctx, options, r, lineage)
             }
-            None => {
-                without_state = Some(r.checkpoint);
-                None
-            }
+            // The run's lineage is noted only once the fresh-start checks
+            // passed (below): noted before, a refused start would leave a
+            // note that lets the next attempt's subtasks skip them.
+            None => without_state = Some(r.checkpoint),
         },
-    };
-    let Some(restore) = restore else {
-        let lineage = LineageId::of_fresh_run(&ctx.run);
-        let staged = dest
-            .staged()
-            .map_err(scan_err("listing staged transactions at a fresh start"))?;
-        refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
-        let lineages = dest
-            .lineages()
-            .map_err(scan_err("reading committed lineages at a fresh start"))?;
-        let earlier: Vec<_> = lineages
-            .into_iter()
-            .filter(|l| l.lineage != lineage)
-            .collect();
-        if !earlier.is_empty() && !options.fresh_start.appends() {
-            return Err(TwopcError::ExistingOutputOnFreshStart(Box::new(
-                ExistingOutput {
-                    scope,
-                    lineages: earlier,
-                    restored_without_state: without_state,
-                },
-            )));
-        }
-        let aborted = resolve_leftovers(dest, clock, committer, ctx, &staged)?;
-        dest.record_lineage(&LineageRecord {
-            lineage,
-            run: ctx.run.clone(),
-            started_at_ms: clock.now_ms(),
-            appended: !earlier.is_empty(),
-        })
-        .map_err(scan_err("recording the new lineage"))?;
-        dest.record_run_lineage(&ctx.run, lineage)
-            .map_err(scan_err("recording the run's lineage"))?;
-        return Ok(StartupReport {
-            lineage,
-            fresh: true,
-            aborted,
-            retracted: Vec::new(),
-        });
-    };
+    }
+    // A fresh start.
+    let lineage = LineageId::of_fresh_run(&ctx.run);
+    let staged = dest
+        .staged()
+        .map_err(scan_err("listing staged transactions at a fresh start"))?;
+    refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
+    let lineages = dest
+        .lineages()
+        .map_err(scan_err("reading committed lineages at a fresh start"))?;
+    let earlier: Vec<_> = lineages
+        .into_iter()
+        .filter(|l| l.lineage != lineage)
+        .collect();
+    if !earlier.is_empty() && !options.fresh_start.appends() {
+        return Err(TwopcError::ExistingOutputOnFreshStart(Box::new(
+            ExistingOutput {
+                scope,
+                lineages: earlier,
+                restored_without_state: without_state,
+            },
+        )));
+    }
+    let aborted = resolve_leftovers(dest, clock, committer, ctx, &staged)?;
+    dest.record_lineage(&LineageRecord {
+        lineage,
+        run: ctx.run.clone(),
+        started_at_ms: clock.now_ms(),
+        appended: !earlier.is_empty(),
+    })
+    .map_err(scan_err("recording the new lineage"))?;
+    dest.record_run_lineage(&ctx.run, lineage)
+        .map_err(scan_err("recording the run's lineage"))?;
+    Ok(StartupReport {
+        lineage,
+        fresh: true,
+        aborted,
+        retracted: Vec::new(),
+    })
+}
 
+/// The lineage of a non-empty share of restored state, after checking that
+/// it is this sink's and of one lineage.
+fn restored_lineage(ctx: &SubtaskContext, restore: &Restore) -> Result<LineageId, TwopcError> {
     for h in restore.handles() {
         if h.sink != ctx.sink {
             return Err(wrong_sink(ctx, &h.sink, Some(&h.transaction)));
@@ -196,7 +221,7 @@ pub(crate) fn start<D: Destination, C: Clock>(
         .collect();
     if lineages.len() > 1 {
         return Err(TwopcError::State {
-            scope,
+            scope: ctx.scope(),
             source: HandleError::Invalid(format!(
                 "restored transactions come from {} different lineages ({lineages:?}); state of \
                  unrelated runs was merged",
@@ -204,11 +229,7 @@ pub(crate) fn start<D: Destination, C: Clock>(
             )),
         });
     }
-    let lineage = *lineages.first().expect("a non-empty share names a lineage");
-    // For this run's subtasks that got no share (see `wait_for_run_lineage`).
-    dest.record_run_lineage(&ctx.run, lineage)
-        .map_err(scan_err("recording the run's lineage"))?;
-    restored_start(dest, clock, committer, ctx, options, restore, lineage)
+    Ok(*lineages.first().expect("a non-empty share names a lineage"))
 }
 
 /// The checks of a start from restored state in `lineage`.
@@ -222,12 +243,50 @@ fn restored_start<D: Destination, C: Clock>(
     lineage: LineageId,
 ) -> Result<StartupReport, TwopcError> {
     let retracted = check_rewind(dest, clock, committer, ctx, options, restore, lineage)?;
+    let aborted = abort_prepared_after(dest, ctx, lineage, restore.checkpoint)?;
     Ok(StartupReport {
         lineage,
         fresh: false,
-        aborted: Vec::new(),
+        aborted,
         retracted,
     })
+}
+
+/// Aborts the transactions this subtask owns that were prepared in the
+/// restored lineage for a checkpoint after the restored one. No restored
+/// state holds them (a checkpoint's state holds handles prepared for it or
+/// earlier: a writer prepares for at most the checkpoint it snapshots), so
+/// nothing will ever commit them. They go now rather than with the other
+/// lingering ones at the first completed checkpoint: until then they hold
+/// their locks, and at a destination with locks (PostgreSQL, a unique key
+/// that the replay writes again) the replay would wait for them, and no
+/// checkpoint would ever complete (found by review).
+fn abort_prepared_after<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    lineage: LineageId,
+    restored: CheckpointId,
+) -> Result<Vec<TransactionId>, TwopcError> {
+    let staged = dest.staged().map_err(|source| TwopcError::Scan {
+        scope: ctx.scope(),
+        action: "listing staged transactions after a restore",
+        source,
+    })?;
+    let mut aborted = Vec::new();
+    for s in staged.iter().filter(|s| ctx.owns(s.subtask)) {
+        if matches!(&s.state, StagedState::Prepared(h)
+            if h.lineage == lineage && h.checkpoint() > Some(restored))
+        {
+            abort_one(
+                dest,
+                ctx,
+                s,
+                "prepared for a checkpoint after the restored one: no restored state holds it",
+            )?;
+            aborted.push(s.transaction.clone());
+        }
+    }
+    Ok(aborted)
 }
 
 fn wrong_sink(ctx: &SubtaskContext, found: &SinkId, txn: Option<&TransactionId>) -> TwopcError {
@@ -377,14 +436,60 @@ const OWNER_POLL_MS: u64 = 200;
 
 /// Claims this subtask's share of the sink at the destination (see the
 /// module docs), waiting up to `owner_wait_ms` for a holder that may be
-/// shutting down.
+/// shutting down; then the shares it looks after for a larger parallelism
+/// of an earlier run.
 fn claim_ownership<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
     ctx: &SubtaskContext,
     options: &SinkOptions,
 ) -> Result<(), TwopcError> {
-    let claim = ctx.owner_claim();
+    claim_share(dest, clock, ctx, options, ctx.subtask)?;
+    claim_leftover_shares(dest, clock, ctx, options)
+}
+
+/// Claims, and holds as its own, the shares of subtask indexes at or above
+/// this run's parallelism that this subtask looks after (`owns`: left by a
+/// run with more subtasks) and that still hold staged transactions. A
+/// subtask of that run that is still shutting down holds its share while
+/// it runs, and could otherwise finish a commit there after this run's
+/// rewind check passed (the replay writing its records again) or abort
+/// what this run restored (found by review).
+fn claim_leftover_shares<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+) -> Result<(), TwopcError> {
+    let shares: BTreeSet<u32> = dest
+        .staged()
+        .map_err(|source| TwopcError::Scan {
+            scope: ctx.scope(),
+            action: "listing staged transactions for the shares of an earlier parallelism",
+            source,
+        })?
+        .iter()
+        .map(|s| s.subtask)
+        .filter(|&k| k >= ctx.parallelism && ctx.owns(k))
+        .collect();
+    for k in shares {
+        claim_share(dest, clock, ctx, options, k)?;
+    }
+    Ok(())
+}
+
+/// Claims the share of subtask index `subtask` for this subtask.
+fn claim_share<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    subtask: u32,
+) -> Result<(), TwopcError> {
+    let claim = OwnerClaim {
+        subtask,
+        ..ctx.owner_claim()
+    };
     let deadline = clock.now_ms().saturating_add(options.owner_wait_ms);
     loop {
         let holder = match dest.claim_ownership(&claim) {
@@ -409,9 +514,8 @@ fn claim_ownership<D: Destination, C: Clock>(
             })));
         }
         log::info!(
-            "{}: waiting for the destination's share of subtask {} to be released by {}",
+            "{}: waiting for the destination's share of subtask {subtask} to be released by {}",
             ctx.scope(),
-            ctx.subtask,
             holder.holder
         );
         clock.sleep_ms(OWNER_POLL_MS);
@@ -499,24 +603,12 @@ fn check_rewind<D: Destination, C: Clock>(
                 source,
             })
     };
+    // Claims first, then records: a commit claims, records, publishes and
+    // only then drops its claim, so one that finishes between the two reads
+    // is seen by one of them (found by review: in the other order it could
+    // slip between both).
+    let decided = decided_after(dest, ctx, lineage, restore.checkpoint)?;
     let mut later = read_later(dest)?;
-    let decided: Vec<TransactionHandle> = dest
-        .staged()
-        .map_err(|source| TwopcError::Scan {
-            scope: scope.clone(),
-            action: "listing staged transactions for rewind detection",
-            source,
-        })?
-        .into_iter()
-        .filter_map(|s| match s.state {
-            StagedState::Committing(h)
-                if h.lineage == lineage && h.checkpoint() > Some(restore.checkpoint) =>
-            {
-                Some(h)
-            }
-            _ => None,
-        })
-        .collect();
     if later.is_empty() && decided.is_empty() {
         return Ok(later);
     }
@@ -542,11 +634,27 @@ fn check_rewind<D: Destination, C: Clock>(
             })))
         }
         RewindPolicy::ReplaceRange => {
+            let known: HashSet<&TransactionId> =
+                restore.handles().map(|h| &h.transaction).collect();
             // A decided commit is finished first (by its owner, as the
             // lingering cleanup would), then retracted with the rest.
             let mut finished = false;
             for h in decided.iter().filter(|h| ctx.owns(h.subtask)) {
                 roll_forward(dest, clock, committer, ctx, h)?;
+                finished = true;
+            }
+            // One that another subtask owns but this one is to retract (its
+            // restored state knows it, see below) is retracted only once its
+            // owner has finished it: a retraction next to a commit still
+            // publishing would leave the output visible without a record,
+            // and the re-run would write it again (found by review).
+            let owned_elsewhere: Vec<&TransactionId> = decided
+                .iter()
+                .filter(|h| !ctx.owns(h.subtask) && known.contains(&h.transaction))
+                .map(|h| &h.transaction)
+                .collect();
+            if !owned_elsewhere.is_empty() {
+                await_finished_elsewhere(dest, clock, ctx, options, &owned_elsewhere)?;
                 finished = true;
             }
             if finished {
@@ -564,8 +672,6 @@ fn check_rewind<D: Destination, C: Clock>(
             // order the subtasks start in (found by the simulation: the
             // abort was refused as misuse and the job restarted in a loop).
             // Retraction is repeatable, so two subtasks doing it is fine.
-            let known: HashSet<&TransactionId> =
-                restore.handles().map(|h| &h.transaction).collect();
             let mine: Vec<CommittedTransaction> = later
                 .into_iter()
                 .filter(|c| ctx.owns(c.subtask) || known.contains(&c.transaction))
@@ -589,6 +695,91 @@ fn check_rewind<D: Destination, C: Clock>(
             }
             Ok(mine)
         }
+    }
+}
+
+/// The commits of `lineage` decided for a checkpoint after `after` and not
+/// finished yet (claimed, at the destination).
+fn decided_after<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    lineage: LineageId,
+    after: CheckpointId,
+) -> Result<Vec<TransactionHandle>, TwopcError> {
+    Ok(dest
+        .staged()
+        .map_err(|source| TwopcError::Scan {
+            scope: ctx.scope(),
+            action: "listing staged transactions for rewind detection",
+            source,
+        })?
+        .into_iter()
+        .filter_map(|s| match s.state {
+            StagedState::Committing(h) if h.lineage == lineage && h.checkpoint() > Some(after) => {
+                Some(h)
+            }
+            _ => None,
+        })
+        .collect())
+}
+
+/// Waits until the decided commits `transactions`, which other subtasks
+/// own and finish at their own start, are finished (no longer claimed), for
+/// as long as a start waits for an owner (`owner_wait_ms`).
+fn await_finished_elsewhere<D: Destination, C: Clock>(
+    dest: &mut D,
+    clock: &C,
+    ctx: &SubtaskContext,
+    options: &SinkOptions,
+    transactions: &[&TransactionId],
+) -> Result<(), TwopcError> {
+    let deadline = clock.now_ms().saturating_add(options.owner_wait_ms);
+    loop {
+        let claimed: Vec<TransactionId> = dest
+            .staged()
+            .map_err(|source| TwopcError::Scan {
+                scope: ctx.scope(),
+                action: "listing staged transactions for rewind detection",
+                source,
+            })?
+            .into_iter()
+            .filter(|s| {
+                matches!(s.state, StagedState::Committing(_))
+                    && transactions.contains(&&s.transaction)
+            })
+            .map(|s| s.transaction)
+            .collect();
+        let Some(first) = claimed.first() else {
+            return Ok(());
+        };
+        if clock.now_ms() >= deadline {
+            return Err(TwopcError::Destination {
+                scope: ctx.scope(),
+                action: "retracting (rewind)",
+                transaction: first.clone(),
+                consequence: "Nothing was retracted; the next start waits again.",
+                source: DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "its commit was decided for a checkpoint after the restored one and \
+                         is still being finished by the subtask that owns it ({} decided \
+                         commit(s) waited for: {}); it is retracted once finished",
+                        claimed.len(),
+                        claimed
+                            .iter()
+                            .map(|t| t.as_str())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                ),
+            });
+        }
+        log::info!(
+            "{}: waiting for the decided commit of {first} to be finished by its owner \
+             before retracting it",
+            ctx.scope()
+        );
+        clock.sleep_ms(OWNER_POLL_MS);
     }
 }
 
@@ -694,15 +885,33 @@ fn abort_one<D: Destination>(
         ctx.scope(),
         s.transaction
     );
-    dest.abort(&s.transaction)
-        .map(|_| ())
+    let status = dest
+        .abort(&s.transaction)
         .map_err(|source| TwopcError::Destination {
             scope: ctx.scope(),
             action: "aborting",
             transaction: s.transaction.clone(),
             consequence: "Its data stays invisible; the next start retries the abort.",
             source,
-        })
+        })?;
+    match status {
+        AbortStatus::Aborted | AbortStatus::NotFound => Ok(()),
+        // Listed as staged, found committed: a commit claimed it (a claim
+        // whose marker cannot be read lists as prepared) or finished it
+        // since. Never reported as aborted (found by review).
+        AbortStatus::WasCommitted => Err(TwopcError::Destination {
+            scope: ctx.scope(),
+            action: "aborting",
+            transaction: s.transaction.clone(),
+            consequence: "Nothing was aborted. Inspect it with `twopc inspect`: if its handle is \
+                          damaged, finish it with `twopc decide --commit` or restore a \
+                          checkpoint that holds it.",
+            source: DestinationError::new(
+                DestinationErrorKind::Corrupt,
+                format!("it was listed as staged ({why}) but is committed or being committed"),
+            ),
+        }),
+    }
 }
 
 /// Expires staged transactions this subtask owns that outlived the

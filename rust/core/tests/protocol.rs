@@ -1085,3 +1085,39 @@ fn a_recovery_commit_is_never_deferred_past_the_owners_lingering_cleanup() {
     assert!(report.failures.is_empty(), "{report:?}");
     assert_eq!(visible(&store), vec!["n1", "r0", "r1", "r2"]);
 }
+
+/// A transaction prepared for a checkpoint after the restored one is in no
+/// restored state, so nothing will ever commit it. Its owner aborts it at
+/// the start, not at the first completed checkpoint: until then it would
+/// hold its locks, and a replay that waits for them (PostgreSQL, a unique
+/// key written again) would keep every checkpoint from completing. One
+/// prepared for the restored checkpoint is left to the recovery commit.
+#[test]
+fn a_transaction_prepared_after_the_restored_checkpoint_is_aborted_at_the_start() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h1 = prepared(&mut s, &["a"], 1);
+    let state = s.writer_state();
+    let h2 = prepared(&mut s, &["b"], 2);
+    drop(s);
+    let restore = Restore {
+        checkpoint: 1,
+        states: vec![state],
+        known: vec![h1.clone()],
+    };
+    let (mut s, report) = SubtaskSink::open(
+        store.destination(&sink_id()),
+        &clock,
+        ctx("run1", 0, 1).with_attempt(1, 0),
+        options(),
+        Some(&restore),
+        Some(2),
+    )
+    .unwrap();
+    assert_eq!(report.aborted, vec![h2.transaction.clone()]);
+    let staged = store.staged_ids();
+    assert!(!staged.contains(&h2.transaction), "{staged:?}");
+    assert!(staged.contains(&h1.transaction), "{staged:?}");
+    s.commit(&h1).unwrap();
+    assert_eq!(visible(&store), vec!["a"]);
+}

@@ -354,13 +354,12 @@ impl FsDestination {
     }
 
     fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
-        if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
-            return Ok(format!(
-                "its staged data was removed by retention cleanup at {} (tombstone {})",
-                twopc_core::timefmt::utc(at),
-                self.dirs.expired.child(txn.as_str()).display()
-            ));
-        }
+        // The trash first, the tombstone second: an expiry writes its
+        // tombstone before it empties the trash, so a removal that is over
+        // by the first look has its tombstone in place for the second. (In
+        // the other order an expiry could finish between the two looks, and
+        // its transaction read as removed outside twopc; found by the race
+        // test of commit against expiry.)
         let trash = &self.dirs.trash;
         let removed = trash
             .entries()
@@ -368,6 +367,13 @@ impl FsDestination {
             .into_iter()
             .filter_map(|e| e.name)
             .any(|n| names::parse_trash_name(&n).as_ref() == Some(txn));
+        if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
+            return Ok(format!(
+                "its staged data was removed by retention cleanup at {} (tombstone {})",
+                twopc_core::timefmt::utc(at),
+                self.dirs.expired.child(txn.as_str()).display()
+            ));
+        }
         if removed {
             return Ok(format!(
                 "its staged data is being removed (its remains are in {}): claimed by an abort \
@@ -1277,9 +1283,22 @@ impl Destination for FsDestination {
             // out: see `retract_folded`).
             return self.retract_folded(committed);
         };
-        // `read_commit_record` checked the file name: a single component,
-        // this transaction's output name, so nothing else can be removed.
+        // `read_commit_record` checked the file name: a single component
+        // that names this transaction. Removed only when it is the name this
+        // sink gives it: another sink's output can look the same with a
+        // longer prefix (`part-t-s.1…` is `part-t` + ours or `part` + sink
+        // `t-s`'s), and a forged record must not remove it (found by review).
         if let Some(file) = &record.file {
+            let ours = self.part_name(&committed.transaction);
+            if file != &ours {
+                return Err(self.corrupt(format!(
+                    "commit record {name} names the output file {file}, but this sink names \
+                     the output of {} {ours}: the record was altered, or the part prefix or \
+                     suffix changed since the commit. Nothing was removed; if {file} is this \
+                     transaction's output, remove it and the record by hand",
+                    committed.transaction
+                )));
+            }
             if self
                 .output
                 .unlink(file)
@@ -1477,7 +1496,7 @@ impl Destination for FsDestination {
         let (segments, _) = self.history().list()?;
         for s in &segments {
             let e = by.entry(s.lineage).or_insert((0, s.last));
-            e.0 += s.transactions;
+            e.0 = e.0.saturating_add(s.transactions);
             e.1 = e.1.max(s.last);
         }
         let records = self.reader().lineage_records(Some(&self.dirs.lineages))?;

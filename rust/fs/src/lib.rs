@@ -34,4 +34,4 @@ pub use inventory::{inventory, inventory_with, Depth, Layout, SinkInventory};
 pub use names::{
     check_part_name, commit_record_name, parse_commit_record_name, part_name, CONTROL_DIR,
 };
-pub use staged::{stop_writeback, IoMode};
+pub use staged::{stop_writeback, IoMode, WritebackStop};

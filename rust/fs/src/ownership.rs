@@ -30,6 +30,8 @@ use crate::dir::Dir;
 /// counts as unreadable (about half a second in all).
 const CLAIM_READ_ATTEMPTS: u32 = 25;
 const CLAIM_READ_PAUSE_MS: u64 = 20;
+/// More than any claim this module writes (`render`).
+const MAX_CLAIM_BYTES: u64 = 4096;
 
 /// Tries to take the lock of `claim.subtask` in `owners`. On success the
 /// returned file holds it (drop it to release).
@@ -48,7 +50,12 @@ pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, 
             for _ in 0..CLAIM_READ_ATTEMPTS {
                 text.clear();
                 file.seek(SeekFrom::Start(0))?;
-                file.read_to_string(&mut text).ok();
+                // A claim is a few hundred bytes; a larger file is not one,
+                // and is not read whole (25 times over) into memory.
+                (&mut file)
+                    .take(MAX_CLAIM_BYTES)
+                    .read_to_string(&mut text)
+                    .ok();
                 parsed = parse(&text, &claim.sink, claim.subtask);
                 if parsed.is_some() {
                     break;

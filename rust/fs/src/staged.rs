@@ -295,20 +295,20 @@ mod writeback {
 
     /// Stops the thread for good (later requests are ignored: prepare syncs
     /// every file itself, so nothing is lost). Waits up to `wait` for a sync
-    /// under way to finish; returns whether a thread ran and has ended.
+    /// under way to finish.
     ///
     /// The wait polls instead of blocking on a channel: a blocking receive
     /// gives the calling thread a thread-local with a destructor in this
     /// library, and glibc then keeps the library mapped for as long as that
     /// thread lives, which, for a JVM thread, defeats the release.
-    pub(crate) fn stop(wait: Duration) -> bool {
+    pub(crate) fn stop(wait: Duration) -> super::WritebackStop {
         let worker = {
             let mut slot = worker();
             STOPPED.store(true, Ordering::SeqCst);
             slot.take()
         };
         let Some(Worker { requests, thread }) = worker else {
-            return false;
+            return super::WritebackStop::NeverRan;
         };
         drop(requests); // ends the thread's loop
         let deadline = Instant::now() + wait;
@@ -319,12 +319,12 @@ mod writeback {
                      ends when that sync returns",
                     twopc_core::timefmt::exact(wait.as_millis() as u64)
                 );
-                return false;
+                return super::WritebackStop::StillRunning;
             }
             std::thread::sleep(Duration::from_millis(5));
         }
         let _ = thread.join();
-        true
+        super::WritebackStop::Ended
     }
 
     /// Asks for `file`'s written data to be synced in the background.
@@ -353,14 +353,26 @@ mod writeback {
     }
 }
 
+/// What [`stop_writeback`] found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WritebackStop {
+    /// No write-back thread was started.
+    NeverRan,
+    /// The thread ran and has ended.
+    Ended,
+    /// The thread is still in a sync after the wait (a disk that does not
+    /// answer); it ends when that sync returns.
+    StillRunning,
+}
+
 /// Stops the background write-back thread for good, if one runs, waiting
-/// up to `wait` for a sync under way; returns whether one ran and ended.
+/// up to `wait` for a sync under way.
 /// Later writes go without background write-back (prepare still syncs
 /// everything). For the unloading of the library that holds this code (a
 /// JVM unloads a job's copy of it when the job's class loader is released):
 /// no thread of ours may still run code of a copy that is about to be
 /// unmapped, and none may start after.
-pub fn stop_writeback(wait: std::time::Duration) -> bool {
+pub fn stop_writeback(wait: std::time::Duration) -> WritebackStop {
     writeback::stop(wait)
 }
 
@@ -429,7 +441,11 @@ mod tests {
             // start none.
             assert_eq!(
                 stop_writeback(std::time::Duration::from_secs(10)),
-                round == 0,
+                if round == 0 {
+                    WritebackStop::Ended
+                } else {
+                    WritebackStop::NeverRan
+                },
                 "round {round}"
             );
         }

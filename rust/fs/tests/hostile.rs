@@ -286,3 +286,87 @@ fn control_file_decoders_reject_every_truncation_and_bit_flip() {
         }
     }
 }
+
+/// A claim whose prepare marker was damaged lists as prepared and
+/// unreadable: a fresh start whose policy aborts prepared leftovers must
+/// not report it aborted (an abort never touches a claimed commit), but
+/// stop and name it, and the claim stays for `twopc decide`.
+#[test]
+fn a_claimed_commit_with_a_damaged_marker_is_never_reported_aborted() {
+    let t = TempDir::new("damaged-claim");
+    let mut d = dest(&t.0);
+    let h = stage(&mut d, 1, 5, &["x"]);
+    let claimed = d.layout().committing.join(h.transaction.as_str());
+    fs::rename(d.layout().staging_dir(&h.transaction), &claimed).unwrap();
+    fs::write(claimed.join("prepared"), b"garbage").unwrap();
+    drop(d);
+    let ctx =
+        twopc_core::SubtaskContext::new(sink(), twopc_core::RunId::new("job-2").unwrap(), 0, 1)
+            .unwrap();
+    let options = twopc_core::SinkOptions {
+        fresh_start: twopc_core::FreshStartPolicy::AbortPrepared,
+        owner_wait_ms: 0,
+        ..Default::default()
+    };
+    let err = twopc_core::SubtaskSink::open(
+        dest(&t.0),
+        twopc_core::SystemClock,
+        ctx,
+        options,
+        None,
+        None,
+    )
+    .err()
+    .expect("a fresh start must not take a claimed commit for an aborted leftover");
+    let msg = err.to_string();
+    assert!(msg.contains(h.transaction.as_str()), "{msg}");
+    assert!(msg.contains("committed or being committed"), "{msg}");
+    assert!(msg.contains("twopc decide --commit"), "{msg}");
+    assert!(claimed.join("data").exists(), "the claim is left as it was");
+    assert!(visible_files(&t.0).is_empty());
+}
+
+/// `part-t-clicks.0.…` is this sink's name for a transaction of sink
+/// `clicks` only with the part prefix `part-t`; with the default prefix it
+/// is the output of sink `t-clicks`. A forged commit record of sink
+/// `clicks` naming it must not make a retraction delete the other sink's
+/// committed output.
+#[test]
+fn a_forged_record_cannot_make_a_retraction_delete_another_sinks_output() {
+    let t = TempDir::new("other-sinks-output");
+    let other = twopc_core::ids::SinkId::new("t-clicks").unwrap();
+    let mut od = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.0), &other).unwrap();
+    let other_txn = twopc_core::ids::TransactionId::compose(&other, 0, 0xabcdef, 1);
+    let oh = twopc_core::handle::TransactionHandle {
+        transaction: other_txn.clone(),
+        sink: other.clone(),
+        ..handle(1, Some(5), &["x"])
+    };
+    od.begin(&oh).unwrap();
+    od.write(&other_txn, batch(&["x"]).batch()).unwrap();
+    od.prepare(&oh).unwrap();
+    assert_eq!(od.commit(&oh, 1).unwrap(), CommitStatus::Committed);
+    let victim = t.0.join(format!("part-{other_txn}"));
+    assert!(victim.exists());
+
+    let mut d = dest(&t.0);
+    let h = handle(1, Some(5), &["x"]);
+    let forged = CommitRecord {
+        handle: h.clone(),
+        file: Some(format!("part-{other_txn}")),
+        data_len: 2,
+        committed_at_ms: 1,
+    };
+    let name = commit_record_name(LineageId(7), 5, &h.transaction);
+    fs::write(
+        d.layout().committed.join(&name),
+        forge(&ControlFile::Committed(forged)),
+    )
+    .unwrap();
+    let later = d.committed_after(LineageId(7), 4).unwrap();
+    assert_eq!(later.len(), 1);
+    let err = d.retract(&later[0]).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("Nothing was removed"), "{err}");
+    assert!(victim.exists(), "the other sink's output is untouched");
+}

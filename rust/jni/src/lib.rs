@@ -28,6 +28,7 @@ mod error;
 mod failpoints;
 mod logging;
 mod open;
+mod pin;
 mod registry;
 
 use std::ffi::c_void;
@@ -641,7 +642,24 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_release0<'l>(
         // Bounded: the hook runs on a TaskManager thread that must not hang
         // on a stuck disk. A thread still syncing then ends on its own.
         let stopped = twopc_fs::stop_writeback(std::time::Duration::from_secs(10));
-        log::debug!(target: "twopc::jni", "library released (write-back thread stopped: {stopped})");
+        if stopped != twopc_fs::WritebackStop::StillRunning {
+            log::debug!(target: "twopc::jni", "library released (write-back thread: {stopped:?})");
+        } else {
+            // Unloaded under a running thread, the JVM would crash (`pin`).
+            let pinned = pin::keep_this_library_loaded();
+            log::warn!(
+                target: "twopc::jni",
+                "the write-back thread did not stop within 10 s (a disk that does not answer?); \
+                 {}",
+                if pinned {
+                    "this copy of the native library stays loaded so that the thread cannot \
+                     run into unloaded code"
+                } else {
+                    "the native library could not be kept loaded: if the thread is still \
+                     running when the JVM unloads it, the process may crash"
+                }
+            );
+        }
         Ok(jint::try_from(open.len()).unwrap_or(jint::MAX))
     })
     .resolve::<ThrowJava>()

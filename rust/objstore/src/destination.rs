@@ -1383,7 +1383,20 @@ impl Destination for ObjectStoreDestination {
             // Single or folded; none when retracted already (a folded copy
             // may still be on its way out: `retract_folded` sees to it).
             if let Some(record) = self.read_commit_record(&name).await? {
-                // The record was checked: its key is this transaction's object.
+                // The record was checked: its key names this transaction.
+                // Deleted only when it is the key this sink gives it: another
+                // sink's object can look the same with a longer part prefix
+                // (found by review).
+                let ours = self.layout.part_key(&committed.transaction);
+                if record.key != ours {
+                    return Err(self.corrupt(format!(
+                        "commit record {name} names the object {}, but this sink names the \
+                         output of {} {ours}: the record was altered, or the part prefix or \
+                         suffix changed since the commit. Nothing was deleted; if it is this \
+                         transaction's output, delete it and the record by hand",
+                        record.key, committed.transaction
+                    )));
+                }
                 self.delete(&record.key).await?;
             }
             self.delete(&self.layout.control(COMMITTED, &name)).await?;

@@ -817,3 +817,44 @@ fn a_completion_between_the_looks_of_a_failed_commit_is_not_missing() {
     );
     assert_eq!(object(&d0, 1), Some(lines(&recs)));
 }
+
+/// `part-t-orders.0.…` is this sink's key for a transaction of sink
+/// `orders` only with the part prefix `part-t`; with the default prefix it
+/// is an object of sink `t-orders`. A forged commit record naming it must
+/// not make a retraction delete it (found by review).
+#[test]
+fn a_forged_record_cannot_make_a_retraction_delete_another_sinks_object() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let recs = records(2, 10, 1);
+    let h = stage(&mut d, 1, 3, &recs);
+    let ours = d.layout().part_key(&h.transaction);
+    let name = ours.rsplit('/').next().unwrap();
+    let victim = format!(
+        "{}part-t-{}",
+        &ours[..ours.len() - name.len()],
+        name.strip_prefix("part-").unwrap()
+    );
+    put_raw(&d, &victim, b"another sink's output\n");
+    let forged =
+        twopc_objstore::control::ControlObject::Committed(twopc_objstore::control::CommitRecord {
+            handle: h.clone(),
+            key: victim.clone(),
+            size: 22,
+            e_tag: String::new(),
+            committed_at_ms: 1,
+        });
+    let record_key = d
+        .layout()
+        .commit_record_key(LineageId(7), 3, &h.transaction);
+    put_raw(&d, &record_key, &twopc_objstore::control::encode(&forged));
+    let later = d.committed_after(LineageId(7), 2).unwrap();
+    assert_eq!(later.len(), 1, "{later:?}");
+    let err = d.retract(&later[0]).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    assert!(err.to_string().contains("Nothing was deleted"), "{err}");
+    assert!(
+        head(&d, &victim).is_some(),
+        "the other sink's object is untouched"
+    );
+}

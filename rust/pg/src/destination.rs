@@ -92,7 +92,9 @@
 //!
 //! The writer session holds a session-level advisory lock per sink and
 //! subtask (`pg_try_advisory_lock`), released by the server when the
-//! session ends, however the process died. The holder's claim (run,
+//! session ends, however the process died. The lock is per sink id and
+//! database, not per control schema: prepared transactions are found by
+//! the sink id in their names across the database. The holder's claim (run,
 //! attempt, operator instance, backend pid) is written to `twopc_owners`
 //! so that a refused second owner can be told who holds it. A writer whose
 //! session was reconnected takes the lock again before its next statement,
@@ -109,6 +111,8 @@
 //! "busy" (55000), which is again `Err` and retried.
 
 mod history;
+mod lock_wait;
+mod mode_switch;
 mod sinks;
 
 pub use sinks::SinkRecord;
@@ -140,9 +144,31 @@ use crate::rows::{self, LineMap};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 
-/// The writer session never has its open transaction cut by the server
-/// for idling between checkpoints: a cut would fail the next checkpoint.
-const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0";
+/// Run at the start of every writer session. The transactional mode's
+/// COPY is one statement, in one transaction, that lasts a whole checkpoint
+/// interval and idles between batches, so none of the server's limits on
+/// those may cut it: a role's or database's `statement_timeout`,
+/// `idle_in_transaction_session_timeout` or (PostgreSQL 17 and newer)
+/// `transaction_timeout` shorter than the interval would fail every
+/// checkpoint. `transaction_timeout` is set through `set_config` in a
+/// `SELECT` that older servers skip: they refuse the name.
+///
+/// `lock_timeout` is the opposite: without one, a write blocked by a lock
+/// waits forever, and the lock that never goes away by itself is a
+/// prepared transaction left by a job that no longer runs (it keeps its row
+/// locks across restarts). With a bound the write fails, naming the
+/// prepared transactions that hold locks on the table (see the `lock_wait`
+/// module). One minute: far longer than the writer waits for anything that
+/// is going to end (a previous checkpoint's commit, a concurrent writer of
+/// the same key), shorter than Flink's default checkpoint timeout. A
+/// `lock_timeout` set for the sink's user or database (or in the
+/// connection's options) is kept: it is an operator's choice.
+const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0; \
+     SET statement_timeout = 0; \
+     SELECT set_config('transaction_timeout', '0', false) \
+       WHERE current_setting('server_version_num')::int >= 170000; \
+     SELECT set_config('lock_timeout', '1min', false) \
+       WHERE current_setting('lock_timeout') = '0'";
 
 /// What the open transaction's COPY is called in errors.
 const COPY_OP: &str = "COPY into the open transaction";
@@ -235,7 +261,9 @@ struct TxnSql {
 
 enum ModeSql {
     Transactional(Box<TxnSql>),
-    Idempotent(IdempotentSql),
+    /// With the transactional mode's statements, for what a transactional
+    /// run of the same sink left prepared (see the `mode_switch` module).
+    Idempotent(IdempotentSql, Box<TxnSql>),
 }
 
 /// The PostgreSQL destination of one subtask: two sessions (writer and
@@ -258,6 +286,9 @@ pub struct PgDestination {
     upsert_until_prepare: bool,
     /// The ownership this destination holds (see the module docs).
     owner: Option<OwnedShare>,
+    /// Shares of an earlier, larger parallelism this subtask looks after,
+    /// claimed after its own and held in the same session.
+    leftover_shares: Vec<OwnedShare>,
     /// The history segments' table is known to exist (see
     /// [`history`]).
     segments_known: bool,
@@ -277,10 +308,15 @@ struct OwnedShare {
 }
 
 /// The advisory lock key of a sink's share: a stable 64-bit hash (FNV-1a)
-/// of a fixed tag, the control schema, the sink id and the subtask, so two
-/// sinks, or one sink in two control schemas, never share a key.
-fn owner_lock_key(control_schema: &str, sink: &SinkId, subtask: u32) -> i64 {
-    lock_key(&format!("twopc-owner\0{control_schema}\0{sink}\0{subtask}"))
+/// of a fixed tag, the sink id and the subtask, so two sinks never share a
+/// key. Not the control schema: a sink's transactions are PostgreSQL's
+/// prepared transactions, which belong to the database and are found by the
+/// sink id in their name, whatever schema the handles are kept in. Two jobs
+/// with one sink id in two control schemas would each take the other's for
+/// leftovers and roll them back, so the second is refused like any second
+/// owner.
+fn owner_lock_key(sink: &SinkId, subtask: u32) -> i64 {
+    lock_key(&format!("twopc-owner\0{sink}\0{subtask}"))
 }
 
 /// An advisory lock key: the FNV-1a hash of `text`, which starts with a tag
@@ -367,15 +403,18 @@ impl PgDestination {
                 &control_tables,
                 copy_options,
             ))),
-            PgMode::Idempotent { key_columns } => ModeSql::Idempotent(IdempotentSql::new(
-                &table,
-                &options.columns,
-                &info.column_types,
-                key_columns,
-                copy_options,
-                options.operation_field,
-                info.traits,
-            )),
+            PgMode::Idempotent { key_columns } => ModeSql::Idempotent(
+                IdempotentSql::new(
+                    &table,
+                    &options.columns,
+                    &info.column_types,
+                    key_columns,
+                    copy_options,
+                    options.operation_field,
+                    info.traits,
+                ),
+                Box::new(TxnSql::new(&table, &options, &control_tables, "")),
+            ),
         };
         let mut dest = PgDestination {
             sink: ctx.sink.clone(),
@@ -389,6 +428,7 @@ impl PgDestination {
             stage_generation: None,
             upsert_until_prepare: false,
             owner: None,
+            leftover_shares: Vec::new(),
             segments_known: false,
             records_only: false,
             lose_writer_after_copy: false,
@@ -500,6 +540,7 @@ impl PgDestination {
             stage_generation: None,
             upsert_until_prepare: false,
             owner: None,
+            leftover_shares: Vec::new(),
             segments_known: false,
             records_only: false,
             lose_writer_after_copy: false,
@@ -514,6 +555,15 @@ impl PgDestination {
     #[doc(hidden)]
     pub fn lose_writer_session_after_next_copy(&mut self) {
         self.lose_writer_after_copy = true;
+    }
+
+    /// For tests: the value of setting `name` in the writer session
+    /// (connecting it if needed), as `current_setting` shows it.
+    #[doc(hidden)]
+    pub fn writer_setting(&mut self, name: &str) -> Result<String, DestinationError> {
+        Ok(self.writer.run("reading a setting", |c| {
+            Ok(c.query_one("SELECT current_setting($1)", &[&name])?.get(0))
+        })?)
     }
 
     /// For `twopc reconcile --rows-deleted-by-hand` of a sink that fills no
@@ -603,32 +653,122 @@ impl PgDestination {
         if let Some(share) = &mut self.owner {
             share.generation = self.writer.generation();
         }
+        let leftovers: Vec<(i64, u32)> = self
+            .leftover_shares
+            .iter()
+            .map(|s| (s.key, s.subtask))
+            .collect();
+        for (key, subtask) in leftovers {
+            let got: bool = self.writer.run("taking back an ownership lock", |c| {
+                Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                    .get(0))
+            })?;
+            if !got {
+                return Err(self.err(
+                    DestinationErrorKind::Unavailable,
+                    format!(
+                        "the writer session of sink '{}' was reconnected, and meanwhile \
+                         another session took the ownership lock of subtask {}'s share, which \
+                         this subtask looks after (see {}); the job restarts and its start-up \
+                         names the owner",
+                        self.sink, subtask, self.control_tables.owners
+                    ),
+                ));
+            }
+        }
         Ok(())
     }
 
-    /// Who holds the ownership row of `subtask`, as recorded.
+    /// Who holds the ownership lock of `subtask`, as recorded.
     fn read_owner(&mut self, subtask: u32) -> Result<OwnerInfo, DestinationError> {
+        let own = self.control_tables.owners.clone();
+        if let Some(row) = self.owner_row(&own, subtask, None)? {
+            return Ok(self.owner_info(&row, subtask, &own, ""));
+        }
+        // The lock is per sink id and database, the owners' table per
+        // control schema: the holder may record itself in another schema's
+        // table. Its backend is found in pg_locks (a bigint key shows as
+        // classid = its high half, objid = its low half), and its row by
+        // that backend in any other twopc_owners this user may read.
+        let key = owner_lock_key(&self.sink, subtask);
+        let schema = self.control_tables.schema.clone();
+        let (pid, others) = self.control.run("looking up the lock's holder", |c| {
+            let pid: Option<i32> = c
+                .query_opt(
+                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+                       AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1 \
+                       AND database = (SELECT oid FROM pg_database \
+                                       WHERE datname = current_database()) \
+                     LIMIT 1",
+                    &[&key],
+                )?
+                .and_then(|r| r.get(0));
+            let others: Vec<String> = c
+                .query(
+                    "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
+                     JOIN pg_namespace n ON n.oid = c.relnamespace \
+                     WHERE c.relname = 'twopc_owners' AND c.relkind IN ('r', 'p') \
+                       AND n.nspname <> $1 AND has_table_privilege(c.oid, 'SELECT') \
+                     ORDER BY 1",
+                    &[&schema],
+                )?
+                .iter()
+                .map(|r| r.get(0))
+                .collect();
+            Ok((pid, others))
+        })?;
+        if let Some(pid) = pid {
+            for table in others {
+                if let Some(row) = self.owner_row(&table, subtask, Some(pid))? {
+                    let note = format!(
+                        ", with another control schema than this sink's {} (one sink id \
+                         owns its prepared transactions across the database, whatever the \
+                         control schema, so it is held per sink id and database)",
+                        quote_ident(&schema)
+                    );
+                    return Ok(self.owner_info(&row, subtask, &table, &note));
+                }
+            }
+        }
+        Ok(OwnerInfo {
+            claim: None,
+            holder: format!(
+                "another session{} holds the advisory lock of sink '{}' subtask {subtask} in this \
+                 database, and {own} has no row for it: a job with the same sink id and \
+                 another control schema holds it (the lock is per sink id and database, \
+                 whatever the control schema, because a sink's prepared transactions are \
+                 found by its sink id across the database), or a tool that took the lock by hand",
+                pid.map_or(String::new(), |p| format!(
+                    " (PostgreSQL backend {p}, see pg_stat_activity)"
+                )),
+                self.sink,
+            ),
+        })
+    }
+
+    /// This sink's owner row of `subtask` in `table` (quoted), held by
+    /// backend `pid` if given.
+    fn owner_row(
+        &mut self,
+        table: &str,
+        subtask: u32,
+        pid: Option<i32>,
+    ) -> Result<Option<postgres::Row>, DestinationError> {
         let sql = format!(
             "SELECT run_id, attempt, instance, backend_pid, \
                     (extract(epoch FROM since) * 1000)::int8 \
-             FROM {} WHERE sink_id = $1 AND subtask = $2",
-            self.control_tables.owners
+             FROM {table} WHERE sink_id = $1 AND subtask = $2 \
+               AND ($3::int4 IS NULL OR backend_pid = $3)"
         );
         let sink = self.sink.as_str().to_string();
         let sub = subtask as i32;
-        let row = self.control.run("reading the owner of this subtask", |c| {
-            Ok(c.query_opt(&sql, &[&sink, &sub])?)
-        })?;
-        let Some(row) = row else {
-            return Ok(OwnerInfo {
-                claim: None,
-                holder: format!(
-                    "another session holds the advisory lock of sink '{}' subtask {subtask}, \
-                     and {} has no row for it",
-                    self.sink, self.control_tables.owners
-                ),
-            });
-        };
+        Ok(self.control.run("reading the owner of this subtask", |c| {
+            Ok(c.query_opt(&sql, &[&sink, &sub, &pid])?)
+        })?)
+    }
+
+    /// The holder an owner row of `table` records; `note` ends its words.
+    fn owner_info(&self, row: &postgres::Row, subtask: u32, table: &str, note: &str) -> OwnerInfo {
         let run: String = row.get(0);
         let attempt: i32 = row.get(1);
         let instance: String = row.get(2);
@@ -641,15 +781,14 @@ impl PgDestination {
             attempt: attempt.max(0) as u32,
             instance: u64::from_str_radix(&instance, 16).unwrap_or(0),
         });
-        Ok(OwnerInfo {
+        OwnerInfo {
             claim,
             holder: format!(
                 "run {run} (attempt {attempt}) holds it through PostgreSQL backend {pid}, since \
-                 {} (see pg_stat_activity and {})",
+                 {} (see pg_stat_activity and {table}){note}",
                 twopc_core::clock::format_utc(u64::try_from(since).unwrap_or(0)),
-                self.control_tables.owners
             ),
-        })
+        }
     }
 
     pub fn options(&self) -> &PgOptions {
@@ -681,7 +820,15 @@ impl PgDestination {
     fn txn_sql(&self) -> Option<&TxnSql> {
         match &self.sql {
             ModeSql::Transactional(s) => Some(s),
-            ModeSql::Idempotent(_) => None,
+            ModeSql::Idempotent(..) => None,
+        }
+    }
+
+    /// The statements on prepared transactions, in either mode (the
+    /// idempotent mode finishes those a transactional run left).
+    fn prepared_sql(&self) -> &TxnSql {
+        match &self.sql {
+            ModeSql::Transactional(s) | ModeSql::Idempotent(_, s) => s,
         }
     }
 
@@ -811,7 +958,10 @@ impl PgDestination {
             open.lines.push(open.rows + i as u64, record, format);
         }
         let rows = Arc::new(copy_rows(batch, self.row_suffix(txn).as_deref()));
-        let result = self.writer.send_copy(COPY_OP, Arc::clone(&rows));
+        let mut result = self.writer.send_copy(COPY_OP, Arc::clone(&rows));
+        if let Err(f) = &mut result {
+            self.name_lock_holders(f);
+        }
         // The server refuses a row only when the COPY ends, normally at
         // prepare; should it end early, the row it names is mapped back
         // here as well.
@@ -978,11 +1128,12 @@ impl PgDestination {
                 if let Some(fault) = fault {
                     return Err(DestinationError::record(fault));
                 }
+                let holders = self.lock_holders(&f);
                 return Err(self.err(
                     f.error.kind,
                     format!(
                         "transaction {txn} cannot be prepared: {}; it was rolled back and its \
-                         records are replayed from the last checkpoint",
+                         records are replayed from the last checkpoint{holders}",
                         f.error.message
                     ),
                 ));
@@ -1118,8 +1269,13 @@ impl PgDestination {
         handle: &TransactionHandle,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
+        if mode_switch::written_idempotent(handle) {
+            return Ok(CommitStatus::Missing {
+                evidence: self.idempotent_handle_evidence(),
+            });
+        }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let after_commit = self.txn_sql().expect("transactional").after_commit.clone();
+        let after_commit = self.prepared_sql().after_commit.clone();
         match self.control.run("COMMIT PREPARED", |c| {
             Ok(c.batch_execute(&format!("COMMIT PREPARED {gid}"))?)
         }) {
@@ -1153,7 +1309,7 @@ impl PgDestination {
         gid: &str,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = handle.transaction.as_str();
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (find_record, find_tombstone, find_side, after_commit) = (
             sql.find_record.clone(),
             sql.find_tombstone.clone(),
@@ -1185,6 +1341,9 @@ impl PgDestination {
             });
             return Ok(CommitStatus::AlreadyCommitted);
         }
+        if tombstone.is_none() && !side && self.unmarked_idempotent(handle)? {
+            return Ok(CommitStatus::Committed);
+        }
         let records = &format!(
             "{} (nor any segment of {} covering checkpoint {})",
             self.control_tables.commit_records,
@@ -1209,8 +1368,14 @@ impl PgDestination {
                         "; its handle row in {} shows it had been prepared",
                         self.control_tables.prepared
                     )
+                } else if self.txn_sql().is_some() {
+                    mode_switch::UNMARKED_NOTE.to_string()
                 } else {
-                    String::new()
+                    // Idempotent mode gets here only through such a note.
+                    format!(
+                        "; {} notes that it was found LOST before",
+                        self.control_tables.lost
+                    )
                 }
             ),
         };
@@ -1228,7 +1393,7 @@ impl PgDestination {
         // Also for the open one: if an earlier PREPARE's response was lost,
         // it may be prepared.
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (delete_side, find_record) = (sql.delete_side.clone(), sql.find_record.clone());
         match self.control.run("ROLLBACK PREPARED", |c| {
             Ok(c.batch_execute(&format!("ROLLBACK PREPARED {gid}"))?)
@@ -1259,17 +1424,27 @@ impl PgDestination {
         }
     }
 
-    fn staged_transactional(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
-        let sql = self.txn_sql().expect("transactional");
+    /// The sink's prepared transactions, with their handles; with
+    /// `clean_stale`, also removes the handle rows of transactions no
+    /// longer prepared (see the module docs).
+    fn staged_prepared(
+        &mut self,
+        clean_stale: bool,
+    ) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let sql = self.prepared_sql();
         let (staged, clean) = (sql.staged.clone(), sql.clean_side.clone());
         let prefix = format!("{}.", self.sink);
         let sink = self.sink.as_str().to_string();
         let rows = self.control.run("listing prepared transactions", |c| {
             Ok(c.query(&staged, &[&prefix])?)
         })?;
-        match self.control.run("removing stale handle rows", |c| {
-            Ok(c.execute(&clean, &[&sink])?)
-        }) {
+        let cleaned = match clean_stale {
+            true => self.control.run("removing stale handle rows", |c| {
+                Ok(c.execute(&clean, &[&sink])?)
+            }),
+            false => Ok(0),
+        };
+        match cleaned {
             Ok(n) if n > 0 => {
                 log::debug!("removed {n} handle rows of transactions no longer prepared")
             }
@@ -1454,7 +1629,7 @@ impl PgDestination {
             self.rollback_open();
         }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
-        let sql = self.txn_sql().expect("transactional");
+        let sql = self.prepared_sql();
         let (tomb, delete_side) = (sql.insert_tombstone.clone(), sql.delete_side.clone());
         let sink = self.sink.as_str().to_string();
         let now = to_i64(now_ms, "time")?;
@@ -1489,7 +1664,7 @@ impl PgDestination {
     /// refused it (a key already there, or anything the upsert path then
     /// meets again and names); nothing of the batch stays then.
     fn copy_into_target(&mut self, batch: RecordBatch<'_>) -> Result<bool, DestinationError> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let Some(copy) = sql.copy_target.clone() else {
@@ -1519,7 +1694,7 @@ impl PgDestination {
                     self.sink,
                     self.table
                 );
-                if let ModeSql::Idempotent(sql) = &mut self.sql {
+                if let ModeSql::Idempotent(sql, _) = &mut self.sql {
                     sql.copy_target = None;
                 }
                 Ok(false)
@@ -1528,6 +1703,14 @@ impl PgDestination {
             // job fails and replays the batch, which the upsert then
             // rewrites, as for any lost batch of this mode.
             Err(f) if f.lost => Err(f.error),
+            // The upsert would wait for the same lock again.
+            Err(mut f) if lock_wait::timed_out(&f) => {
+                let _ = self
+                    .writer
+                    .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
+                self.name_lock_holders(&mut f);
+                Err(f.error)
+            }
             Err(f) => {
                 log::debug!(
                     "{}: a batch of {records} records could not be copied straight into {} \
@@ -1548,7 +1731,7 @@ impl PgDestination {
     /// The batch upserted through the staging table (see
     /// [`crate::idempotent`]).
     fn upsert_batch(&mut self, batch: RecordBatch<'_>) -> Result<(), DestinationError> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let stage_ready =
@@ -1590,7 +1773,7 @@ impl PgDestination {
                 Ok(())
             }
             Ok(Some(loaded)) => Err(self.rows_mismatch(loaded, records)),
-            Err(f) => {
+            Err(mut f) => {
                 if !f.lost {
                     let _ = self
                         .writer
@@ -1598,7 +1781,10 @@ impl PgDestination {
                 }
                 match self.idempotent_row_fault(&f, batch, upserting) {
                     Some(fault) => Err(DestinationError::record(fault)),
-                    None => Err(f.error),
+                    None => {
+                        self.name_lock_holders(&mut f);
+                        Err(f.error)
+                    }
                 }
             }
         }
@@ -1679,7 +1865,7 @@ impl PgDestination {
         &mut self,
         batch: RecordBatch<'_>,
     ) -> Result<Option<(u64, ServerError)>, Failure> {
-        let ModeSql::Idempotent(sql) = &self.sql else {
+        let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
         let (create, copy, last_rows, delete_some, upsert_some) = (
@@ -1930,7 +2116,7 @@ impl Destination for PgDestination {
         self.check_batch(batch)?;
         match self.sql {
             ModeSql::Transactional(_) => self.write_transactional(txn, batch),
-            ModeSql::Idempotent(_) => self.write_idempotent(batch),
+            ModeSql::Idempotent(..) => self.write_idempotent(batch),
         }
     }
 
@@ -1939,11 +2125,23 @@ impl Destination for PgDestination {
             ModeSql::Transactional(_) => self.prepare_transactional(handle),
             // Every write already committed: nothing is buffered. The next
             // checkpoint's batches try the COPY into the target again.
-            ModeSql::Idempotent(_) => {
+            ModeSql::Idempotent(..) => {
                 self.upsert_until_prepare = false;
                 Ok(())
             }
         }
+    }
+
+    fn prepared_location(
+        &mut self,
+        _txn: &TransactionId,
+    ) -> Result<Option<Vec<u8>>, DestinationError> {
+        // The handle says which mode wrote it (see the `mode_switch`
+        // module); a transactional one is found by its id.
+        Ok(match self.sql {
+            ModeSql::Transactional(_) => None,
+            ModeSql::Idempotent(..) => Some(mode_switch::IDEMPOTENT_HANDLE.to_vec()),
+        })
     }
 
     fn commit(
@@ -1953,23 +2151,25 @@ impl Destination for PgDestination {
     ) -> Result<CommitStatus, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.commit_transactional(handle),
-            ModeSql::Idempotent(_) => Ok(CommitStatus::Committed),
+            ModeSql::Idempotent(..) => self.commit_idempotent(handle),
         }
     }
 
     fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
-        match self.sql {
-            ModeSql::Transactional(_) => self.abort_transactional(txn),
-            // Nothing is staged; upserted rows stay and a replay rewrites
-            // them.
-            ModeSql::Idempotent(_) => Ok(AbortStatus::NotFound),
-        }
+        // In idempotent mode nothing of its own is staged (upserted rows
+        // stay and a replay rewrites them), but a prepared transaction a
+        // transactional run left is rolled back like the transactional
+        // mode does; anything else answers NotFound.
+        self.abort_transactional(txn)
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
         match self.sql {
-            ModeSql::Transactional(_) => self.staged_transactional(),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Transactional(_) => self.staged_prepared(true),
+            // Only what a transactional run left. Stale handle rows are
+            // kept: a commit of a handle whose transaction is gone reads
+            // them as proof that it had been prepared (see `mode_switch`).
+            ModeSql::Idempotent(..) => self.staged_prepared(false),
         }
     }
 
@@ -1980,26 +2180,25 @@ impl Destination for PgDestination {
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.committed_after_transactional(lineage, checkpoint),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Idempotent(..) => Ok(Vec::new()),
         }
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.retract_transactional(committed),
-            ModeSql::Idempotent(_) => Ok(()),
+            ModeSql::Idempotent(..) => Ok(()),
         }
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
-        match self.sql {
-            ModeSql::Transactional(_) => self.expire_transactional(txn, now_ms),
-            ModeSql::Idempotent(_) => Ok(()),
-        }
+        // In idempotent mode, the staged transactions are prepared ones a
+        // transactional run left: they expire the same way.
+        self.expire_transactional(txn, now_ms)
     }
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
-        let key = owner_lock_key(&self.options.control_schema, &self.sink, claim.subtask);
+        let key = owner_lock_key(&self.sink, claim.subtask);
         let got: bool = self.writer.run("claiming ownership", |c| {
             Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
                 .get(0))
@@ -2025,11 +2224,20 @@ impl Destination for PgDestination {
         self.control.run("recording the owner", |c| {
             Ok(c.execute(&sql, &[&sink, &sub, &run, &attempt, &instance, &pid])?)
         })?;
-        self.owner = Some(OwnedShare {
+        let share = OwnedShare {
             key,
             generation: self.writer.generation(),
             subtask: claim.subtask,
-        });
+        };
+        match &self.owner {
+            // The subtask's own share is claimed first; others after it are
+            // shares of an earlier parallelism it looks after.
+            Some(own) if own.subtask != claim.subtask => {
+                self.leftover_shares.retain(|s| s.subtask != claim.subtask);
+                self.leftover_shares.push(share);
+            }
+            _ => self.owner = Some(share),
+        }
         Ok(Ownership::Acquired)
     }
 
@@ -2162,14 +2370,14 @@ impl Destination for PgDestination {
         match self.sql {
             ModeSql::Transactional(_) => self.compact_transactional(policy),
             // Keeps no commit records: nothing to fold.
-            ModeSql::Idempotent(_) => Ok(Compaction::default()),
+            ModeSql::Idempotent(..) => Ok(Compaction::default()),
         }
     }
 
     fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
         match self.sql {
             ModeSql::Transactional(_) => self.tallies_transactional(),
-            ModeSql::Idempotent(_) => Ok(Vec::new()),
+            ModeSql::Idempotent(..) => Ok(Vec::new()),
         }
     }
 

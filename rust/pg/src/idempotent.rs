@@ -47,9 +47,11 @@
 //! In this mode `prepare` is a flush (there is nothing buffered: every
 //! write already committed), `commit` reports `Committed` with nothing to
 //! do, `abort` finds nothing staged (rows already upserted stay; the replay
-//! rewrites them), `staged` is empty, and there are no commit records, so
-//! rewind detection does not apply: a replay from an old checkpoint
-//! rewrites the same keys.
+//! rewrites them), and there are no commit records, so rewind detection
+//! does not apply: a replay from an old checkpoint rewrites the same keys.
+//! The exception is what a transactional run of the same sink left
+//! prepared, which `commit`, `abort` and `staged` finish as that mode would
+//! (see the destination's `mode_switch` module).
 
 use crate::sql::{quote_ident, TableName};
 

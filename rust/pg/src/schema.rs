@@ -661,10 +661,21 @@ fn check_unique_key(
     key_columns: &[String],
     secrets: &Secrets,
 ) -> Result<(), StartupError> {
+    // The unique indexes INSERT ... ON CONFLICT (key) infers as arbiters:
+    // on columns only (no expression, no predicate), matched by their key
+    // columns alone (the first indnkeyatts of indkey; INCLUDE columns
+    // follow and take no part in uniqueness). The server refuses the
+    // statement when any of them is deferrable, even beside one checked at
+    // once, so one of those (indimmediate false) is refused here too.
     let rows = client
         .query(
-            "SELECT array(SELECT a.attname::text FROM unnest(i.indkey) AS k(attnum) \
-                          JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = k.attnum) \
+            "SELECT array(SELECT a.attname::text FROM generate_series(0, i.indnkeyatts - 1) AS n \
+                          JOIN pg_attribute a \
+                            ON a.attrelid = i.indrelid AND a.attnum = i.indkey[n]), \
+                    i.indimmediate, \
+                    coalesce((SELECT c.conname::text FROM pg_constraint c \
+                              WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid), \
+                             i.indexrelid::regclass::text) \
              FROM pg_index i \
              WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
@@ -673,19 +684,31 @@ fn check_unique_key(
         .map_err(|e| StartupError::Pg(error::pg(secrets, "reading unique indexes", &e)))?;
     let mut wanted: Vec<&String> = key_columns.iter().collect();
     wanted.sort();
-    let found = rows.iter().any(|r| {
+    let on_key = |r: &&postgres::Row| {
         let mut cols: Vec<String> = r.get(0);
         cols.sort();
         cols.iter().collect::<Vec<_>>() == wanted
-    });
-    if !found {
-        let keys: Vec<String> = key_columns.iter().map(|k| quote_ident(k)).collect();
+    };
+    let matching: Vec<&postgres::Row> = rows.iter().filter(on_key).collect();
+    let keys: Vec<String> = key_columns.iter().map(|k| quote_ident(k)).collect();
+    let keys = keys.join(", ");
+    if let Some(deferrable) = matching.iter().find(|r| !r.get::<_, bool>(1)) {
+        let name = quote_ident(&deferrable.get::<_, String>(2));
         return Err(ConfigError::new(format!(
-            "table {table} has no primary key or unique index on exactly ({}); INSERT ... ON \
+            "the unique constraint {name} of {table} on ({keys}) is DEFERRABLE, and INSERT ... \
+             ON CONFLICT ({keys}) refuses to run while a deferrable constraint matches its \
+             key (\"ON CONFLICT does not support deferrable unique constraints\"), so every \
+             replayed key would fail. Make it checked at once: ALTER TABLE {table} DROP \
+             CONSTRAINT {name}, ADD CONSTRAINT {name} UNIQUE ({keys}) (or PRIMARY KEY)"
+        ))
+        .into());
+    }
+    if matching.is_empty() {
+        return Err(ConfigError::new(format!(
+            "table {table} has no primary key or unique index on exactly ({keys}) (columns \
+             listed with INCLUDE do not count: they are not part of the key); INSERT ... ON \
              CONFLICT needs one to recognise a replayed row. Create it (ALTER TABLE {table} ADD \
-             PRIMARY KEY ({})) or fix key_columns",
-            keys.join(", "),
-            keys.join(", ")
+             PRIMARY KEY ({keys})) or fix key_columns"
         ))
         .into());
     }

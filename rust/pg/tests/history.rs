@@ -1047,3 +1047,80 @@ fn a_retract_waits_for_a_compaction_that_merges_its_segment() {
         .collect();
     assert_eq!(left, std::slice::from_ref(&h2.transaction));
 }
+
+#[test]
+fn a_loose_commit_record_edited_by_hand_is_a_corrupt_error_that_names_it() {
+    let url = server!();
+    let mut f = fixture(&url, "hist_loose");
+    // A damaged row left behind would fail every database-wide reader
+    // (`twopc inspect` of all sinks in other tests).
+    struct RemoveRecordsOnPanic(String, String);
+    impl Drop for RemoveRecordsOnPanic {
+        fn drop(&mut self) {
+            if std::thread::panicking() {
+                let _ = admin(&self.0).execute(
+                    "DELETE FROM public.twopc_commit_records WHERE sink_id = $1",
+                    &[&self.1],
+                );
+            }
+        }
+    }
+    let _repair = RemoveRecordsOnPanic(url.clone(), f.sink.clone());
+    let mut s = f.open("run1");
+    let h = committed(&mut s, &rows_of(1), 1);
+    drop(s);
+    let lineage = h.lineage;
+    let mut dest = f.destination("run1");
+    let txn = h.transaction.to_string();
+    let edit = |f: &mut Fixture, set: &str| {
+        let sql = format!("UPDATE public.twopc_commit_records SET {set} WHERE sink_id = $1");
+        assert_eq!(f.admin.execute(&sql, &[&f.sink]).unwrap(), 1, "{sql}");
+    };
+    let original = "subtask = 0, checkpoint = 1, row_count = 2";
+
+    // Each edit below was taken as it is before the fix: a subtask other
+    // than the id's, a negative count read as about 2^64 records, a
+    // negative checkpoint as about 2^64 (so every later rewind check and
+    // compaction saw the transaction after every checkpoint), a record
+    // filed under this sink for another sink's transaction.
+    edit(&mut f, "subtask = 3");
+    let msg = corrupt(dest.committed_after(lineage, 0), "subtask");
+    for needle in [
+        "twopc_commit_records",
+        txn.as_str(),
+        "subtask is 3 but its transaction id names subtask 0",
+        "edited by hand",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} missing: {msg}");
+    }
+    edit(&mut f, original);
+    assert_eq!(dest.committed_after(lineage, 0).unwrap().len(), 1);
+
+    edit(&mut f, "row_count = -5");
+    let msg = corrupt(dest.committed_after(lineage, 0), "row_count");
+    assert!(msg.contains("row_count is negative (-5)"), "{msg}");
+    edit(&mut f, original);
+
+    // Only a read of every record meets a negative checkpoint: the
+    // compaction's.
+    edit(&mut f, "checkpoint = -1");
+    let msg = corrupt(dest.compact_history(&POLICY), "checkpoint");
+    assert!(msg.contains("checkpoint is negative (-1)"), "{msg}");
+    edit(&mut f, original);
+
+    let other = txn.replacen(f.sink.as_str(), "someone_else", 1);
+    edit(&mut f, &format!("transaction_id = '{other}'"));
+    let msg = corrupt(dest.committed_after(lineage, 0), "sink");
+    assert!(
+        msg.contains(&format!(
+            "sink_id is {:?} but its transaction id names sink 'someone_else'",
+            f.sink
+        )),
+        "{msg}"
+    );
+    edit(&mut f, &format!("transaction_id = '{txn}'"));
+
+    // Repaired: read as before.
+    let c = dest.committed_after(lineage, 0).unwrap();
+    assert_eq!((c[0].checkpoint, c[0].records, c[0].subtask), (1, 2, 0));
+}

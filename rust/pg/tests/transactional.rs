@@ -268,21 +268,22 @@ fn lingering_prepared_transactions_are_aborted_after_a_parallelism_change() {
     assert_eq!(f.prepared_gids().len(), 2);
 
     // Restore checkpoint 1 at parallelism 1: subtask 0 now owns leftovers
-    // of old subtasks 0 and 1. It aborts them once the first checkpoint of
-    // its own attempt completes (only then has every subtask recovered).
-    let mut s = f.open_restored("run1", &restore_from(1, &[&a1, &b1]));
-    assert_eq!(f.prepared_gids().len(), 2, "kept until recovery is over");
+    // of old subtasks 0 and 1. Prepared for checkpoint 2, after the
+    // restored one, they are in no restored state: it aborts them at the
+    // start (their row locks would block a replay of the same keys).
+    let (mut s, start) =
+        f.open_reporting("run1", sink_options(), Some(&restore_from(1, &[&a1, &b1])));
+    let mut aborted = start.aborted.clone();
+    aborted.sort();
+    let mut expected = vec![a2.transaction.clone(), b2.transaction.clone()];
+    expected.sort();
+    assert_eq!(aborted, expected, "{start:?}");
+    assert!(f.prepared_gids().is_empty(), "a2 and b2 aborted");
     assert_eq!(s.commit(&a1).unwrap(), CommitOutcome::AlreadyCommitted);
     assert_eq!(s.commit(&b1).unwrap(), CommitOutcome::AlreadyCommitted);
     let first = committed(&mut s, &rows(20..22, "s"), 2);
-    assert_eq!(
-        f.prepared_gids().len(),
-        2,
-        "kept until checkpoint 2 is reported"
-    );
     let report = s.checkpoint_completed(2).unwrap();
-    assert_eq!(report.aborted.len(), 2, "{report:?}");
-    assert!(f.prepared_gids().is_empty(), "a2 and b2 aborted");
+    assert!(report.aborted.is_empty(), "{report:?}");
     assert!(f.side_rows().is_empty());
     assert_eq!(f.count(), 22, "checkpoint 1's rows and the new ones only");
     let _ = (a2, b2);
@@ -650,4 +651,101 @@ fn a_fresh_start_onto_committed_rows_of_an_earlier_run_stops_unless_appending() 
         .as_ref()
         .is_some_and(|r| r.appended && r.run.as_str() == "run2")));
     assert_eq!(f.count(), 4);
+}
+
+#[test]
+fn one_sink_id_in_two_control_schemas_of_one_database_is_refused_to_the_second_job() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "owner_schemas");
+    let schema = unique("ctl");
+    f.admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    struct DropSchema(String, String);
+    impl Drop for DropSchema {
+        fn drop(&mut self) {
+            let _ = admin(&self.0).batch_execute(&format!("DROP SCHEMA {} CASCADE", self.1));
+        }
+    }
+    let _drop = DropSchema(url.clone(), schema.clone());
+
+    // Job A prepares checkpoint 1 (public control tables).
+    let mut a = f.open("runA");
+    let h = prepared(&mut a, &rows(0..3, "a"), 1);
+
+    // Job B: same sink id and database, its own control schema, started
+    // with the policy that aborts prepared leftovers (of its own sink, as
+    // its operator sees it). Before the fix it took a lock of its own,
+    // found A's prepared transaction under the sink id and rolled it back:
+    // A's commit then stopped A with LOST.
+    let mut other = f.opts.clone();
+    other.control_schema = schema.clone();
+    let quick = SinkOptions {
+        owner_wait_ms: 300,
+        fresh_start: FreshStartPolicy::AbortPrepared,
+        ..sink_options()
+    };
+    let err = match open(&other, f.ctx("runB"), quick, None) {
+        Ok(_) => panic!("job B opened next to job A"),
+        Err(e) => e,
+    };
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert!(c.fatal, "{err}");
+    let text = err.to_string();
+    for needle in [
+        "runA",
+        "runB",
+        "control schema",
+        "public.twopc_owners",
+        "Another run (runA)",
+    ] {
+        assert!(text.contains(needle), "{needle:?} missing: {text}");
+    }
+    assert_eq!(f.prepared_gids(), [h.transaction.to_string()]);
+    assert_eq!(a.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(f.count(), 3);
+}
+
+/// After a restart with fewer subtasks, subtask 1 of 2 looks after the
+/// share of old subtask 3 of 4. While a session of old subtask 3 still
+/// holds that share (its task shutting down), the new subtask does not
+/// start next to it: it claims that share too and names the holder; once
+/// the old session has ended, it starts.
+#[test]
+fn a_subtask_claims_the_shares_it_looks_after_for_an_earlier_larger_parallelism() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "leftover_shares");
+    let mut old3 = f.open_subtask("runA", 3, 4, None);
+    let leftover = prepared(&mut old3, &rows(0..2, "z"), 1);
+    let start = || {
+        open(
+            &f.opts,
+            ctx(&f.sink, "runB", 1, 2),
+            SinkOptions {
+                owner_wait_ms: 300,
+                fresh_start: FreshStartPolicy::AbortPrepared,
+                ..sink_options()
+            },
+            None,
+        )
+    };
+    let err = match start() {
+        Ok(_) => panic!("started next to old subtask 3"),
+        Err(e) => e,
+    };
+    let TwopcError::OwnedElsewhere(c) = &err else {
+        panic!("{err}")
+    };
+    assert_eq!(c.ours.subtask, 3, "{err}");
+    assert!(err.to_string().contains("runA"), "{err}");
+    drop(old3);
+    let _new1 = start().expect("the share is free once the old session has ended");
+    assert!(
+        !f.prepared_gids()
+            .iter()
+            .any(|g| g == leftover.transaction.as_str()),
+        "the leftover was aborted by the subtask that looks after it"
+    );
 }

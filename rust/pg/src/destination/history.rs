@@ -80,31 +80,60 @@ use crate::link::CallError;
 /// What a read of loose commit records selects, in [`record_of`]'s order.
 pub(super) const RECORD_COLUMNS: &str =
     "transaction_id, lineage, checkpoint, subtask, run_id, row_count, \
-     (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8";
+     (extract(epoch FROM coalesce(committed_at, prepared_at)) * 1000)::int8, sink_id";
 
 /// What a read of segment rows selects, in [`SegmentRow::of`]'s order.
 const SEGMENT_COLUMNS: &str =
     "id, lineage, run_id, first_checkpoint, last_checkpoint, transactions, row_count, segment";
 
 /// A loose commit record read with [`RECORD_COLUMNS`]; `Err` says what is
-/// wrong with the row of `table` (it was edited by hand).
+/// wrong with the row of `table` (it was edited by hand). As for a segment,
+/// every column is checked against what the transaction id says and what
+/// the sink writes, never taken as it is: a negative checkpoint or count
+/// read as a huge one, or a row filed under another sink or subtask than
+/// its id names, would make rewind detection and retracts act on the wrong
+/// transactions.
 pub(super) fn record_of(row: &Row, table: &str) -> Result<CommittedTransaction, String> {
     let id: String = row.get(0);
+    let edited = |what: String| {
+        format!(
+            "{table} holds a row for {id} whose {what}; it was edited by hand. Restore the row \
+             from a backup, or correct it (DELETE FROM {table} WHERE transaction_id = '{id}' \
+             if the transaction never committed)"
+        )
+    };
     let parsed = TransactionId::parse(&id).ok_or_else(|| {
         format!("{table} holds a row for {id:?}, which is not a twopc transaction id; it was edited by hand")
     })?;
-    let run = RunId::new(row.get::<_, String>(4)).map_err(|e| {
-        format!(
-            "{table} holds a row for {id} whose run_id is not a run id ({e}); it was edited by hand"
-        )
-    })?;
+    let sink: String = row.get(7);
+    if sink != parsed.sink.as_str() {
+        return Err(edited(format!(
+            "sink_id is {sink:?} but its transaction id names sink '{}'",
+            parsed.sink
+        )));
+    }
+    let subtask: i32 = row.get(3);
+    if i64::from(subtask) != i64::from(parsed.subtask) {
+        return Err(edited(format!(
+            "subtask is {subtask} but its transaction id names subtask {}",
+            parsed.subtask
+        )));
+    }
+    let unsigned = |column: &str, v: i64| {
+        u64::try_from(v).map_err(|_| edited(format!("{column} is negative ({v})")))
+    };
+    let checkpoint = unsigned("checkpoint", row.get(2))?;
+    let records = unsigned("row_count", row.get(5))?;
+    let run = RunId::new(row.get::<_, String>(4))
+        .map_err(|e| edited(format!("run_id is not a run id ({e})")))?;
     Ok(CommittedTransaction {
         transaction: parsed.id,
+        // A bit pattern: the sink stores the u64 in a bigint as it is.
         lineage: LineageId(row.get::<_, i64>(1) as u64),
-        checkpoint: row.get::<_, i64>(2) as u64,
-        subtask: row.get::<_, i32>(3) as u32,
+        checkpoint,
+        subtask: parsed.subtask,
         run,
-        records: row.get::<_, i64>(5) as u64,
+        records,
         committed_at_ms: row.get::<_, i64>(6).max(0) as u64,
     })
 }
