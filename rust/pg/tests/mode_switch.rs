@@ -72,7 +72,7 @@ fn a_transactional_checkpoint_restored_in_idempotent_mode_is_committed_and_its_l
             other => panic!("{other:?}"),
         })
         .collect();
-    assert_eq!(listed, [h1.transaction.clone()]);
+    assert_eq!(listed, std::slice::from_ref(&h1.transaction));
     assert_eq!(s.commit(&h1).unwrap(), CommitOutcome::Committed);
     assert_eq!(keys(&mut f), [1, 2, 3]);
     assert!(f.prepared_gids().is_empty());
