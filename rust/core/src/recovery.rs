@@ -267,11 +267,7 @@ fn abort_prepared_after<D: Destination>(
     lineage: LineageId,
     restored: CheckpointId,
 ) -> Result<Vec<TransactionId>, TwopcError> {
-    let staged = dest.staged().map_err(|source| TwopcError::Scan {
-        scope: ctx.scope(),
-        action: "listing staged transactions after a restore",
-        source,
-    })?;
+    let staged = list_staged(dest, ctx, "listing staged transactions after a restore")?;
     let mut aborted = Vec::new();
     for s in staged.iter().filter(|s| ctx.owns(s.subtask)) {
         if matches!(&s.state, StagedState::Prepared(h)
@@ -392,11 +388,7 @@ pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     ctx: &SubtaskContext,
     keep: &Keep<'_>,
 ) -> Result<Vec<TransactionId>, TwopcError> {
-    let staged = dest.staged().map_err(|source| TwopcError::Scan {
-        scope: ctx.scope(),
-        action: "listing staged transactions for lingering ones",
-        source,
-    })?;
+    let staged = list_staged(dest, ctx, "listing staged transactions for lingering ones")?;
     let mut aborted = Vec::new();
     for s in staged {
         if !ctx.owns(s.subtask) || keep.keeps(&s) {
@@ -461,17 +453,15 @@ fn claim_leftover_shares<D: Destination, C: Clock>(
     ctx: &SubtaskContext,
     options: &SinkOptions,
 ) -> Result<(), TwopcError> {
-    let shares: BTreeSet<u32> = dest
-        .staged()
-        .map_err(|source| TwopcError::Scan {
-            scope: ctx.scope(),
-            action: "listing staged transactions for the shares of an earlier parallelism",
-            source,
-        })?
-        .iter()
-        .map(|s| s.subtask)
-        .filter(|&k| k >= ctx.parallelism && ctx.owns(k))
-        .collect();
+    let shares: BTreeSet<u32> = list_staged(
+        dest,
+        ctx,
+        "listing staged transactions for the shares of an earlier parallelism",
+    )?
+    .iter()
+    .map(|s| s.subtask)
+    .filter(|&k| k >= ctx.parallelism && ctx.owns(k))
+    .collect();
     for k in shares {
         claim_share(dest, clock, ctx, options, k)?;
     }
@@ -698,6 +688,20 @@ fn check_rewind<D: Destination, C: Clock>(
     }
 }
 
+/// Every staged transaction of the sink; `action` says what for, in an
+/// error.
+fn list_staged<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    action: &'static str,
+) -> Result<Vec<StagedTransaction>, TwopcError> {
+    dest.staged().map_err(|source| TwopcError::Scan {
+        scope: ctx.scope(),
+        action,
+        source,
+    })
+}
+
 /// The commits of `lineage` decided for a checkpoint after `after` and not
 /// finished yet (claimed, at the destination).
 fn decided_after<D: Destination>(
@@ -706,21 +710,19 @@ fn decided_after<D: Destination>(
     lineage: LineageId,
     after: CheckpointId,
 ) -> Result<Vec<TransactionHandle>, TwopcError> {
-    Ok(dest
-        .staged()
-        .map_err(|source| TwopcError::Scan {
-            scope: ctx.scope(),
-            action: "listing staged transactions for rewind detection",
-            source,
-        })?
-        .into_iter()
-        .filter_map(|s| match s.state {
-            StagedState::Committing(h) if h.lineage == lineage && h.checkpoint() > Some(after) => {
-                Some(h)
-            }
-            _ => None,
-        })
-        .collect())
+    Ok(list_staged(
+        dest,
+        ctx,
+        "listing staged transactions for rewind detection",
+    )?
+    .into_iter()
+    .filter_map(|s| match s.state {
+        StagedState::Committing(h) if h.lineage == lineage && h.checkpoint() > Some(after) => {
+            Some(h)
+        }
+        _ => None,
+    })
+    .collect())
 }
 
 /// Waits until the decided commits `transactions`, which other subtasks
@@ -735,20 +737,17 @@ fn await_finished_elsewhere<D: Destination, C: Clock>(
 ) -> Result<(), TwopcError> {
     let deadline = clock.now_ms().saturating_add(options.owner_wait_ms);
     loop {
-        let claimed: Vec<TransactionId> = dest
-            .staged()
-            .map_err(|source| TwopcError::Scan {
-                scope: ctx.scope(),
-                action: "listing staged transactions for rewind detection",
-                source,
-            })?
-            .into_iter()
-            .filter(|s| {
-                matches!(s.state, StagedState::Committing(_))
-                    && transactions.contains(&&s.transaction)
-            })
-            .map(|s| s.transaction)
-            .collect();
+        let claimed: Vec<TransactionId> = list_staged(
+            dest,
+            ctx,
+            "listing staged transactions for rewind detection",
+        )?
+        .into_iter()
+        .filter(|s| {
+            matches!(s.state, StagedState::Committing(_)) && transactions.contains(&&s.transaction)
+        })
+        .map(|s| s.transaction)
+        .collect();
         let Some(first) = claimed.first() else {
             return Ok(());
         };
@@ -923,11 +922,7 @@ pub(crate) fn expire_stale<D: Destination>(
     now_ms: u64,
     keep: &Keep<'_>,
 ) -> Result<Vec<TransactionId>, TwopcError> {
-    let staged = dest.staged().map_err(|source| TwopcError::Scan {
-        scope: ctx.scope(),
-        action: "listing staged transactions for expiry",
-        source,
-    })?;
+    let staged = list_staged(dest, ctx, "listing staged transactions for expiry")?;
     let mut expired = Vec::new();
     for s in staged {
         if !ctx.owns(s.subtask)

@@ -635,10 +635,7 @@ impl PgDestination {
         }
         let key = share.key;
         let subtask = share.subtask;
-        let got: bool = self.writer.run("taking back the ownership lock", |c| {
-            Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
-                .get(0))
-        })?;
+        let got: bool = self.try_lock_share("taking back the ownership lock", key)?;
         if !got {
             return Err(self.err(
                 DestinationErrorKind::Unavailable,
@@ -659,10 +656,7 @@ impl PgDestination {
             .map(|s| (s.key, s.subtask))
             .collect();
         for (key, subtask) in leftovers {
-            let got: bool = self.writer.run("taking back an ownership lock", |c| {
-                Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
-                    .get(0))
-            })?;
+            let got: bool = self.try_lock_share("taking back an ownership lock", key)?;
             if !got {
                 return Err(self.err(
                     DestinationErrorKind::Unavailable,
@@ -677,6 +671,15 @@ impl PgDestination {
             }
         }
         Ok(())
+    }
+
+    /// Takes the session-level advisory lock `key` of a share in the writer
+    /// session, without waiting: false when another session holds it.
+    fn try_lock_share(&mut self, action: &str, key: i64) -> Result<bool, Failure> {
+        self.writer.run(action, |c| {
+            Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
+                .get(0))
+        })
     }
 
     /// Who holds the ownership lock of `subtask`, as recorded.
@@ -2199,10 +2202,7 @@ impl Destination for PgDestination {
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         let key = owner_lock_key(&self.sink, claim.subtask);
-        let got: bool = self.writer.run("claiming ownership", |c| {
-            Ok(c.query_one("SELECT pg_try_advisory_lock($1)", &[&key])?
-                .get(0))
-        })?;
+        let got: bool = self.try_lock_share("claiming ownership", key)?;
         if !got {
             return Ok(Ownership::HeldBy(self.read_owner(claim.subtask)?));
         }
