@@ -130,6 +130,15 @@ impl Committer {
                 );
                 Ok(CommitStep::Done(CommitOutcome::AlreadyCommitted))
             }
+            Ok(CommitStatus::Refused { reason }) => {
+                let err = TwopcError::Config(crate::error::ConfigError::new(format!(
+                    "{}: cannot commit transaction {} (checkpoint {}, {} records) as this sink \
+                     is configured now: {reason}",
+                    self.scope, handle.transaction, prepared.checkpoint, prepared.records
+                )));
+                log::error!("{err}");
+                Err(err)
+            }
             Ok(CommitStatus::Missing { evidence }) => {
                 let note = crate::destination::LostNote {
                     transaction: handle.transaction.clone(),

@@ -20,6 +20,13 @@ pub enum CommitStatus {
     /// The destination has neither the staged transaction nor a record of
     /// committing it. `evidence` says what was looked at and found.
     Missing { evidence: String },
+    /// The destination has the transaction, or knows where its output is,
+    /// but cannot commit this handle as it is configured now (the handle
+    /// was written in another mode of the destination, say). Nothing was
+    /// changed and nothing is lost; `reason` says why and what to do. The
+    /// job stops with a configuration error, not a data-loss alarm (a
+    /// `Missing` would note the transaction as lost).
+    Refused { reason: String },
 }
 
 /// What an abort call found.

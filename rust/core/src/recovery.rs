@@ -165,9 +165,7 @@ pub(crate) fn start<D: Destination, C: Clock>(
     }
     // A fresh start.
     let lineage = LineageId::of_fresh_run(&ctx.run);
-    let staged = dest
-        .staged()
-        .map_err(scan_err("listing staged transactions at a fresh start"))?;
+    let staged = list_staged(dest, ctx, "listing staged transactions at a fresh start")?;
     refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
     let lineages = dest
         .lineages()
@@ -242,8 +240,17 @@ fn restored_start<D: Destination, C: Clock>(
     restore: &Restore,
     lineage: LineageId,
 ) -> Result<StartupReport, TwopcError> {
-    let retracted = check_rewind(dest, clock, committer, ctx, options, restore, lineage)?;
-    let aborted = abort_prepared_after(dest, ctx, lineage, restore.checkpoint)?;
+    // One listing serves both checks. It is taken after this subtask's
+    // claims (`claim_ownership`), so no earlier attempt of a share it owns
+    // changes it afterwards; the rewind check only rolls decided commits
+    // forward and retracts committed ones, which the abort below never looks
+    // at. (A listing before the claims would miss a commit that an old
+    // subtask decided while this one waited for its share.)
+    let staged = list_staged(dest, ctx, "listing staged transactions after a restore")?;
+    let retracted = check_rewind(
+        dest, clock, committer, ctx, options, restore, lineage, &staged,
+    )?;
+    let aborted = abort_prepared_after(dest, ctx, &staged, lineage, restore.checkpoint)?;
     Ok(StartupReport {
         lineage,
         fresh: false,
@@ -264,10 +271,10 @@ fn restored_start<D: Destination, C: Clock>(
 fn abort_prepared_after<D: Destination>(
     dest: &mut D,
     ctx: &SubtaskContext,
+    staged: &[StagedTransaction],
     lineage: LineageId,
     restored: CheckpointId,
 ) -> Result<Vec<TransactionId>, TwopcError> {
-    let staged = list_staged(dest, ctx, "listing staged transactions after a restore")?;
     let mut aborted = Vec::new();
     for s in staged.iter().filter(|s| ctx.owns(s.subtask)) {
         if matches!(&s.state, StagedState::Prepared(h)
@@ -583,6 +590,7 @@ fn check_rewind<D: Destination, C: Clock>(
     options: &SinkOptions,
     restore: &Restore,
     lineage: LineageId,
+    staged: &[StagedTransaction],
 ) -> Result<Vec<CommittedTransaction>, TwopcError> {
     let scope = ctx.scope();
     let read_later = |dest: &mut D| {
@@ -597,7 +605,7 @@ fn check_rewind<D: Destination, C: Clock>(
     // only then drops its claim, so one that finishes between the two reads
     // is seen by one of them (found by review: in the other order it could
     // slip between both).
-    let decided = decided_after(dest, ctx, lineage, restore.checkpoint)?;
+    let decided = decided_after(staged, lineage, restore.checkpoint);
     let mut later = read_later(dest)?;
     if later.is_empty() && decided.is_empty() {
         return Ok(later);
@@ -703,26 +711,21 @@ fn list_staged<D: Destination>(
 }
 
 /// The commits of `lineage` decided for a checkpoint after `after` and not
-/// finished yet (claimed, at the destination).
-fn decided_after<D: Destination>(
-    dest: &mut D,
-    ctx: &SubtaskContext,
+/// finished yet (claimed, at the destination) among `staged`.
+fn decided_after(
+    staged: &[StagedTransaction],
     lineage: LineageId,
     after: CheckpointId,
-) -> Result<Vec<TransactionHandle>, TwopcError> {
-    Ok(list_staged(
-        dest,
-        ctx,
-        "listing staged transactions for rewind detection",
-    )?
-    .into_iter()
-    .filter_map(|s| match s.state {
-        StagedState::Committing(h) if h.lineage == lineage && h.checkpoint() > Some(after) => {
-            Some(h)
-        }
-        _ => None,
-    })
-    .collect())
+) -> Vec<TransactionHandle> {
+    staged
+        .iter()
+        .filter_map(|s| match &s.state {
+            StagedState::Committing(h) if h.lineage == lineage && h.checkpoint() > Some(after) => {
+                Some(h.clone())
+            }
+            _ => None,
+        })
+        .collect()
 }
 
 /// Waits until the decided commits `transactions`, which other subtasks

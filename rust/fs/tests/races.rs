@@ -45,6 +45,7 @@ fn name_of_commit(s: &CommitStatus) -> &'static str {
         CommitStatus::Committed => "Committed",
         CommitStatus::AlreadyCommitted => "AlreadyCommitted",
         CommitStatus::Missing { .. } => "Missing",
+        CommitStatus::Refused { .. } => "Refused",
     }
 }
 
@@ -326,6 +327,9 @@ fn a_commit_racing_an_expiry_names_the_expiry_when_it_loses() {
                     "round {round}: {evidence}"
                 );
                 assert!(!part(&t.0, round).exists(), "round {round}");
+            }
+            CommitStatus::Refused { reason } => {
+                panic!("round {round}: the directory refuses no commit: {reason}")
             }
         }
     }

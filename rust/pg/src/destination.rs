@@ -1273,8 +1273,10 @@ impl PgDestination {
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
         if mode_switch::written_idempotent(handle) {
-            return Ok(CommitStatus::Missing {
-                evidence: self.idempotent_handle_evidence(),
+            // Its rows are in the table already: a configuration to fix,
+            // not a loss to report.
+            return Ok(CommitStatus::Refused {
+                reason: self.idempotent_handle_evidence(),
             });
         }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;

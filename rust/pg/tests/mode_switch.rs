@@ -179,12 +179,17 @@ fn an_idempotent_checkpoint_restored_in_transactional_mode_is_refused_saying_why
     assert_eq!(s.commit(&old).unwrap(), CommitOutcome::Committed);
     drop(s);
 
-    // In transactional mode: stopped, and the evidence says what happened
-    // instead of blaming a rollback outside twopc.
+    // In transactional mode: stopped with a configuration error that says
+    // what happened, neither blaming a rollback outside twopc nor noting
+    // the transaction as lost (its rows are there).
     f.opts.mode = PgMode::Transactional;
     let mut s = f.open_restored("run1", &restore_from(1, &[&h]));
     let err = s.commit(&h).unwrap_err();
-    assert!(matches!(err, TwopcError::Lost(_)), "{err}");
+    assert!(matches!(err, TwopcError::Config(_)), "{err}");
+    assert!(
+        !err.to_string().contains("LOST"),
+        "not a data-loss alarm: {err}"
+    );
     let msg = err.to_string();
     for needle in [
         h.transaction.as_str(),
@@ -196,6 +201,15 @@ fn an_idempotent_checkpoint_restored_in_transactional_mode_is_refused_saying_why
     }
     assert!(!msg.contains("rolled back outside twopc"), "{msg}");
     assert_eq!(f.count(), 3, "its rows stay");
+    let lost_notes: i64 = f
+        .admin
+        .query_one(
+            "SELECT count(*) FROM public.twopc_lost WHERE transaction_id = $1",
+            &[&h.transaction.as_str()],
+        )
+        .map(|r| r.get(0))
+        .unwrap_or(0);
+    assert_eq!(lost_notes, 0, "`twopc inspect` must not list it as lost");
     drop(s);
 
     // An unmarked handle cannot be told from a lost transactional one; the

@@ -37,6 +37,7 @@ fn main() {
                     Ok(CommitStatus::Committed) => "Committed".to_string(),
                     Ok(CommitStatus::AlreadyCommitted) => "AlreadyCommitted".to_string(),
                     Ok(CommitStatus::Missing { .. }) => "Missing".to_string(),
+                    Ok(CommitStatus::Refused { reason }) => format!("Refused: {reason}"),
                     Err(e) => format!("error: {e}"),
                 }
             }
