@@ -32,6 +32,14 @@ fn prepare_one(s: &mut FsSink, records: &[&str], checkpoint: u64) -> Transaction
 /// owner lock files are left out (every command holds them while it runs,
 /// and writes its claim there), and so is the operations log (every change
 /// by hand, and every decision asked for, adds to it; checked on its own).
+/// [`snapshot`] without the runs' lineage notes of sink `orders` (a
+/// restore writes its note before its checks).
+fn snapshot_but_run_notes(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
+    let mut files = snapshot(dir);
+    files.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
+    files
+}
+
 fn snapshot(dir: &Path) -> BTreeMap<PathBuf, Vec<u8>> {
     let mut out = BTreeMap::new();
     let mut todo = vec![dir.to_path_buf()];
@@ -1021,27 +1029,22 @@ fn a_restore_older_than_a_decided_commit_counts_it_as_committed_after() {
         known: Vec::new(),
     };
     let restore_with = |rewind| {
-        let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-        let ctx = twopc_core::SubtaskContext::new(
-            sink.clone(),
-            twopc_core::RunId::new("run-b").unwrap(),
+        let options = SinkOptions {
+            rewind,
+            ..SinkOptions::default()
+        };
+        try_open_sink(
+            &t.out,
+            "orders",
+            "run-b",
             0,
             1,
-        )
-        .unwrap();
-        twopc_core::SubtaskSink::open(
-            dest,
-            t.clock.clone(),
-            ctx,
-            SinkOptions {
-                rewind,
-                ..SinkOptions::default()
-            },
+            options,
+            &t.clock,
             Some(&restore),
-            None,
         )
     };
-    let before = snapshot(&t.out);
+    let before = snapshot_but_run_notes(&t.out);
     let err = restore_with(twopc_core::RewindPolicy::Fail)
         .err()
         .expect("the rewind must stop");
@@ -1055,11 +1058,10 @@ fn a_restore_older_than_a_decided_commit_counts_it_as_committed_after() {
         "{err}"
     );
     // Nothing changed but the run's lineage note (written before the check).
-    let mut after = snapshot(&t.out);
-    after.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
-    let mut expected = before.clone();
-    expected.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
-    assert!(after == expected, "FAIL changes nothing");
+    assert!(
+        snapshot_but_run_notes(&t.out) == before,
+        "FAIL changes nothing"
+    );
 
     let s = restore_with(twopc_core::RewindPolicy::ReplaceRange).expect("replaced");
     drop(s);
@@ -1089,25 +1091,20 @@ fn a_decided_commit_owned_elsewhere_is_retracted_only_after_its_owner_finished_i
     )
     .unwrap();
     let open_at = |subtask: u32, restore: &Restore, wait_ms: u64| {
-        let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&t.out), &sink).unwrap();
-        let ctx = twopc_core::SubtaskContext::new(
-            sink.clone(),
-            twopc_core::RunId::new("run-b").unwrap(),
+        let options = SinkOptions {
+            rewind: twopc_core::RewindPolicy::ReplaceRange,
+            owner_wait_ms: wait_ms,
+            ..SinkOptions::default()
+        };
+        try_open_sink(
+            &t.out,
+            "orders",
+            "run-b",
             subtask,
             2,
-        )
-        .unwrap();
-        twopc_core::SubtaskSink::open(
-            dest,
-            t.clock.clone(),
-            ctx,
-            SinkOptions {
-                rewind: twopc_core::RewindPolicy::ReplaceRange,
-                owner_wait_ms: wait_ms,
-                ..SinkOptions::default()
-            },
+            options,
+            &t.clock,
             Some(restore),
-            None,
         )
     };
     // Subtask 1 holds the handle (Flink hands list state out in ranges);
@@ -1122,7 +1119,7 @@ fn a_decided_commit_owned_elsewhere_is_retracted_only_after_its_owner_finished_i
         states: vec![t.state_at_1.clone()],
         known: Vec::new(),
     };
-    let before = snapshot(&t.out);
+    let before = snapshot_but_run_notes(&t.out);
     let err = open_at(1, &knows_it, 300)
         .err()
         .expect("subtask 1 must not retract a commit its owner has not finished");
@@ -1132,12 +1129,8 @@ fn a_decided_commit_owned_elsewhere_is_retracted_only_after_its_owner_finished_i
         msg.contains("still being finished by the subtask that owns it"),
         "{msg}"
     );
-    let mut after = snapshot(&t.out);
-    after.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
-    let mut expected = before;
-    expected.retain(|k, _| !k.starts_with("_twopc/orders/runs/"));
     assert!(
-        after == expected,
+        snapshot_but_run_notes(&t.out) == before,
         "a subtask that waited in vain changes nothing"
     );
 

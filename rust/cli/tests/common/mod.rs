@@ -78,12 +78,36 @@ pub fn open_sink(
     clock: &ShiftClock,
     restore: Option<&Restore>,
 ) -> FsSink {
+    try_open_sink(
+        out,
+        sink,
+        run,
+        subtask,
+        parallelism,
+        options,
+        clock,
+        restore,
+    )
+    .unwrap()
+    .0
+}
+
+/// [`open_sink`], for a test that expects the start to fail.
+#[allow(clippy::too_many_arguments, dead_code)]
+pub fn try_open_sink(
+    out: &Path,
+    sink: &str,
+    run: &str,
+    subtask: u32,
+    parallelism: u32,
+    options: SinkOptions,
+    clock: &ShiftClock,
+    restore: Option<&Restore>,
+) -> Result<(FsSink, twopc_core::StartupReport), twopc_core::TwopcError> {
     let sink = SinkId::new(sink).unwrap();
     let dest = FsDestination::open(FsOptions::new(out), &sink).unwrap();
     let ctx = SubtaskContext::new(sink, RunId::new(run).unwrap(), subtask, parallelism).unwrap();
     SubtaskSink::open(dest, clock.clone(), ctx, options, restore, None)
-        .unwrap()
-        .0
 }
 
 pub fn batch(records: &[&str]) -> RecordBatchBuf {
