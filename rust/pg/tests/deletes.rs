@@ -12,7 +12,7 @@ use common::*;
 use twopc_core::committer::CommitOutcome;
 use twopc_core::destination::Destination;
 use twopc_core::TwopcError;
-use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
+use twopc_pg::{CopyFormat, PgDestination, PgMode};
 
 /// Idempotent with deletes into a table of key `k` and values `v`, `n`.
 fn fixture(url: &str, prefix: &str) -> Fixture {
@@ -191,24 +191,7 @@ fn deletes_need_the_delete_privilege_and_only_idempotent_mode_takes_them() {
              GRANT CREATE ON SCHEMA public TO {role}"
         ))
         .unwrap();
-    let mut cfg: postgres::Config = url.parse().unwrap();
-    cfg.user(&role);
-    let host = match &cfg.get_hosts()[0] {
-        postgres::config::Host::Tcp(h) => h.clone(),
-        #[allow(unreachable_patterns)]
-        _ => "127.0.0.1".to_string(),
-    };
-    let mut opts = PgOptions::new(
-        Endpoint::Params {
-            host,
-            port: port_of(&url),
-            dbname: cfg.get_dbname().unwrap().to_string(),
-            user: role.clone(),
-        },
-        format!("public.{table}"),
-        &["k", "v", "n"],
-    );
-    opts.password = Some(Password::new(pw));
+    let mut opts = options_as(&url, &role, pw, format!("public.{table}"), &["k", "v", "n"]);
     opts.mode = f.opts.mode.clone();
     opts.operation_field = true;
     let result = PgDestination::connect(opts.clone(), &f.ctx("run1"));

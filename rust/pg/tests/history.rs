@@ -20,7 +20,7 @@ use twopc_core::error::{DestinationError, DestinationErrorKind};
 use twopc_core::history::decode_segment;
 use twopc_core::ids::{LineageId, SinkId, TransactionId};
 use twopc_core::{Clock, SystemClock, TransactionHandle, TwopcError};
-use twopc_pg::{Endpoint, Password, PgDestination, PgOptions};
+use twopc_pg::PgDestination;
 
 /// Small enough to fold a short history: the latest 2 checkpoints stay
 /// single, at least 3 records are folded at once, at most 4 per segment.
@@ -712,24 +712,7 @@ fn a_missing_segments_table_that_cannot_be_created_fails_compaction_with_its_cre
             }
         }
     };
-    let mut cfg: postgres::Config = url.parse().unwrap();
-    cfg.user(&role);
-    let host = match &cfg.get_hosts()[0] {
-        postgres::config::Host::Tcp(h) => h.clone(),
-        #[allow(unreachable_patterns)]
-        _ => "127.0.0.1".to_string(),
-    };
-    let mut opts = PgOptions::new(
-        Endpoint::Params {
-            host,
-            port: port_of(&url),
-            dbname: cfg.get_dbname().unwrap().to_string(),
-            user: role.clone(),
-        },
-        format!("public.{table}"),
-        &["id", "body"],
-    );
-    opts.password = Some(Password::new(pw));
+    let mut opts = options_as(&url, &role, pw, format!("public.{table}"), &["id", "body"]);
     opts.control_schema = schema.clone();
     opts.transaction_id_column = Some("txn".into());
     let result = || {

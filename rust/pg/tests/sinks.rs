@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use twopc_core::SinkId;
-use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions, SinkRecord};
+use twopc_pg::{PgDestination, PgMode, SinkRecord};
 
 type Row = (String, String, Option<String>, String, i64);
 
@@ -149,24 +149,7 @@ fn a_user_who_may_not_create_the_sinks_table_runs_the_sink_with_a_warning() {
             }
         }
     };
-    let mut cfg: postgres::Config = url.parse().unwrap();
-    cfg.user(&role);
-    let host = match &cfg.get_hosts()[0] {
-        postgres::config::Host::Tcp(h) => h.clone(),
-        #[allow(unreachable_patterns)]
-        _ => "127.0.0.1".to_string(),
-    };
-    let mut opts = PgOptions::new(
-        Endpoint::Params {
-            host,
-            port: port_of(&url),
-            dbname: cfg.get_dbname().unwrap().to_string(),
-            user: role.clone(),
-        },
-        table.clone(),
-        &["id", "body"],
-    );
-    opts.password = Some(Password::new(pw));
+    let mut opts = options_as(&url, &role, pw, table.clone(), &["id", "body"]);
     opts.control_schema = schema.clone();
     opts.transaction_id_column = Some("txn".into());
     let result = || {

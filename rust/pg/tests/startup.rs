@@ -108,24 +108,7 @@ fn a_user_without_insert_rights_is_rejected() {
             "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; GRANT SELECT ON {table} TO {role}"
         ))
         .unwrap();
-    let mut cfg: postgres::Config = url.parse().unwrap();
-    cfg.user(&role);
-    let host = match &cfg.get_hosts()[0] {
-        postgres::config::Host::Tcp(h) => h.clone(),
-        #[allow(unreachable_patterns)]
-        _ => "127.0.0.1".to_string(),
-    };
-    let mut opts = PgOptions::new(
-        Endpoint::Params {
-            host,
-            port: port_of(&url),
-            dbname: cfg.get_dbname().unwrap().to_string(),
-            user: role.clone(),
-        },
-        format!("public.{table}"),
-        &["id", "body"],
-    );
-    opts.password = Some(Password::new(pw));
+    let opts = options_as(&url, &role, pw, format!("public.{table}"), &["id", "body"]);
     let msg = config_error(&opts, 1);
     let _ = f.admin.batch_execute(&format!(
         "REVOKE ALL ON {table} FROM {role}; DROP ROLE {role}"

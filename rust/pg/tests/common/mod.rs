@@ -77,6 +77,37 @@ pub fn options(url: &str, table: &str) -> PgOptions {
     o
 }
 
+/// Transactional options for `table` and `columns` as user `role` (with
+/// `password`) on the test server of `url`: a sink run by a user with
+/// rights of its own.
+#[allow(dead_code)]
+pub fn options_as(
+    url: &str,
+    role: &str,
+    password: &str,
+    table: impl Into<String>,
+    columns: &[&str],
+) -> PgOptions {
+    let cfg: postgres::Config = url.parse().unwrap();
+    let host = match &cfg.get_hosts()[0] {
+        postgres::config::Host::Tcp(h) => h.clone(),
+        #[allow(unreachable_patterns)]
+        _ => "127.0.0.1".to_string(),
+    };
+    let mut o = PgOptions::new(
+        Endpoint::Params {
+            host,
+            port: port_of(url),
+            dbname: cfg.get_dbname().unwrap().to_string(),
+            user: role.to_string(),
+        },
+        table,
+        columns,
+    );
+    o.password = Some(Password::new(password));
+    o
+}
+
 /// A URL without its password, and the password (decoded).
 pub fn split_password(url: &str) -> (String, Option<String>) {
     let mut u = url::Url::parse(url).expect("the test server's URL is a URL");
