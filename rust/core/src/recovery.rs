@@ -427,7 +427,7 @@ impl SkippedShare {
         };
         format!(
             "left {} staged transaction(s) of subtask index {}'s share untouched (first: \
-             {first}) because this attempt no longer holds that share at the destination ({}): \
+             {first}) because this attempt does not hold that share at the destination now ({}): \
              {who}",
             self.transactions.len(),
             self.share,
