@@ -18,7 +18,7 @@ use twopc_pg::PgDestination;
 /// Attempt 1 owns both indexes by its own parallelism of 1; its cleanup
 /// must leave attempt 2's prepared transactions alone (aborted, attempt
 /// 2's commits would find them LOST), while attempt 2's committers, whose
-/// sessions are not their writers', still clean up after themselves.
+/// sessions are not their writers', still abort what attempt 1 left.
 #[test]
 fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     let url = server!();
@@ -69,6 +69,14 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         .prepare(&mut zw_dest, &clock, &open.transaction, 2)
         .unwrap();
     let s2 = zw.state();
+    // Prepared, and in no state or committable: lingering once attempt 1
+    // is gone.
+    let open = zw.begin(&mut zw_dest, &clock).unwrap();
+    zw.write(&mut zw_dest, &open.transaction, &batch(&rows(2..3, "x")))
+        .unwrap();
+    let leftover = zw
+        .prepare(&mut zw_dest, &clock, &open.transaction, 2)
+        .unwrap();
     drop((zw, zw_dest));
 
     let mut writers = Vec::new();
@@ -135,6 +143,11 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         let report = c.checkpoint_completed(d, &clock, 3).unwrap();
         assert!(report.failures.is_empty(), "{report:?}");
         assert!(!c.cleanup_due());
+        // Subtask 0's committer confirms its share through another session
+        // than its writer's, which holds the share's lock.
+        if i == 0 {
+            assert_eq!(report.aborted, vec![leftover.transaction.clone()]);
+        }
     }
     assert_eq!(
         visible(&mut f.admin, &f.table),
