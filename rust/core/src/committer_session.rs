@@ -17,7 +17,7 @@ use std::collections::{BTreeMap, HashSet};
 use crate::clock::Clock;
 use crate::committer::{CommitOutcome, CommitStep, Committer};
 use crate::config::{SinkOptions, SubtaskContext};
-use crate::destination::{Compaction, Destination};
+use crate::destination::{Compaction, Destination, OwnerClaim};
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, TransactionId};
@@ -236,18 +236,31 @@ impl CommitterSession {
                 protected: &self.protected,
             };
             match recovery::abort_lingering(dest, clock, &self.committer, &self.ctx, &keep) {
-                Ok(aborted) => {
-                    self.cleanup_due = false;
-                    if !aborted.is_empty() {
+                Ok(done) => {
+                    // A share held by another attempt stays due: once its
+                    // holder is gone (a superseded attempt of an earlier
+                    // run still closing), the next checkpoint cleans it.
+                    // Reported, never raised: it says nothing about this
+                    // attempt's own commits, and failing a healthy job
+                    // for another's hold is what the check is there to
+                    // prevent.
+                    self.cleanup_due = !done.skipped.is_empty();
+                    if !done.aborted.is_empty() {
                         log::info!(
                             "{}: aborted {} lingering transactions after checkpoint \
                              {checkpoint}, the first since the restore",
                             self.ctx.scope(),
-                            aborted.len()
+                            done.aborted.len()
                         );
                     }
-                    self.stats.lingering_aborted += aborted.len() as u64;
-                    report.aborted = aborted;
+                    for skipped in &done.skipped {
+                        report.failures.push(format!(
+                            "the lingering cleanup after checkpoint {checkpoint} {}",
+                            skipped.describe(&self.ctx)
+                        ));
+                    }
+                    self.stats.lingering_aborted += done.aborted.len() as u64;
+                    report.aborted = done.aborted;
                 }
                 Err(e @ (TwopcError::Lost(_) | TwopcError::CommitUnresolved(_))) => return Err(e),
                 Err(e) => report.failures.push(format!(
@@ -303,10 +316,37 @@ impl CommitterSession {
             current: &self.writers,
             protected: &self.protected,
         };
-        let aborted = recovery::abort_lingering(dest, clock, &self.committer, &self.ctx, &keep)?;
+        let done = recovery::abort_lingering(dest, clock, &self.committer, &self.ctx, &keep)?;
+        self.stats.lingering_aborted += done.aborted.len() as u64;
+        if let Some(skipped) = done.skipped.first() {
+            // Nothing tries again after the final checkpoint: the share's
+            // holder (or the next run's cleanup, or the retention) removes
+            // what is left, and the front ends report this without failing
+            // the task.
+            return Err(TwopcError::OwnedElsewhere(Box::new(
+                crate::error::OwnershipConflict {
+                    scope: self.ctx.scope(),
+                    ours: OwnerClaim {
+                        subtask: skipped.share,
+                        ..self.ctx.owner_claim()
+                    },
+                    holder: skipped.holder.clone(),
+                    diagnosis: format!(
+                        "At the end of input the lingering cleanup aborted {} transaction(s) and \
+                         {}{}",
+                        done.aborted.len(),
+                        skipped.describe(&self.ctx),
+                        match done.skipped.len() {
+                            1 => String::new(),
+                            n => format!(" ({} more share(s) left the same way)", n - 1),
+                        }
+                    ),
+                    fatal: false,
+                },
+            )));
+        }
         self.cleanup_due = false;
-        self.stats.lingering_aborted += aborted.len() as u64;
-        Ok(aborted)
+        Ok(done.aborted)
     }
 
     /// Folds older commit records into segments, at the first completed

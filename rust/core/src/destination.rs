@@ -478,8 +478,37 @@ pub trait Destination {
 
     /// Asks for ownership of `claim.subtask`'s share of the sink, held until
     /// this destination is dropped (a lock that the process's death
-    /// releases: a file lock, a database session's advisory lock).
+    /// releases: a file lock, a database session's advisory lock). A share
+    /// this destination holds already answers `Acquired` again while it is
+    /// still held (the lingering cleanup confirms through the writer's own
+    /// destination in the SinkFunction shim, see
+    /// [`Destination::confirm_ownership`]).
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError>;
+
+    /// Who holds `claim.subtask`'s share now, asked right before a cleanup
+    /// aborts or finishes transactions of that share. A subtask's claims are
+    /// taken at its start; an attempt that was superseded since (a zombie
+    /// whose task still runs) must not act on a share a newer attempt holds.
+    ///
+    /// `Acquired`: this destination holds the share (it held it already, or
+    /// nobody did and it holds it from now on, until dropped, as after
+    /// [`Destination::claim_ownership`]). `HeldBy`: someone else holds it,
+    /// possibly another destination instance of this same attempt (the
+    /// Sink V2 writer's, next to its committer's): the caller compares the
+    /// claim. Unlike a claim at start, this never takes a share over from
+    /// any holder, not even from an earlier attempt of the same run: a
+    /// cleanup must never displace a live writer.
+    ///
+    /// `None` (the default): this destination cannot tell without taking
+    /// the share over, and the cleanup acts unfenced as it did before (the
+    /// object store's lease claim replaces a lease of the same attempt,
+    /// which would stop that attempt's own writer).
+    fn confirm_ownership(
+        &mut self,
+        _claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        Ok(None)
+    }
 
     /// Keeps `note` durably (repeatable). Destinations that cannot keep it
     /// answer `Ok` and tools see nothing; the job stops all the same.
@@ -614,6 +643,12 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         (**self).claim_ownership(claim)
+    }
+    fn confirm_ownership(
+        &mut self,
+        claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        (**self).confirm_ownership(claim)
     }
     fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
         (**self).owner_subtasks()

@@ -39,7 +39,11 @@
 //! * Ownership: before anything else, a subtask claims its share of the sink
 //!   at the destination. Another live run, or another sink of this job with
 //!   the same sink id, is refused; an earlier attempt of this run that is
-//!   still shutting down is waited for, briefly.
+//!   still shutting down is waited for, briefly. Those claims are taken
+//!   at the start only; the lingering cleanup, which runs later, confirms
+//!   each share at the destination right before it acts on it, so that a
+//!   superseded attempt whose committer still runs leaves alone the shares
+//!   a newer attempt holds ([`abort_lingering`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -384,31 +388,145 @@ impl Keep<'_> {
     }
 }
 
+/// What the lingering cleanup did.
+#[derive(Debug, Default)]
+pub(crate) struct Lingering {
+    pub aborted: Vec<TransactionId>,
+    /// Shares whose transactions were left alone because another attempt or
+    /// run holds them at the destination.
+    pub skipped: Vec<SkippedShare>,
+}
+
+/// A share the lingering cleanup did not touch, and why.
+#[derive(Debug)]
+pub(crate) struct SkippedShare {
+    pub share: u32,
+    pub holder: OwnerInfo,
+    /// Its staged transactions that would have been aborted or finished.
+    pub transactions: Vec<TransactionId>,
+}
+
+impl SkippedShare {
+    /// What happened and what to do, for a log line or an error.
+    pub fn describe(&self, ctx: &SubtaskContext) -> String {
+        let first = self
+            .transactions
+            .first()
+            .map(|t| t.as_str())
+            .unwrap_or_default();
+        let who = match &self.holder.claim {
+            Some(c)
+                if c.run == ctx.run && c.instance == ctx.instance && c.attempt > ctx.attempt =>
+            {
+                format!(
+                    "a later attempt ({}) of this subtask holds it: this attempt (attempt {}) \
+                     was superseded and leaves the share to it; nothing to do",
+                    c.attempt, ctx.attempt
+                )
+            }
+            Some(c) if crate::operator::is_operator_claim(c) => "an operator's twopc command \
+                 holds the sink; the cleanup is tried again at the next checkpoint"
+                .to_string(),
+            _ => "the cleanup is tried again at the next checkpoint; if this attempt was \
+                  superseded, nothing to do, otherwise stop the holder named here (a second job \
+                  with this sink id, or an execution left behind by a JobManager failover)"
+                .to_string(),
+        };
+        format!(
+            "left {} staged transaction(s) of subtask index {}'s share untouched (first: \
+             {first}) because this attempt does not hold that share at the destination now ({}): \
+             {who}",
+            self.transactions.len(),
+            self.share,
+            self.holder.holder
+        )
+    }
+}
+
 /// Aborts the staged transactions this subtask owns that housekeeping must
 /// not keep. Called once the first checkpoint of this attempt completed,
 /// when every restored transaction has been resolved by whichever subtask
 /// restored it (see the module documentation).
+///
+/// `owns` is decided by this attempt's parallelism, and its claims were
+/// taken at its start; neither says that this attempt is still the one
+/// writing there. An attempt that was superseded while its committer still
+/// runs (a zombie on a TaskManager cut off from the JobManager, told late
+/// that a checkpoint completed), or an earlier run's subtask after a
+/// scale-up, would abort the prepared transactions of the attempt that now
+/// writes the share, which then finds them LOST at commit. So each share
+/// is confirmed at the destination first ([`confirm_share`]), and one held
+/// by another attempt or run is left alone.
 pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     dest: &mut D,
     clock: &C,
     committer: &Committer,
     ctx: &SubtaskContext,
     keep: &Keep<'_>,
-) -> Result<Vec<TransactionId>, TwopcError> {
+) -> Result<Lingering, TwopcError> {
     let staged = list_staged(dest, ctx, "listing staged transactions for lingering ones")?;
-    let mut aborted = Vec::new();
+    let mut by_share: BTreeMap<u32, Vec<StagedTransaction>> = BTreeMap::new();
     for s in staged {
-        if !ctx.owns(s.subtask) || keep.keeps(&s) {
-            continue;
+        if ctx.owns(s.subtask) && !keep.keeps(&s) {
+            by_share.entry(s.subtask).or_default().push(s);
         }
-        if let StagedState::Committing(handle) = &s.state {
-            roll_forward(dest, clock, committer, ctx, handle)?;
-            continue;
-        }
-        abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
-        aborted.push(s.transaction);
     }
-    Ok(aborted)
+    let mut done = Lingering::default();
+    for (share, lingering) in by_share {
+        if let Some(holder) = confirm_share(dest, ctx, share)? {
+            let skipped = SkippedShare {
+                share,
+                holder,
+                transactions: lingering.into_iter().map(|s| s.transaction).collect(),
+            };
+            log::warn!("{}: {}", ctx.scope(), skipped.describe(ctx));
+            done.skipped.push(skipped);
+            continue;
+        }
+        for s in lingering {
+            // A decided commit is fenced too: finished by a superseded
+            // attempt after the newer one's rewind check, its records would
+            // be written again by the replay.
+            if let StagedState::Committing(handle) = &s.state {
+                roll_forward(dest, clock, committer, ctx, handle)?;
+                continue;
+            }
+            abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
+            done.aborted.push(s.transaction);
+        }
+    }
+    Ok(done)
+}
+
+/// Confirms at the destination that this attempt holds the share of
+/// subtask index `share` (taking it if nobody does). `None`: it does, or
+/// the destination cannot tell (then as before this check existed);
+/// otherwise the holder. A holder with exactly this attempt's claim is
+/// this attempt's own writer in another destination instance (the Sink V2
+/// committer has a destination of its own, and the writer's lock refuses
+/// it even in the same process).
+fn confirm_share<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    share: u32,
+) -> Result<Option<OwnerInfo>, TwopcError> {
+    let ours = OwnerClaim {
+        subtask: share,
+        ..ctx.owner_claim()
+    };
+    let found = dest
+        .confirm_ownership(&ours)
+        .map_err(|source| TwopcError::Scan {
+            scope: ctx.scope(),
+            action: "confirming this attempt's hold on a share before aborting its lingering \
+                     transactions (nothing of that share was aborted)",
+            source,
+        })?;
+    Ok(match found {
+        None | Some(Ownership::Acquired) => None,
+        Some(Ownership::HeldBy(holder)) if holder.claim.as_ref() == Some(&ours) => None,
+        Some(Ownership::HeldBy(holder)) => Some(holder),
+    })
 }
 
 /// Finishes a commit that was decided (its checkpoint completed) but was

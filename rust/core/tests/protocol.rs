@@ -1121,3 +1121,169 @@ fn a_transaction_prepared_after_the_restored_checkpoint_is_aborted_at_the_start(
     s.commit(&h1).unwrap();
     assert_eq!(visible(&store), vec!["a"]);
 }
+
+/// A superseded attempt's Sink V2 committer (a zombie: its task still runs,
+/// on a TaskManager cut off from the JobManager, and its writer has closed)
+/// is told late that checkpoint 2 completed, the first after its restore,
+/// while a newer attempt, restored from checkpoint 2 at
+/// `new_parallelism`, already writes and has prepared transactions for
+/// checkpoint 3. The zombie's lingering cleanup must leave them alone:
+/// aborted, the newer attempt's commit would find them LOST and fail a
+/// healthy job. The newer attempt's own cleanup, through committers with
+/// destinations of their own, still removes what is really lingering.
+fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32) {
+    use twopc_core::{CommitStep, CommitterSession, WriterSession};
+
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let subtask = |attempt: u32, i: u32, p: u32| ctx("run1", i, p).with_attempt(attempt, 0);
+    // Attempt 0: checkpoint 1 with one transaction; the attempt fails
+    // before committing it.
+    let mut d0 = store.destination(&sink_id());
+    let (mut w0, _) = WriterSession::open(
+        &mut d0,
+        &clock,
+        subtask(0, 0, 1),
+        &options(),
+        None,
+        Some(10),
+    )
+    .unwrap();
+    let t = w0.begin(&mut d0, &clock).unwrap();
+    w0.write(&mut d0, &t.transaction, &batch(&["a"])).unwrap();
+    let h1 = w0.prepare(&mut d0, &clock, &t.transaction, 1).unwrap();
+    w0.begin(&mut d0, &clock).unwrap();
+    let s1 = w0.state();
+    drop((w0, d0));
+
+    // Attempt 1, restored from checkpoint 1: the zombie to be.
+    let restore1 = Restore {
+        checkpoint: 1,
+        states: vec![s1],
+        known: Vec::new(),
+    };
+    let mut zw_dest = store.destination(&sink_id());
+    let (mut zw, _) = WriterSession::open(
+        &mut zw_dest,
+        &clock,
+        subtask(1, 0, 1),
+        &options(),
+        Some(&restore1),
+        Some(20),
+    )
+    .unwrap();
+    let mut zc = CommitterSession::new(subtask(1, 0, 1), options(), Some(1));
+    let mut zc_dest = store.destination(&sink_id());
+    assert_eq!(
+        zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    let t = zw.begin(&mut zw_dest, &clock).unwrap();
+    zw.write(&mut zw_dest, &t.transaction, &batch(&["b"]))
+        .unwrap();
+    let h2 = zw.prepare(&mut zw_dest, &clock, &t.transaction, 2).unwrap();
+    let s2 = zw.state();
+    // Checkpoint 2 completes at the JobManager, which then loses the
+    // zombie's TaskManager and restores checkpoint 2 elsewhere. The zombie
+    // writer's last transaction (never in a checkpoint) stays behind, and
+    // the writer closes; its committer still runs.
+    let leftover = zw.begin(&mut zw_dest, &clock).unwrap();
+    zw.write(&mut zw_dest, &leftover.transaction, &batch(&["never"]))
+        .unwrap();
+    drop((zw, zw_dest));
+
+    // Attempt 2, restored from checkpoint 2: subtask 0 gets the state and
+    // the committable.
+    let mut writers = Vec::new();
+    let mut committers = Vec::new();
+    for i in 0..new_parallelism {
+        let restore = Restore {
+            checkpoint: 2,
+            states: if i == 0 { vec![s2.clone()] } else { Vec::new() },
+            known: Vec::new(),
+        };
+        let mut dest = store.destination(&sink_id());
+        let (w, _) = WriterSession::open(
+            &mut dest,
+            &clock,
+            subtask(2, i, new_parallelism),
+            &options(),
+            Some(&restore),
+            Some(30 + u64::from(i)),
+        )
+        .unwrap();
+        writers.push((w, dest));
+        committers.push((
+            CommitterSession::new(subtask(2, i, new_parallelism), options(), Some(2)),
+            store.destination(&sink_id()),
+        ));
+    }
+    let (c0, c0_dest) = &mut committers[0];
+    assert_eq!(
+        c0.commit_attempt(c0_dest, &clock, &h2, 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    let mut newer = Vec::new();
+    for (i, (w, dest)) in writers.iter_mut().enumerate() {
+        let t = w.begin(dest, &clock).unwrap();
+        w.write(dest, &t.transaction, &batch(&[&format!("c{i}")]))
+            .unwrap();
+        newer.push(w.prepare(dest, &clock, &t.transaction, 3).unwrap());
+    }
+
+    // The zombie's late notification of checkpoint 2.
+    assert_eq!(
+        zc.commit_attempt(&mut zc_dest, &clock, &h2, 1).unwrap(),
+        CommitStep::Done(CommitOutcome::AlreadyCommitted)
+    );
+    let report = zc.checkpoint_completed(&mut zc_dest, &clock, 2).unwrap();
+    assert!(report.aborted.is_empty(), "{report:?}");
+    let staged = store.staged_ids();
+    for h in &newer {
+        assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
+    }
+    // One failure per share left alone: each index the newer attempt
+    // writes (the zombie, at parallelism 1, owns them all).
+    assert_eq!(
+        report.failures.len(),
+        new_parallelism as usize,
+        "{report:?}"
+    );
+    assert!(
+        report
+            .failures
+            .iter()
+            .all(|f| f.contains("a later attempt (2)") && f.contains("superseded")),
+        "{report:?}"
+    );
+    assert!(zc.cleanup_due(), "a skipped share stays due");
+
+    // The newer attempt commits checkpoint 3 and cleans up after it: the
+    // zombie writer's leftover goes, through committers whose destinations
+    // are not their writers'.
+    for (i, (c, dest)) in committers.iter_mut().enumerate() {
+        assert_eq!(
+            c.commit_attempt(dest, &clock, &newer[i], 1).unwrap(),
+            CommitStep::Done(CommitOutcome::Committed)
+        );
+        let report = c.checkpoint_completed(dest, &clock, 3).unwrap();
+        assert!(report.failures.is_empty(), "{report:?}");
+        assert!(!c.cleanup_due());
+    }
+    assert!(!store.staged_ids().contains(&leftover.transaction));
+    let mut expected = vec!["a".to_string(), "b".to_string()];
+    expected.extend((0..new_parallelism).map(|i| format!("c{i}")));
+    assert_eq!(visible(&store), expected);
+}
+
+#[test]
+fn a_zombie_committers_cleanup_leaves_the_newer_attempts_share_alone() {
+    a_zombie_committer_leaves_a_newer_attempts_shares_alone(1);
+}
+
+/// After a scale-up, the zombie (parallelism 1) owns every index by its
+/// own count, among them index 1, which a subtask of the newer attempt
+/// now writes.
+#[test]
+fn a_zombie_committers_cleanup_leaves_alone_an_index_a_scale_up_gave_to_a_new_subtask() {
+    a_zombie_committer_leaves_a_newer_attempts_shares_alone(2);
+}

@@ -219,8 +219,8 @@ pub struct FsDestination {
     dirs: SinkDirs,
     open: Option<OpenTxn>,
     /// The owner locks, held while this destination lives (a writer holds
-    /// one; an operator's tool holds every subtask's).
-    owner: Vec<std::fs::File>,
+    /// one; an operator's tool holds every subtask's), by subtask index.
+    owner: Vec<(u32, std::fs::File)>,
     /// Pairs of history segments (small, wide) found not to be the
     /// leftovers of an interrupted merge (see `remove_redundant_segments`).
     segments_not_redundant: std::collections::HashSet<(String, String)>,
@@ -1355,8 +1355,17 @@ impl Destination for FsDestination {
         self.claim_for_removal(txn, tombstone).map(|_| ())
     }
 
+    /// Re-entrant: a share this destination holds already is confirmed on
+    /// the file that holds it. A second open file's lock would be refused
+    /// by this destination's own (`flock` locks belong to open files), and
+    /// read back as held by this same claim.
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
-        let (ownership, file) = ownership::claim(&self.dirs.owners, claim).map_err(|e| {
+        let owners = &self.dirs.owners;
+        let result = match self.owner.iter_mut().find(|(k, _)| *k == claim.subtask) {
+            Some((_, held)) => ownership::confirm(owners, held, claim).map(|o| (o, None)),
+            None => ownership::claim(owners, claim),
+        };
+        let (ownership, file) = result.map_err(|e| {
             let kind = if matches!(
                 e.raw_os_error(),
                 Some(37 /* ENOLCK */) | Some(95 /* EOPNOTSUPP */)
@@ -1375,8 +1384,16 @@ impl Destination for FsDestination {
             }
             err
         })?;
-        self.owner.extend(file);
+        self.owner.extend(file.map(|f| (claim.subtask, f)));
         Ok(ownership)
+    }
+
+    /// A lock is never taken over, so a claim is the confirmation.
+    fn confirm_ownership(
+        &mut self,
+        claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        self.claim_ownership(claim).map(Some)
     }
 
     fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {

@@ -38,8 +38,37 @@ const MAX_CLAIM_BYTES: u64 = 4096;
 pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, Option<File>)> {
     let name = claim.subtask.to_string();
     let mut file = owners.open_or_create(&name)?;
-    match rustix::fs::flock(&file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
-        Ok(()) => {}
+    if let Some(holder) = lock_or_holder(&mut file, owners, claim)? {
+        return Ok((Ownership::HeldBy(holder), None));
+    }
+    file.set_len(0)?;
+    file.seek(SeekFrom::Start(0))?;
+    file.write_all(render(claim).as_bytes())?;
+    file.sync_data()?;
+    Ok((Ownership::Acquired, Some(file)))
+}
+
+/// Checks that `held`, the file through which this process took the lock
+/// of `claim.subtask`, holds it still. Locking it again is a no-op for the
+/// holder; it fails only when the lock was lost meanwhile (an NFS client
+/// whose lease with the server expired while it was cut off, and another
+/// client took the lock since): then the new holder is named.
+pub(crate) fn confirm(owners: &Dir, held: &mut File, claim: &OwnerClaim) -> io::Result<Ownership> {
+    Ok(match lock_or_holder(held, owners, claim)? {
+        None => Ownership::Acquired,
+        Some(holder) => Ownership::HeldBy(holder),
+    })
+}
+
+/// Locks `file` (`None`), or names who holds its lock.
+fn lock_or_holder(
+    file: &mut File,
+    owners: &Dir,
+    claim: &OwnerClaim,
+) -> io::Result<Option<OwnerInfo>> {
+    let name = claim.subtask.to_string();
+    match rustix::fs::flock(&*file, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+        Ok(()) => Ok(None),
         Err(rustix::io::Errno::WOULDBLOCK) => {
             // The holder writes its claim right after locking: a claim
             // that is empty or half-written is read again for a moment
@@ -52,7 +81,7 @@ pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, 
                 file.seek(SeekFrom::Start(0))?;
                 // A claim is a few hundred bytes; a larger file is not one,
                 // and is not read whole (25 times over) into memory.
-                (&mut file)
+                (&mut *file)
                     .take(MAX_CLAIM_BYTES)
                     .read_to_string(&mut text)
                     .ok();
@@ -62,32 +91,22 @@ pub(crate) fn claim(owners: &Dir, claim: &OwnerClaim) -> io::Result<(Ownership, 
                 }
                 std::thread::sleep(std::time::Duration::from_millis(CLAIM_READ_PAUSE_MS));
             }
-            return Ok((
-                Ownership::HeldBy(OwnerInfo {
-                    claim: parsed,
-                    holder: describe(&text, owners, &name),
-                }),
-                None,
-            ));
+            Ok(Some(OwnerInfo {
+                claim: parsed,
+                holder: describe(&text, owners, &name),
+            }))
         }
-        Err(e) => {
-            return Err(io::Error::new(
-                io::Error::from(e).kind(),
-                format!(
-                    "locking {} failed ({e}): this file system does not support file locks, so \
-                     twopc cannot make sure that no second job writes with the same sink id. \
-                     Use a local file system, or NFSv4 (or NFSv3 with lockd) without \
-                     local_lock/nolock",
-                    owners.child(&name).display()
-                ),
-            ))
-        }
+        Err(e) => Err(io::Error::new(
+            io::Error::from(e).kind(),
+            format!(
+                "locking {} failed ({e}): this file system does not support file locks, so \
+                 twopc cannot make sure that no second job writes with the same sink id. \
+                 Use a local file system, or NFSv4 (or NFSv3 with lockd) without \
+                 local_lock/nolock",
+                owners.child(&name).display()
+            ),
+        )),
     }
-    file.set_len(0)?;
-    file.seek(SeekFrom::Start(0))?;
-    file.write_all(render(claim).as_bytes())?;
-    file.sync_data()?;
-    Ok((Ownership::Acquired, Some(file)))
 }
 
 fn render(c: &OwnerClaim) -> String {

@@ -319,6 +319,21 @@ fn owner_lock_key(sink: &SinkId, subtask: u32) -> i64 {
     lock_key(&format!("twopc-owner\0{sink}\0{subtask}"))
 }
 
+/// The backend that holds the session-level advisory lock `key` in this
+/// database (a bigint key shows in pg_locks as classid = its high half,
+/// objid = its low half).
+fn lock_holder(c: &mut postgres::Client, key: i64) -> Result<Option<i32>, postgres::Error> {
+    Ok(c.query_opt(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
+           AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1 \
+           AND database = (SELECT oid FROM pg_database \
+                           WHERE datname = current_database()) \
+         LIMIT 1",
+        &[&key],
+    )?
+    .and_then(|r| r.get(0)))
+}
+
 /// An advisory lock key: the FNV-1a hash of `text`, which starts with a tag
 /// naming what it locks so that keys of different uses never meet.
 fn lock_key(text: &str) -> i64 {
@@ -696,16 +711,7 @@ impl PgDestination {
         let key = owner_lock_key(&self.sink, subtask);
         let schema = self.control_tables.schema.clone();
         let (pid, others) = self.control.run("looking up the lock's holder", |c| {
-            let pid: Option<i32> = c
-                .query_opt(
-                    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted \
-                       AND objsubid = 1 AND ((classid::int8 << 32) | objid::int8) = $1 \
-                       AND database = (SELECT oid FROM pg_database \
-                                       WHERE datname = current_database()) \
-                     LIMIT 1",
-                    &[&key],
-                )?
-                .and_then(|r| r.get(0));
+            let pid = lock_holder(c, key)?;
             let others: Vec<String> = c
                 .query(
                     "SELECT format('%I.%I', n.nspname, c.relname) FROM pg_class c \
@@ -747,6 +753,30 @@ impl PgDestination {
                 self.sink,
             ),
         })
+    }
+
+    /// Who holds `claim.subtask`'s share, without a statement in the writer
+    /// session: a transaction may be open there, with a COPY streaming into
+    /// it between batches, and a statement in between would break it (found
+    /// by the SinkFunction shim's test). The control session looks up the
+    /// backend that holds the share's advisory lock instead: this
+    /// destination's writer session (`Acquired`), another session (its
+    /// owner row), or none, when the share is claimed in the writer session
+    /// if no transaction is open there; with one open, it cannot be taken
+    /// now, nobody holds it, and the cleanup acts as before (`None`).
+    fn confirm_share(&mut self, claim: &OwnerClaim) -> Result<Option<Ownership>, DestinationError> {
+        let key = owner_lock_key(&self.sink, claim.subtask);
+        let holder = self
+            .control
+            .run("looking up the holder of a share's lock", |c| {
+                Ok(lock_holder(c, key)?)
+            })?;
+        match holder {
+            Some(pid) if Some(pid) == self.writer.pid() => Ok(Some(Ownership::Acquired)),
+            Some(_) => Ok(Some(Ownership::HeldBy(self.read_owner(claim.subtask)?))),
+            None if self.open.is_none() => self.claim_ownership(claim).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// This sink's owner row of `subtask` in `table` (quoted), held by
@@ -2241,6 +2271,14 @@ impl Destination for PgDestination {
             _ => self.owner = Some(share),
         }
         Ok(Ownership::Acquired)
+    }
+
+    /// See `PgDestination::confirm_share`.
+    fn confirm_ownership(
+        &mut self,
+        claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        self.confirm_share(claim)
     }
 
     fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {

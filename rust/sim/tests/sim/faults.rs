@@ -351,6 +351,14 @@ impl<D: Destination> Destination for FaultyDestination<D> {
         self.inner.expire(txn, now_ms)
     }
 
+    fn confirm_ownership(
+        &mut self,
+        claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        let id = self.scan_id.clone();
+        self.call(Operation::Claim, &id, |d| d.confirm_ownership(claim))
+    }
+
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         let id = self.scan_id.clone();
         self.call(Operation::Claim, &id, |d| d.claim_ownership(claim))

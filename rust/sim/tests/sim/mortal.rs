@@ -119,6 +119,13 @@ impl<D: Destination> Destination for Mortal<D> {
         self.call(|d| d.expire(txn, now_ms))
     }
 
+    fn confirm_ownership(
+        &mut self,
+        claim: &OwnerClaim,
+    ) -> Result<Option<Ownership>, DestinationError> {
+        self.call(|d| d.confirm_ownership(claim))
+    }
+
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         self.call(|d| d.claim_ownership(claim))
     }
