@@ -19,6 +19,18 @@
 //!   writer stops instead of working next to the new owner. (Unless the
 //!   lease read back still holds this writer's claim: then the other ETag
 //!   came from its own earlier write whose answer was lost.)
+//! * Fence before clean-up: a call that removes or changes transactions
+//!   other than the one this writer has open (abort, expiry, retraction,
+//!   listing staged transactions, which records unrecorded completions,
+//!   and history compaction) first renews every lease held, whatever its
+//!   age (`ObjectStoreDestination::fence`). A renewal counts for the
+//!   clean-up calls of the next moment (one pass), so a pass costs one
+//!   conditional PUT per lease, not one per transaction. A failover takes
+//!   the lease over at once (a newer attempt of the same operator needs no
+//!   expiry), so without this an older attempt that lives on (a
+//!   TaskManager cut off from the JobManager) could abort or expire the
+//!   newer attempt's transactions for as long as its own renewal was not
+//!   due.
 //! * Release, when the destination is dropped: the lease is rewritten as
 //!   expired (If-Match), never deleted, so a release cannot remove a
 //!   successor's lease.
@@ -251,6 +263,17 @@ fn taken_over(held: &HeldLease) -> DestinationError {
             held.record.subtask, held.record.sink, held.key
         ),
     )
+}
+
+/// The lease record at `key` as it is now (for the message of a refused
+/// clean-up: who took the share over); `None` when absent or unreadable.
+pub(crate) async fn current(store: &AmazonS3, key: &Path) -> Option<LeaseRecord> {
+    let got = store.get(key).await.ok()?;
+    let bytes = got.bytes().await.ok()?;
+    match decode(&bytes) {
+        Ok(ControlObject::Lease(l)) => Some(l),
+        _ => None,
+    }
 }
 
 /// The version of the lease at `key` if it is `ours` (the same claim of
