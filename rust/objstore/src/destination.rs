@@ -79,6 +79,11 @@ pub struct ObjectStoreDestination {
     /// When every held lease was last renewed by a fence (ms since the
     /// epoch); clean-up calls within [`FENCE_REUSE_MS`] of it need none.
     fenced_at_ms: Option<u64>,
+    /// The attempt a destination without a lease works for, when told
+    /// (see [`Self::watch_ownership`]), and when each share's lease was
+    /// last found still its own (share, ms since the epoch).
+    watched: Option<OwnerClaim>,
+    watch_checked: std::collections::BTreeMap<u32, u64>,
 }
 
 /// Whether a fence may reuse a recent one (a call inside a clean-up pass)
@@ -300,7 +305,21 @@ impl ObjectStoreDestination {
             last_prepared: None,
             leases: Vec::new(),
             fenced_at_ms: None,
+            watched: None,
+            watch_checked: Default::default(),
         })
+    }
+
+    /// Tells a destination that claims no lease which attempt of which run
+    /// it works for: the Sink V2 committer, whose writer (a destination of
+    /// its own) holds the lease. Its clean-up calls then read the lease of
+    /// the share they act in (once per share and pass) and are refused
+    /// when a newer attempt holds it, as a lease holder's are (see
+    /// `lease`). Without it such a destination has nothing to check. A
+    /// destination that claims leases checks those instead.
+    pub fn watch_ownership(&mut self, claim: OwnerClaim) {
+        self.watched = Some(claim);
+        self.watch_checked.clear();
     }
 
     /// The keys of this sink.
@@ -858,7 +877,7 @@ impl ObjectStoreDestination {
         txn: Option<&TransactionId>,
     ) -> Result<(), DestinationError> {
         if self.leases.is_empty() {
-            return Ok(());
+            return self.check_watched(mode, doing, txn);
         }
         let now = now_ms();
         if mode == Fence::Reuse
@@ -893,6 +912,76 @@ impl ObjectStoreDestination {
             }
         }
         self.fenced_at_ms = Some(now);
+        Ok(())
+    }
+
+    /// The fence of a destination without a lease (see
+    /// [`Self::watch_ownership`]): the lease of the share `txn` belongs to
+    /// (this attempt's own share for a call without one) must not name a
+    /// newer attempt.
+    fn check_watched(
+        &mut self,
+        mode: Fence,
+        doing: &str,
+        txn: Option<&TransactionId>,
+    ) -> Result<(), DestinationError> {
+        let Some(ours) = self.watched.clone() else {
+            return Ok(());
+        };
+        let share = txn
+            .and_then(|t| TransactionId::parse(t.as_str()))
+            .map_or(ours.subtask, |p| p.subtask);
+        let now = now_ms();
+        if mode == Fence::Renew {
+            self.watch_checked.clear();
+        } else if self
+            .watch_checked
+            .get(&share)
+            .is_some_and(|&at| now.saturating_sub(at) < FENCE_REUSE_MS)
+        {
+            return Ok(());
+        }
+        self.watch_checked.remove(&share);
+        let key = path(&self.layout.control(OWNERS, &share.to_string()))?;
+        let held = self
+            .rt
+            .block_on(lease::read(&self.store, &key))
+            .map_err(|e| {
+                DestinationError::new(
+                    e.kind,
+                    format!(
+                        "sink '{}': reading the ownership lease before {doing} failed, so nothing \
+                     was changed: {e}. Tried again at the next clean-up",
+                        self.layout.sink
+                    ),
+                )
+            })?;
+        if lease::superseded_by(&ours, held.as_ref(), now) {
+            let l = held.expect("a lease supersedes");
+            return Err(DestinationError::new(
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "sink '{}': refused to {doing}{}: subtask {share}'s share of the sink (lease \
+                     {key}) is held by attempt {} of run {} ({}, since {}), while this \
+                     committer works for attempt {} of run {}. This is an older attempt that \
+                     lives on (a TaskManager cut off from the JobManager, or a task still \
+                     shutting down): it must not abort or expire what the newer attempt owns. \
+                     Nothing was changed; this attempt must stop, and the newer one carries on. \
+                     If the holder is another job writing with the same sink id, give one of \
+                     them another sink id",
+                    self.layout.sink,
+                    txn.map(|t| format!(" (transaction {t})"))
+                        .unwrap_or_default(),
+                    l.attempt,
+                    l.run,
+                    l.holder,
+                    twopc_core::timefmt::utc(l.acquired_at_ms),
+                    ours.attempt,
+                    ours.run,
+                ),
+            ));
+        }
+        self.watch_checked.insert(share, now);
         Ok(())
     }
 

@@ -30,7 +30,12 @@
 //!   expiry), so without this an older attempt that lives on (a
 //!   TaskManager cut off from the JobManager) could abort or expire the
 //!   newer attempt's transactions for as long as its own renewal was not
-//!   due.
+//!   due. The Sink V2 committer claims no lease (its writer, a separate
+//!   destination, does); told which attempt it works for
+//!   (`ObjectStoreDestination::watch_ownership`), it reads the lease of
+//!   the share it cleans up in instead (one GET per share and pass) and
+//!   is refused once a newer attempt holds it. A committer that was never
+//!   told has nothing to check.
 //! * Release, when the destination is dropped: the lease is rewritten as
 //!   expired (If-Match), never deleted, so a release cannot remove a
 //!   successor's lease.
@@ -268,11 +273,46 @@ fn taken_over(held: &HeldLease) -> DestinationError {
 /// The lease record at `key` as it is now (for the message of a refused
 /// clean-up: who took the share over); `None` when absent or unreadable.
 pub(crate) async fn current(store: &AmazonS3, key: &Path) -> Option<LeaseRecord> {
-    let got = store.get(key).await.ok()?;
-    let bytes = got.bytes().await.ok()?;
+    read(store, key).await.ok().flatten()
+}
+
+/// The lease record at `key`: `None` when absent, an error when it cannot
+/// be read or is not a lease.
+pub(crate) async fn read(
+    store: &AmazonS3,
+    key: &Path,
+) -> Result<Option<LeaseRecord>, DestinationError> {
+    let got = match store.get(key).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_err("reading", key, e)),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| store_err("reading", key, e))?;
     match decode(&bytes) {
-        Ok(ControlObject::Lease(l)) => Some(l),
-        _ => None,
+        Ok(ControlObject::Lease(l)) => Ok(Some(l)),
+        Ok(_) | Err(_) => Err(DestinationError::corrupt(format!(
+            "the ownership lease {key} is not a readable lease; delete it if no job writes this \
+             share of the sink now"
+        ))),
+    }
+}
+
+/// For a destination that holds no lease but works for the attempt
+/// `ours` (the Sink V2 committer: its writer holds the lease): whether
+/// `held`, the lease of the share it is about to clean up in, says that
+/// another attempt owns that share now. A newer attempt of the same run
+/// and operator does, whatever the lease's expiry (a failover takes over
+/// at once); another run or operator does while its lease is live (an
+/// expired one of an earlier run is a leftover). No lease, ours, or an
+/// older attempt's: go ahead.
+pub(crate) fn superseded_by(ours: &OwnerClaim, held: Option<&LeaseRecord>, now_ms: u64) -> bool {
+    match held {
+        None => false,
+        Some(l) if l.run == ours.run && l.instance == ours.instance => l.attempt > ours.attempt,
+        Some(l) => l.expires_at_ms > now_ms,
     }
 }
 
