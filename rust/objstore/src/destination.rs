@@ -573,7 +573,7 @@ impl ObjectStoreDestination {
                 ));
             }
         }
-        if let Some(evidence) = self.undo_if_retracted(handle, key, &name).await? {
+        if let Some(evidence) = self.undo_if_retracted(handle, key, &name, true).await? {
             return Ok(Recorded::Retracted(evidence));
         }
         self.tidy_after_commit(&handle.transaction, key, keep_upload)
@@ -585,18 +585,43 @@ impl ObjectStoreDestination {
     /// object `key` and then its commit record `name` (the object first:
     /// a retraction interrupted after its tombstone is restarted only
     /// through the record), and returns the evidence for `Missing`.
+    /// `completed_here`: `key` is the upload this call just completed or
+    /// found completed, not a key read from a record.
     async fn undo_if_retracted(
         &self,
         handle: &TransactionHandle,
         key: &str,
         name: &str,
+        completed_here: bool,
     ) -> Result<Option<String>, DestinationError> {
         let txn = &handle.transaction;
         let Some(at) = self.retracted_at(txn).await? else {
             return Ok(None);
         };
+        // A key read from a record is removed only when it is the one this
+        // sink gives the transaction, as `retract` insists (a forged record
+        // must not remove another sink's object); a key from the handle's
+        // location is the upload this commit just completed.
+        if !completed_here && key != self.layout.part_key(txn) {
+            return Err(self.corrupt(format!(
+                "{txn} was retracted, but its commit record names the object {key}, which is not \
+                 its output; nothing was deleted. Remove the record {} by hand",
+                self.layout.control(COMMITTED, name)
+            )));
+        }
         self.delete(key).await?;
         self.delete(&self.layout.control(COMMITTED, name)).await?;
+        // A compaction may have folded the late record already.
+        self.retract_folded(&CommittedTransaction {
+            transaction: txn.clone(),
+            lineage: handle.lineage,
+            checkpoint: handle.checkpoint().unwrap_or_default(),
+            subtask: handle.subtask,
+            run: handle.run.clone(),
+            records: handle.prepared().map_or(0, |p| p.records),
+            committed_at_ms: 0,
+        })
+        .await?;
         log::warn!(
             "sink '{}': a commit of {txn} (checkpoint {}) arrived after its retraction; its \
              object and commit record were removed again",
@@ -725,7 +750,7 @@ impl ObjectStoreDestination {
             txn,
         );
         if let Some(evidence) = self
-            .undo_if_retracted(&record.handle, &record.key, &name)
+            .undo_if_retracted(&record.handle, &record.key, &name, false)
             .await?
         {
             return Ok(CommitStatus::Missing { evidence });
