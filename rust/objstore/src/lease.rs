@@ -52,7 +52,13 @@
 //! one wins, see `destination`), so an overlap can abort the other
 //! writer's transactions (which then fail their checkpoint, or are found
 //! LOST at commit and stop the job with evidence), never publish a
-//! transaction twice or half. An idle writer (no records for longer than
+//! transaction twice or half. The fence before clean-up narrows this, it
+//! does not close it: a takeover between a fence and the requests that
+//! follow it (within the second a fence counts for) goes unnoticed, and
+//! the write and commit path is not fenced at all (its lease is renewed
+//! only when a third of it has passed). A late commit of a retracted
+//! transaction is caught by the retraction's tombstone instead (see the
+//! crate docs). An idle writer (no records for longer than
 //! the lease) does not renew; its lease lapses and a newcomer may take
 //! over, which that writer learns at its next call.
 
