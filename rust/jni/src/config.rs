@@ -421,11 +421,16 @@ impl SinkConfig {
                     ),
                     None => ObjectStoreDestination::open((**options).clone(), &self.sink),
                 };
-                let dest = opened.map_err(|source| TwopcError::Scan {
+                let mut dest = opened.map_err(|source| TwopcError::Scan {
                     scope: ctx.scope(),
                     action: "opening the object store",
                     source,
                 })?;
+                // The Sink V2 committer claims no lease (its writer does):
+                // told its attempt, its clean-up is refused once a newer
+                // attempt holds the share. A writer's claimed lease takes
+                // precedence over this.
+                dest.watch_ownership(ctx.owner_claim());
                 Ok(Box::new(dest))
             }
             DestinationSpec::Filesystem(options) => {

@@ -33,7 +33,7 @@ use crate::faults::{Connector, RequestFaults};
 use crate::lease::{self, Claimed, HeldLease};
 use crate::names::{
     self, parse_commit_record_name, parse_lineage, Layout, COMMITTED, EXPIRED, LINEAGES, LOST,
-    OPERATIONS, OWNERS, PREPARED, RUNS,
+    OPERATIONS, OWNERS, PREPARED, RETRACTED, RUNS,
 };
 use crate::options::{RecordFormat, S3Options, MAX_PARTS};
 use crate::s3api::{OpenUpload, S3Api};
@@ -42,6 +42,13 @@ mod history;
 
 /// Lost notes and operation records are a few hundred bytes.
 const NOTE_LIMIT: usize = 64 * 1024;
+
+/// How long a fence (every held lease renewed, see `lease`) covers the
+/// clean-up calls after it: one pass of clean-up (a listing of staged
+/// transactions and the aborts or expiries that follow) costs one
+/// conditional PUT per lease, not one per transaction. Short, because a
+/// takeover inside it goes unnoticed until the next fence.
+const FENCE_REUSE_MS: u64 = 1_000;
 
 /// The transaction being written: its upload, the parts sent so far and
 /// the bytes not sent yet (at most about one part).
@@ -69,6 +76,40 @@ pub struct ObjectStoreDestination {
     /// asks for it (`prepared_location`).
     last_prepared: Option<(TransactionId, Vec<u8>)>,
     leases: Vec<HeldLease>,
+    /// When every held lease was last renewed by a fence (ms since the
+    /// epoch); clean-up calls within [`FENCE_REUSE_MS`] of it need none.
+    fenced_at_ms: Option<u64>,
+    /// The attempt a destination without a lease works for, when told
+    /// (see [`Self::watch_ownership`]), and when each share's lease was
+    /// last found still its own (share, ms since the epoch).
+    watched: Option<OwnerClaim>,
+    watch_checked: std::collections::BTreeMap<u32, u64>,
+}
+
+/// Whether a fence may reuse a recent one (a call inside a clean-up pass)
+/// or must renew now (the call that starts a pass).
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Fence {
+    Renew,
+    Reuse,
+}
+
+/// What writing a commit record found.
+enum Recorded {
+    Yes,
+    /// The transaction was retracted: the record (and the object) were
+    /// removed again; the evidence says so.
+    Retracted(String),
+}
+
+impl Recorded {
+    /// The answer of the commit that wrote it.
+    fn status(self) -> CommitStatus {
+        match self {
+            Recorded::Yes => CommitStatus::Committed,
+            Recorded::Retracted(evidence) => CommitStatus::Missing { evidence },
+        }
+    }
 }
 
 fn now_ms() -> u64 {
@@ -263,7 +304,22 @@ impl ObjectStoreDestination {
             open: None,
             last_prepared: None,
             leases: Vec::new(),
+            fenced_at_ms: None,
+            watched: None,
+            watch_checked: Default::default(),
         })
+    }
+
+    /// Tells a destination that claims no lease which attempt of which run
+    /// it works for: the Sink V2 committer, whose writer (a destination of
+    /// its own) holds the lease. Its clean-up calls then read the lease of
+    /// the share they act in (once per share and pass) and are refused
+    /// when a newer attempt holds it, as a lease holder's are (see
+    /// `lease`). Without it such a destination has nothing to check. A
+    /// destination that claims leases checks those instead.
+    pub fn watch_ownership(&mut self, claim: OwnerClaim) {
+        self.watched = Some(claim);
+        self.watch_checked.clear();
     }
 
     /// The keys of this sink.
@@ -474,7 +530,11 @@ impl ObjectStoreDestination {
 
     /// Writes the commit record (never replacing one), then tidies: the
     /// prepared marker goes, and so do other uploads of the same key (a
-    /// retried CreateMultipartUpload can leave one).
+    /// retried CreateMultipartUpload can leave one). With the record in
+    /// place it looks for a retraction's tombstone: a retraction that
+    /// began before (this commit was in flight, an older attempt's) is
+    /// finished again, and the commit answers `Retracted` (see the crate
+    /// docs for why after, not before).
     async fn record_commit(
         &self,
         handle: &TransactionHandle,
@@ -483,7 +543,7 @@ impl ObjectStoreDestination {
         e_tag: Option<String>,
         keep_upload: Option<&str>,
         now_ms: u64,
-    ) -> Result<(), DestinationError> {
+    ) -> Result<Recorded, DestinationError> {
         let checkpoint = handle.checkpoint().unwrap_or_default();
         let name = names::commit_record_name(handle.lineage, checkpoint, &handle.transaction);
         let record = CommitRecord {
@@ -513,9 +573,85 @@ impl ObjectStoreDestination {
                 ));
             }
         }
+        if let Some(evidence) = self.undo_if_retracted(handle, key, &name, true).await? {
+            return Ok(Recorded::Retracted(evidence));
+        }
         self.tidy_after_commit(&handle.transaction, key, keep_upload)
             .await;
-        Ok(())
+        Ok(Recorded::Yes)
+    }
+
+    /// When `handle`'s transaction has a retraction tombstone: removes its
+    /// object `key` and then its commit record `name` (the object first:
+    /// a retraction interrupted after its tombstone is restarted only
+    /// through the record), and returns the evidence for `Missing`.
+    /// `completed_here`: `key` is the upload this call just completed or
+    /// found completed, not a key read from a record.
+    async fn undo_if_retracted(
+        &self,
+        handle: &TransactionHandle,
+        key: &str,
+        name: &str,
+        completed_here: bool,
+    ) -> Result<Option<String>, DestinationError> {
+        let txn = &handle.transaction;
+        let Some(at) = self.retracted_at(txn).await? else {
+            return Ok(None);
+        };
+        // A key read from a record is removed only when it is the one this
+        // sink gives the transaction, as `retract` insists (a forged record
+        // must not remove another sink's object); a key from the handle's
+        // location is the upload this commit just completed.
+        if !completed_here && key != self.layout.part_key(txn) {
+            return Err(self.corrupt(format!(
+                "{txn} was retracted, but its commit record names the object {key}, which is not \
+                 its output; nothing was deleted. Remove the record {} by hand",
+                self.layout.control(COMMITTED, name)
+            )));
+        }
+        self.delete(key).await?;
+        self.delete(&self.layout.control(COMMITTED, name)).await?;
+        // A compaction may have folded the late record already.
+        self.retract_folded(&CommittedTransaction {
+            transaction: txn.clone(),
+            lineage: handle.lineage,
+            checkpoint: handle.checkpoint().unwrap_or_default(),
+            subtask: handle.subtask,
+            run: handle.run.clone(),
+            records: handle.prepared().map_or(0, |p| p.records),
+            committed_at_ms: 0,
+        })
+        .await?;
+        log::warn!(
+            "sink '{}': a commit of {txn} (checkpoint {}) arrived after its retraction; its \
+             object and commit record were removed again",
+            self.layout.sink,
+            handle.checkpoint().unwrap_or_default()
+        );
+        Ok(Some(format!(
+            "it was retracted{} (tombstone {}): a rewind under the REPLACE_RANGE policy removed \
+             its output, and this commit (of checkpoint {}, from run {}) came after that, so its \
+             output and commit record were removed again. A commit this late comes from an \
+             older attempt that lived on after the restore; its job must not carry on",
+            at.map(|t| format!(" at {}", twopc_core::timefmt::utc(t)))
+                .unwrap_or_default(),
+            self.layout.control(RETRACTED, txn.as_str()),
+            handle.checkpoint().unwrap_or_default(),
+            handle.run
+        )))
+    }
+
+    /// When `txn` was retracted (its tombstone's time, if readable);
+    /// `None` when it was not.
+    async fn retracted_at(
+        &self,
+        txn: &TransactionId,
+    ) -> Result<Option<Option<u64>>, DestinationError> {
+        let tombstone = self.layout.control(RETRACTED, txn.as_str());
+        Ok(self
+            .get_small(&tombstone, 64)
+            .await?
+            .map(|bytes| String::from_utf8_lossy(&bytes).trim().parse::<u64>().ok()))
     }
 
     /// Housekeeping after a commit: failures are logged, never fail it.
@@ -573,8 +709,18 @@ impl ObjectStoreDestination {
             self.layout.bucket,
             self.layout.area(COMMITTED)
         );
+        // Read after the looks above: an expiry writes its tombstone before
+        // it removes the upload, so one that removed it is seen here.
         let tombstone = self.layout.control(EXPIRED, txn.as_str());
-        if let Some(bytes) = self.get_small(&tombstone, 64).await? {
+        if let Some(at) = self.retracted_at(txn).await? {
+            evidence.push_str(&format!(
+                ". It was committed and then retracted{} by a rewind under the REPLACE_RANGE \
+                 policy (tombstone {})",
+                at.map(|t| format!(" at {}", twopc_core::timefmt::utc(t)))
+                    .unwrap_or_default(),
+                self.layout.control(RETRACTED, txn.as_str())
+            ));
+        } else if let Some(bytes) = self.get_small(&tombstone, 64).await? {
             let at = String::from_utf8_lossy(&bytes).trim().parse::<u64>().ok();
             evidence.push_str(&format!(
                 ". Retention cleanup removed it{} (tombstone {tombstone})",
@@ -596,6 +742,19 @@ impl ObjectStoreDestination {
         record: &CommitRecord,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &record.handle.transaction;
+        // A record beside a retraction's tombstone: a retraction that was
+        // interrupted, or a late commit's record: never committed again.
+        let name = names::commit_record_name(
+            record.handle.lineage,
+            record.handle.checkpoint().unwrap_or_default(),
+            txn,
+        );
+        if let Some(evidence) = self
+            .undo_if_retracted(&record.handle, &record.key, &name, false)
+            .await?
+        {
+            return Ok(CommitStatus::Missing { evidence });
+        }
         match self.head(&record.key).await? {
             None => Ok(CommitStatus::Missing {
                 evidence: format!(
@@ -660,16 +819,17 @@ impl ObjectStoreDestination {
         if let Some(meta) = self.head(key).await? {
             if Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
                 // Completed, by this call (its answer lost) or an earlier one.
-                self.record_commit(
-                    handle,
-                    key,
-                    meta.size,
-                    meta.e_tag,
-                    Some(&location.upload_id),
-                    now_ms,
-                )
-                .await?;
-                return Ok(CommitStatus::Committed);
+                let recorded = self
+                    .record_commit(
+                        handle,
+                        key,
+                        meta.size,
+                        meta.e_tag,
+                        Some(&location.upload_id),
+                        now_ms,
+                    )
+                    .await?;
+                return Ok(recorded.status());
             }
             return Err(self.corrupt(format!(
                 "the commit of {txn} failed ({error}), and s3://{}/{key} holds an object of {} \
@@ -725,6 +885,169 @@ impl ObjectStoreDestination {
             self.leases[i] = held;
         }
         Ok(())
+    }
+
+    /// Makes sure, before a clean-up call that removes or changes other
+    /// transactions' objects, that this destination still holds every
+    /// lease it claimed: each is renewed now with If-Match on its last
+    /// ETag (`Fence::Renew`, or `Fence::Reuse` when no fence succeeded in
+    /// the last [`FENCE_REUSE_MS`]). A lease another attempt took over
+    /// refuses the call, with nothing changed. A destination that holds no
+    /// lease (tools reading the sink, the Sink V2 committer, which claims
+    /// none: its writer does) has nothing to renew.
+    fn fence(
+        &mut self,
+        mode: Fence,
+        doing: &str,
+        txn: Option<&TransactionId>,
+    ) -> Result<(), DestinationError> {
+        if self.leases.is_empty() {
+            return self.check_watched(mode, doing, txn);
+        }
+        let now = now_ms();
+        if mode == Fence::Reuse
+            && self
+                .fenced_at_ms
+                .is_some_and(|at| now.saturating_sub(at) < FENCE_REUSE_MS)
+        {
+            return Ok(());
+        }
+        self.fenced_at_ms = None;
+        let lease_ms = self.options.lease_ms;
+        for i in 0..self.leases.len() {
+            let mut held = self.leases[i].clone();
+            match self
+                .rt
+                .block_on(lease::rewrite(&self.store, &mut held, lease_ms, now, false))
+            {
+                Ok(()) => self.leases[i] = held,
+                Err(e) if e.kind == DestinationErrorKind::NotPermitted => {
+                    return Err(self.fenced_out(&held, doing, txn))
+                }
+                Err(e) => {
+                    return Err(DestinationError::new(
+                        e.kind,
+                        format!(
+                            "sink '{}': renewing the ownership lease before {doing} failed, so \
+                             nothing was changed: {e}. Tried again at the next clean-up",
+                            self.layout.sink
+                        ),
+                    ))
+                }
+            }
+        }
+        self.fenced_at_ms = Some(now);
+        Ok(())
+    }
+
+    /// The fence of a destination without a lease (see
+    /// [`Self::watch_ownership`]): the lease of the share `txn` belongs to
+    /// (this attempt's own share for a call without one) must not name a
+    /// newer attempt.
+    fn check_watched(
+        &mut self,
+        mode: Fence,
+        doing: &str,
+        txn: Option<&TransactionId>,
+    ) -> Result<(), DestinationError> {
+        let Some(ours) = self.watched.clone() else {
+            return Ok(());
+        };
+        let share = txn
+            .and_then(|t| TransactionId::parse(t.as_str()))
+            .map_or(ours.subtask, |p| p.subtask);
+        let now = now_ms();
+        if mode == Fence::Renew {
+            self.watch_checked.clear();
+        } else if self
+            .watch_checked
+            .get(&share)
+            .is_some_and(|&at| now.saturating_sub(at) < FENCE_REUSE_MS)
+        {
+            return Ok(());
+        }
+        self.watch_checked.remove(&share);
+        let key = path(&self.layout.control(OWNERS, &share.to_string()))?;
+        let held = self
+            .rt
+            .block_on(lease::read(&self.store, &key))
+            .map_err(|e| {
+                DestinationError::new(
+                    e.kind,
+                    format!(
+                        "sink '{}': reading the ownership lease before {doing} failed, so nothing \
+                     was changed: {e}. Tried again at the next clean-up",
+                        self.layout.sink
+                    ),
+                )
+            })?;
+        if lease::superseded_by(&ours, held.as_ref(), now) {
+            let l = held.expect("a lease supersedes");
+            return Err(DestinationError::new(
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "sink '{}': refused to {doing}{}: subtask {share}'s share of the sink (lease \
+                     {key}) is held by attempt {} of run {} ({}, since {}), while this \
+                     committer works for attempt {} of run {}. This is an older attempt that \
+                     lives on (a TaskManager cut off from the JobManager, or a task still \
+                     shutting down): it must not abort or expire what the newer attempt owns. \
+                     Nothing was changed; this attempt must stop, and the newer one carries on. \
+                     If the holder is another job writing with the same sink id, give one of \
+                     them another sink id",
+                    self.layout.sink,
+                    txn.map(|t| format!(" (transaction {t})"))
+                        .unwrap_or_default(),
+                    l.attempt,
+                    l.run,
+                    l.holder,
+                    twopc_core::timefmt::utc(l.acquired_at_ms),
+                    ours.attempt,
+                    ours.run,
+                ),
+            ));
+        }
+        self.watch_checked.insert(share, now);
+        Ok(())
+    }
+
+    /// The refusal of a clean-up call whose lease another attempt took
+    /// over, naming who holds the share now.
+    fn fenced_out(
+        &self,
+        held: &HeldLease,
+        doing: &str,
+        txn: Option<&TransactionId>,
+    ) -> DestinationError {
+        let ours = &held.record;
+        let now_held = match self.rt.block_on(lease::current(&self.store, &held.key)) {
+            Some(l) => format!(
+                "attempt {} of run {} ({}, since {})",
+                l.attempt,
+                l.run,
+                l.holder,
+                twopc_core::timefmt::utc(l.acquired_at_ms)
+            ),
+            None => "another claimant (its lease is gone or unreadable now)".to_string(),
+        };
+        DestinationError::new(
+            DestinationErrorKind::NotPermitted,
+            format!(
+                "sink '{}': refused to {doing}{}: subtask {}'s share of the sink (lease {}) was \
+                 taken over by {now_held}, while this destination still worked for attempt {} \
+                 of run {}. This is an older attempt that lives on (a TaskManager cut off from \
+                 the JobManager, or a task still shutting down): it must not abort, expire or \
+                 retract what the newer attempt owns. Nothing was changed; this attempt stops \
+                 here, and the newer one carries on. If the newer holder is another job writing \
+                 with the same sink id, give one of them another sink id",
+                self.layout.sink,
+                txn.map(|t| format!(" (transaction {t})"))
+                    .unwrap_or_default(),
+                ours.subtask,
+                held.key,
+                ours.attempt,
+                ours.run,
+            ),
+        )
     }
 
     /// In LINES format a record must not hold a line break.
@@ -884,6 +1207,8 @@ impl ObjectStoreDestination {
             let now_ms = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
+            // A retracted one is removed again inside (and logged): no
+            // commit of it is answered here.
             self.record_commit(&handle, &location.key, meta.size, meta.e_tag, None, now_ms)
                 .await?;
         }
@@ -1320,16 +1645,17 @@ impl Destination for ObjectStoreDestination {
                             location.parts.len()
                         )));
                     }
-                    self.record_commit(
-                        handle,
-                        &location.key,
-                        size,
-                        e_tag,
-                        Some(&location.upload_id),
-                        now_ms,
-                    )
-                    .await?;
-                    Ok(CommitStatus::Committed)
+                    let recorded = self
+                        .record_commit(
+                            handle,
+                            &location.key,
+                            size,
+                            e_tag,
+                            Some(&location.upload_id),
+                            now_ms,
+                        )
+                        .await?;
+                    Ok(recorded.status())
                 }
                 Err(e) => {
                     self.after_failed_complete(handle, &location, e, now_ms)
@@ -1340,6 +1666,7 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        self.fence(Fence::Reuse, "abort", Some(txn))?;
         Ok(match self.removal(txn)? {
             Removal::Removed => AbortStatus::Aborted,
             Removal::Nothing => AbortStatus::NotFound,
@@ -1348,6 +1675,9 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
+        // The listing starts a clean-up pass (its aborts and expiries
+        // follow) and records unrecorded completions itself.
+        self.fence(Fence::Renew, "list staged transactions", None)?;
         self.rt.block_on(self.record_unrecorded_completions())?;
         let (staged, foreign) = self.scan_staged()?;
         for key in foreign {
@@ -1364,6 +1694,8 @@ impl Destination for ObjectStoreDestination {
         lineage: LineageId,
         checkpoint: CheckpointId,
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
+        // The listing a rewind check retracts from.
+        self.fence(Fence::Renew, "list committed transactions", None)?;
         self.rt.block_on(self.record_unrecorded_completions())?;
         Ok(self
             .rt
@@ -1374,11 +1706,13 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        self.fence(Fence::Reuse, "retract", Some(&committed.transaction))?;
         let name = names::commit_record_name(
             committed.lineage,
             committed.checkpoint,
             &committed.transaction,
         );
+        let ours = self.layout.part_key(&committed.transaction);
         self.rt.block_on(async {
             // Single or folded; none when retracted already (a folded copy
             // may still be on its way out: `retract_folded` sees to it).
@@ -1387,7 +1721,6 @@ impl Destination for ObjectStoreDestination {
                 // Deleted only when it is the key this sink gives it: another
                 // sink's object can look the same with a longer part prefix
                 // (found by review).
-                let ours = self.layout.part_key(&committed.transaction);
                 if record.key != ours {
                     return Err(self.corrupt(format!(
                         "commit record {name} names the object {}, but this sink names the \
@@ -1397,21 +1730,55 @@ impl Destination for ObjectStoreDestination {
                         record.key, committed.transaction
                     )));
                 }
-                self.delete(&record.key).await?;
             }
+            // The tombstone before anything goes: a commit of this
+            // transaction still in flight (an older attempt's) that PUTs
+            // the record again afterwards finds it and undoes its record
+            // (see `record_commit`). Kept for good: ids never come back.
+            let tombstone = self
+                .layout
+                .control(RETRACTED, committed.transaction.as_str());
+            self.put(
+                &tombstone,
+                now_ms().to_string().into_bytes(),
+                PutMode::Create,
+            )
+            .await?;
+            // The key this sink gives the transaction, whether or not the
+            // record was still there to name it: a repeated retraction
+            // after a crash must still remove an object a late commit put
+            // back.
+            self.delete(&ours).await?;
             self.delete(&self.layout.control(COMMITTED, &name)).await?;
             self.retract_folded(committed).await
         })
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
-        if !matches!(self.removal(txn)?, Removal::Removed) {
-            return Ok(()); // committed, aborted or expired meanwhile
-        }
+        self.fence(Fence::Reuse, "expire", Some(txn))?;
+        // The tombstone first: a commit that finds the upload gone reads it
+        // after its own looks, so it says "expired" however the two race
+        // (see the crate docs for a crash between the steps).
         let tombstone = self.layout.control(EXPIRED, txn.as_str());
-        self.rt
-            .block_on(self.put(&tombstone, now_ms.to_string().into_bytes(), PutMode::Create))
-            .map(|_| ())
+        let created = self.rt.block_on(self.put(
+            &tombstone,
+            now_ms.to_string().into_bytes(),
+            PutMode::Create,
+        ))?;
+        if matches!(self.removal(txn)?, Removal::Published) && created {
+            // A commit won: it was not expired, and a later loss of the
+            // object must not be blamed on retention cleanup. Only our own
+            // tombstone goes: an earlier expiry's may explain another
+            // removal. A failure leaves a note that nothing reads while
+            // the object is there.
+            if let Err(e) = self.rt.block_on(self.delete(&tombstone)) {
+                log::warn!(
+                    "sink '{}': {e} (the tombstone of an expiry that lost to a commit of {txn})",
+                    self.layout.sink
+                );
+            }
+        }
+        Ok(()) // removed, or committed, aborted or expired meanwhile
     }
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
@@ -1514,6 +1881,7 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
+        self.fence(Fence::Renew, "compact the commit history", None)?;
         let policy = crate::history::effective(policy, &self.layout);
         self.rt.block_on(self.compact(&policy))
     }

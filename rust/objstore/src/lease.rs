@@ -19,6 +19,23 @@
 //!   writer stops instead of working next to the new owner. (Unless the
 //!   lease read back still holds this writer's claim: then the other ETag
 //!   came from its own earlier write whose answer was lost.)
+//! * Fence before clean-up: a call that removes or changes transactions
+//!   other than the one this writer has open (abort, expiry, retraction,
+//!   listing staged transactions, which records unrecorded completions,
+//!   and history compaction) first renews every lease held, whatever its
+//!   age (`ObjectStoreDestination::fence`). A renewal counts for the
+//!   clean-up calls of the next moment (one pass), so a pass costs one
+//!   conditional PUT per lease, not one per transaction. A failover takes
+//!   the lease over at once (a newer attempt of the same operator needs no
+//!   expiry), so without this an older attempt that lives on (a
+//!   TaskManager cut off from the JobManager) could abort or expire the
+//!   newer attempt's transactions for as long as its own renewal was not
+//!   due. The Sink V2 committer claims no lease (its writer, a separate
+//!   destination, does); told which attempt it works for
+//!   (`ObjectStoreDestination::watch_ownership`), it reads the lease of
+//!   the share it cleans up in instead (one GET per share and pass) and
+//!   is refused once a newer attempt holds it. A committer that was never
+//!   told has nothing to check.
 //! * Release, when the destination is dropped: the lease is rewritten as
 //!   expired (If-Match), never deleted, so a release cannot remove a
 //!   successor's lease.
@@ -35,7 +52,13 @@
 //! one wins, see `destination`), so an overlap can abort the other
 //! writer's transactions (which then fail their checkpoint, or are found
 //! LOST at commit and stop the job with evidence), never publish a
-//! transaction twice or half. An idle writer (no records for longer than
+//! transaction twice or half. The fence before clean-up narrows this, it
+//! does not close it: a takeover between a fence and the requests that
+//! follow it (within the second a fence counts for) goes unnoticed, and
+//! the write and commit path is not fenced at all (its lease is renewed
+//! only when a third of it has passed). A late commit of a retracted
+//! transaction is caught by the retraction's tombstone instead (see the
+//! crate docs). An idle writer (no records for longer than
 //! the lease) does not renew; its lease lapses and a newcomer may take
 //! over, which that writer learns at its next call.
 
@@ -251,6 +274,52 @@ fn taken_over(held: &HeldLease) -> DestinationError {
             held.record.subtask, held.record.sink, held.key
         ),
     )
+}
+
+/// The lease record at `key` as it is now (for the message of a refused
+/// clean-up: who took the share over); `None` when absent or unreadable.
+pub(crate) async fn current(store: &AmazonS3, key: &Path) -> Option<LeaseRecord> {
+    read(store, key).await.ok().flatten()
+}
+
+/// The lease record at `key`: `None` when absent, an error when it cannot
+/// be read or is not a lease.
+pub(crate) async fn read(
+    store: &AmazonS3,
+    key: &Path,
+) -> Result<Option<LeaseRecord>, DestinationError> {
+    let got = match store.get(key).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_err("reading", key, e)),
+    };
+    let bytes = got
+        .bytes()
+        .await
+        .map_err(|e| store_err("reading", key, e))?;
+    match decode(&bytes) {
+        Ok(ControlObject::Lease(l)) => Ok(Some(l)),
+        Ok(_) | Err(_) => Err(DestinationError::corrupt(format!(
+            "the ownership lease {key} is not a readable lease; delete it if no job writes this \
+             share of the sink now"
+        ))),
+    }
+}
+
+/// For a destination that holds no lease but works for the attempt
+/// `ours` (the Sink V2 committer: its writer holds the lease): whether
+/// `held`, the lease of the share it is about to clean up in, says that
+/// another attempt owns that share now. A newer attempt of the same run
+/// and operator does, whatever the lease's expiry (a failover takes over
+/// at once); another run or operator does while its lease is live (an
+/// expired one of an earlier run is a leftover). No lease, ours, or an
+/// older attempt's: go ahead.
+pub(crate) fn superseded_by(ours: &OwnerClaim, held: Option<&LeaseRecord>, now_ms: u64) -> bool {
+    match held {
+        None => false,
+        Some(l) if l.run == ours.run && l.instance == ours.instance => l.attempt > ours.attempt,
+        Some(l) => l.expires_at_ms > now_ms,
+    }
 }
 
 /// The version of the lease at `key` if it is `ours` (the same claim of

@@ -11,6 +11,7 @@
 //!     prepared/<txn-id>                        prepared marker: the handle with its location
 //!     committed/<lineage>-<checkpoint>-<txn>   commit record (conditional create)
 //!     expired/<txn-id>                         tombstone of retention cleanup (ms since epoch)
+//!     retracted/<txn-id>                       tombstone of a retraction (ms since epoch)
 //!     owners/<subtask>                         ownership lease (see `lease`)
 //!     lineages/<lineage>                       how a lineage began
 //!     runs/<run>                               the lineage a run writes in
@@ -65,8 +66,26 @@
 //!   of one upload are serialised by the server, so exactly one wins, and a
 //!   complete that won shows as the object. `NotFound` when there was no
 //!   upload.
-//! * **Expire**: an abort that leaves a tombstone, so a later commit says
-//!   why the transaction is missing.
+//! * **Expire**: the tombstone first, then the abort, so a commit that
+//!   finds the upload gone always finds why (in the other order a commit
+//!   between the two steps read "removed outside twopc"). A crash between
+//!   the two leaves a tombstone beside a live upload: harmless, since only
+//!   a commit that finds nothing reads it (a commit of that upload still
+//!   succeeds), and the next retention scan finishes the expiry. A
+//!   commit that wins against the expiry removes no tombstone; the expiry,
+//!   finding the object published, removes its own.
+//! * **Retract**: a tombstone `retracted/<txn>` first, then the object,
+//!   then the commit record. A commit of a retracted transaction that was
+//!   already in flight (an older attempt that lives on) can PUT the record
+//!   again after the retraction: so every commit, after its record is in
+//!   place, looks for that tombstone, and if it is there removes the
+//!   object and the record again (object first, so that a retraction
+//!   interrupted after its tombstone never loses the record that would
+//!   make its restart finish it) and answers `Missing`, never
+//!   `Committed`. Either the commit's look comes after the tombstone (and
+//!   undoes), or its record landed before the tombstone, and so before the
+//!   retraction removes the record. The price: one HEAD per commit.
+//! * **Fencing clean-up**: see `lease`.
 //! * **Retention**: `ObjectStoreDestination::open_checked` refuses a
 //!   bucket lifecycle rule `AbortIncompleteMultipartUpload` that covers
 //!   this sink's uploads with fewer days than it needs (`retention`).

@@ -11,6 +11,8 @@ pub const CONTROL_DIR: &str = "_twopc";
 pub const PREPARED: &str = "prepared";
 pub const COMMITTED: &str = "committed";
 pub const EXPIRED: &str = "expired";
+/// Tombstones of retractions (see `ObjectStoreDestination::retract`).
+pub const RETRACTED: &str = "retracted";
 pub const OWNERS: &str = "owners";
 pub const LINEAGES: &str = "lineages";
 pub const RUNS: &str = "runs";
