@@ -66,6 +66,16 @@ fn ctx(subtask: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
         .with_attempt(attempt, 0xfeed)
 }
 
+/// A committer's context: as in Flink, its operator instance differs from
+/// its writer's (the Sink V2 writer mixes its operator's id into the
+/// sink's instance; the committer cannot), so the share check must not
+/// compare instances.
+fn committer_ctx(subtask: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
+    SubtaskContext::new(sink(), RunId::new("run1").unwrap(), subtask, parallelism)
+        .unwrap()
+        .with_attempt(attempt, 0xc0ffee)
+}
+
 /// Attempt 1 (parallelism 1) is superseded by attempt 2, restored from
 /// checkpoint 2 at parallelism 2. Attempt 1's writer has closed; its
 /// committer still runs and is told late that checkpoint 2, the first
@@ -107,7 +117,7 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         Some(20),
     )
     .unwrap();
-    let mut zc = CommitterSession::new(ctx(0, 1, 1), options.clone(), Some(1));
+    let mut zc = CommitterSession::new(committer_ctx(0, 1, 1), options.clone(), Some(1));
     let mut zc_dest = dest(&t.0);
     assert_eq!(
         zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
@@ -147,7 +157,7 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         .unwrap();
         writers.push((w, d));
         committers.push((
-            CommitterSession::new(ctx(i, 2, 2), options.clone(), Some(2)),
+            CommitterSession::new(committer_ctx(i, 2, 2), options.clone(), Some(2)),
             dest(&t.0),
         ));
     }

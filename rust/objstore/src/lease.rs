@@ -310,14 +310,18 @@ pub(crate) async fn read(
 /// `ours` (the Sink V2 committer: its writer holds the lease): whether
 /// `held`, the lease of the share it is about to clean up in, says that
 /// another attempt owns that share now. A newer attempt of the same run
-/// and operator does, whatever the lease's expiry (a failover takes over
-/// at once); another run or operator does while its lease is live (an
-/// expired one of an earlier run is a leftover). No lease, ours, or an
-/// older attempt's: go ahead.
+/// does, whatever the lease's expiry (a failover takes over at once);
+/// another run does while its lease is live (an expired one of an earlier
+/// run is a leftover). No lease, this attempt's, or an older attempt's: go
+/// ahead. The operator instance is not compared: the writer's instance is
+/// mixed with its operator's id, which the committer does not know (found
+/// by the integration tests: every committer refused its own writer's
+/// lease). Two sink operators of one job with one sink id are refused by
+/// their writers at the start.
 pub(crate) fn superseded_by(ours: &OwnerClaim, held: Option<&LeaseRecord>, now_ms: u64) -> bool {
     match held {
         None => false,
-        Some(l) if l.run == ours.run && l.instance == ours.instance => l.attempt > ours.attempt,
+        Some(l) if l.run == ours.run => l.attempt > ours.attempt,
         Some(l) => l.expires_at_ms > now_ms,
     }
 }

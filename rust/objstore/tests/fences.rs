@@ -38,6 +38,14 @@ fn claim(attempt: u32) -> OwnerClaim {
     }
 }
 
+/// [`claim`] as a Sink V2 committer makes it: another operator instance.
+fn committer_claim(attempt: u32) -> OwnerClaim {
+    OwnerClaim {
+        instance: 2,
+        ..claim(attempt)
+    }
+}
+
 /// Opens another destination on the bucket `open` created.
 fn reopen(o: &twopc_objstore::S3Options) -> ObjectStoreDestination {
     ObjectStoreDestination::open(o.clone(), &sink()).unwrap()
@@ -201,7 +209,9 @@ fn a_zombie_committer_without_a_lease_is_refused_once_a_newer_writer_holds_the_s
     );
     let leftover = stage(&mut old_writer, 9, 2, &records(2, 10, 9));
     let mut old_committer = reopen(&o);
-    old_committer.watch_ownership(claim(0));
+    // As in Flink, the committer's operator instance differs from its
+    // writer's (the Sink V2 writer mixes its operator's id into it).
+    old_committer.watch_ownership(committer_claim(0));
     // While its attempt holds the share, it cleans up.
     assert_eq!(old_committer.staged().unwrap().len(), 1);
 
@@ -238,7 +248,7 @@ fn a_zombie_committer_without_a_lease_is_refused_once_a_newer_writer_holds_the_s
     assert_eq!(uploads(&new_writer, 1).len(), 1, "the upload is untouched");
 
     let mut new_committer = reopen(&o);
-    new_committer.watch_ownership(claim(1));
+    new_committer.watch_ownership(committer_claim(1));
     assert_eq!(new_committer.staged().unwrap().len(), 2);
     assert_eq!(
         new_committer.abort(&leftover.transaction).unwrap(),
