@@ -894,7 +894,9 @@ impl ObjectStoreDestination {
     /// the last [`FENCE_REUSE_MS`]). A lease another attempt took over
     /// refuses the call, with nothing changed. A destination that holds no
     /// lease (tools reading the sink, the Sink V2 committer, which claims
-    /// none: its writer does) has nothing to renew.
+    /// none: its writer does) renews nothing; it reads the lease of the
+    /// share it is told to watch instead ([`Self::check_watched`]), and a
+    /// tool that watches none is not fenced.
     fn fence(
         &mut self,
         mode: Fence,
