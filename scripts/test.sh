@@ -13,6 +13,20 @@ ensure_rust
 ensure_java
 ensure_gradle
 
+# Each step says how long the one before it took, so that a slow run shows
+# where the time went (the whole command should stay well under 45 minutes).
+run_started=$SECONDS
+step_started=$SECONDS
+step_name=""
+step() {
+    if [ -n "$step_name" ]; then
+        say "($step_name: $((SECONDS - step_started)) s)"
+    fi
+    step_name="$1"
+    step_started=$SECONDS
+    say "$1"
+}
+
 # Throw-away PostgreSQL servers on loopback for the PostgreSQL destination's
 # tests: one with max_prepared_transactions set, one with it at 0 (the
 # start-up check must reject that). Both are stopped and removed on exit.
@@ -30,23 +44,24 @@ eval "$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh sta
 say "starting a local S3 server (moto)"
 eval "$(bash scripts/s3.sh start)"
 
-say "cargo fmt --check"
+step "cargo fmt --check"
 cargo fmt --all -- --check
-say "cargo clippy"
+step "cargo clippy"
 cargo clippy --workspace --all-targets --locked -- -D warnings
-say "cargo test (includes the fuzz run of rust/fuzz)"
+step "cargo test (includes the fuzz run of rust/fuzz)"
 cargo test --workspace --locked
 
 # The integration tests inject faults through the core's fail points, so
 # they run against a library built with the test-only feature, kept in its
 # own target directory (the jar built by `gradle jar` never has it).
-say "gradle test test2x legacyTest (Java and Flink MiniCluster tests: Sink V2 on Flink 1.20 and 2.x, the SinkFunction shim on 1.20)"
+step "gradle test test2x legacyTest (Java and Flink MiniCluster tests: Sink V2 on Flink 1.20 and 2.x, the SinkFunction shim on 1.20)"
 gradle --no-daemon --continue test test2x legacyTest -PcargoFeatures=failpoints \
     -PcargoTargetDir="$PWD/target/failpoints" -PpgUrl="$TWOPC_PG_URL" -PpgUrlNo2pc="$TWOPC_PG_URL_NO_2PC" \
     -Ps3Endpoint="$TWOPC_S3_ENDPOINT"
 
-say "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
+step "jar check (the jar users add: release library, no fail points, no Flink, POM published)"
 bash scripts/check-jar.sh
 
-say "cluster test, short (Flink session clusters of separate JVMs on 1.20 and 2.x, both front ends: kill -9 of a TaskManager running the sink, once per line)"
+step "cluster test, short (Flink session clusters of separate JVMs on 1.20 and 2.x, both front ends: kill -9 of a TaskManager running the sink, once per line)"
 bash scripts/cluster-test.sh
+step "all tests passed in $(( (SECONDS - run_started) / 60 )) min $(( (SECONDS - run_started) % 60 )) s"
