@@ -472,7 +472,7 @@ fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     d.prepare(&zombie).unwrap();
 
     clock.0.set(10_000);
-    let expired = s.expire_if_due().unwrap();
+    let expired = s.expire_if_due().unwrap().expired;
     assert_eq!(
         expired,
         vec![zombie.transaction.clone()],
@@ -1286,4 +1286,167 @@ fn a_zombie_committers_cleanup_leaves_the_newer_attempts_share_alone() {
 #[test]
 fn a_zombie_committers_cleanup_leaves_alone_an_index_a_scale_up_gave_to_a_new_subtask() {
     a_zombie_committer_leaves_a_newer_attempts_shares_alone(2);
+}
+
+/// The retention scan is fenced like the lingering cleanup. A superseded
+/// attempt's Sink V2 committer (a zombie: its writer has closed, its task
+/// still runs) keeps only its own writer's transactions and the handles it
+/// was given; told late that checkpoint 1 completed, when the prepared
+/// transactions of the newer attempt, restored from checkpoint 1 at
+/// `new_parallelism`, are older than the retention, its scan must leave
+/// them alone: expired, the newer attempt's commit would find them LOST.
+/// It reports each share it left as a housekeeping failure. The newer
+/// attempt's own scan, through committers whose destinations are not their
+/// writers', still expires what is stale in its shares.
+fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(new_parallelism: u32) {
+    use twopc_core::{CommitStep, CommitterSession, WriterSession};
+
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let options = SinkOptions {
+        retention_ms: 1_000,
+        expiry_scan_interval_ms: 0,
+        ..options()
+    };
+    let subtask = |attempt: u32, i: u32, p: u32| ctx("run1", i, p).with_attempt(attempt, 0);
+    // Attempt 1, a fresh start, so no lingering cleanup is due and its
+    // committer runs the retention scan at every completed checkpoint.
+    let mut zw_dest = store.destination(&sink_id());
+    let (mut zw, _) = WriterSession::open(
+        &mut zw_dest,
+        &clock,
+        subtask(1, 0, 1),
+        &options,
+        None,
+        Some(20),
+    )
+    .unwrap();
+    let mut zc = CommitterSession::new(subtask(1, 0, 1), options.clone(), None);
+    let mut zc_dest = store.destination(&sink_id());
+    let t = zw.begin(&mut zw_dest, &clock).unwrap();
+    zw.write(&mut zw_dest, &t.transaction, &batch(&["a"]))
+        .unwrap();
+    let h1 = zw.prepare(&mut zw_dest, &clock, &t.transaction, 1).unwrap();
+    let s1 = zw.state();
+    // Checkpoint 1 completes at the JobManager, which then loses the
+    // zombie's TaskManager and restores checkpoint 1 elsewhere; the zombie
+    // writer closes, its committer still runs.
+    drop((zw, zw_dest));
+
+    // Attempt 2, restored from checkpoint 1: subtask 0 gets the state and
+    // the committable.
+    let mut writers = Vec::new();
+    let mut committers = Vec::new();
+    for i in 0..new_parallelism {
+        let restore = Restore {
+            checkpoint: 1,
+            states: if i == 0 { vec![s1.clone()] } else { Vec::new() },
+            known: Vec::new(),
+        };
+        let mut dest = store.destination(&sink_id());
+        let (w, _) = WriterSession::open(
+            &mut dest,
+            &clock,
+            subtask(2, i, new_parallelism),
+            &options,
+            Some(&restore),
+            Some(30 + u64::from(i)),
+        )
+        .unwrap();
+        writers.push((w, dest));
+        committers.push((
+            CommitterSession::new(subtask(2, i, new_parallelism), options.clone(), Some(1)),
+            store.destination(&sink_id()),
+        ));
+    }
+    let (c0, c0_dest) = &mut committers[0];
+    assert_eq!(
+        c0.commit_attempt(c0_dest, &clock, &h1, 1).unwrap(),
+        CommitStep::Done(CommitOutcome::Committed)
+    );
+    let mut newer = Vec::new();
+    for (i, (w, dest)) in writers.iter_mut().enumerate() {
+        let t = w.begin(dest, &clock).unwrap();
+        w.write(dest, &t.transaction, &batch(&[&format!("c{i}")]))
+            .unwrap();
+        newer.push(w.prepare(dest, &clock, &t.transaction, 2).unwrap());
+    }
+
+    // The newer attempt's transactions outlive the retention before the
+    // zombie hears that checkpoint 1 completed.
+    clock.0.set(10_000);
+    assert_eq!(
+        zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
+        CommitStep::Done(CommitOutcome::AlreadyCommitted)
+    );
+    let report = zc.checkpoint_completed(&mut zc_dest, &clock, 1).unwrap();
+    assert!(report.expired.is_empty(), "{report:?}");
+    let staged = store.staged_ids();
+    for h in &newer {
+        assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
+    }
+    // One failure per share left alone, counted like the lingering
+    // cleanup's: each names the share and its holder, and says what
+    // happens next.
+    assert_eq!(
+        report.failures.len(),
+        new_parallelism as usize,
+        "{report:?}"
+    );
+    for (i, f) in report.failures.iter().enumerate() {
+        assert!(
+            f.contains("the retention scan after checkpoint 1")
+                && f.contains(&format!("subtask index {i}'s share"))
+                && f.contains("a later attempt (2)")
+                && f.contains("superseded")
+                && f.contains(newer[i].transaction.as_str()),
+            "{f}"
+        );
+    }
+    assert_eq!(zc.stats().housekeeping_failures, u64::from(new_parallelism));
+    assert_eq!(zc.stats().expired, 0);
+
+    // The newer attempt commits checkpoint 2: nothing was lost.
+    for (i, (c, dest)) in committers.iter_mut().enumerate() {
+        assert_eq!(
+            c.commit_attempt(dest, &clock, &newer[i], 1).unwrap(),
+            CommitStep::Done(CommitOutcome::Committed)
+        );
+        let report = c.checkpoint_completed(dest, &clock, 2).unwrap();
+        assert!(report.failures.is_empty(), "{report:?}");
+    }
+    // In its own share, the newer attempt's scan expires what it does not
+    // keep: a transaction an earlier attempt's writer staged there after
+    // the cleanup, past the retention by checkpoint 3.
+    let stale = TransactionHandle {
+        transaction: TransactionId::compose(&sink_id(), 0, 0xdead, 0),
+        ..newer[0].clone()
+    };
+    let mut d = store.destination(&sink_id());
+    d.begin(&stale).unwrap();
+    d.write(&stale.transaction, batch(&["z"]).batch()).unwrap();
+    d.prepare(&stale).unwrap();
+    clock.0.set(20_000);
+    let (c0, c0_dest) = &mut committers[0];
+    let report = c0.checkpoint_completed(c0_dest, &clock, 3).unwrap();
+    assert_eq!(
+        report.expired,
+        vec![stale.transaction.clone()],
+        "{report:?}"
+    );
+    assert!(report.failures.is_empty(), "{report:?}");
+    let mut expected = vec!["a".to_string()];
+    expected.extend((0..new_parallelism).map(|i| format!("c{i}")));
+    assert_eq!(visible(&store), expected);
+}
+
+#[test]
+fn a_zombie_committers_retention_scan_leaves_the_newer_attempts_share_alone() {
+    a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(1);
+}
+
+/// After a scale-up, the zombie (parallelism 1) owns index 1 by its own
+/// count, which a subtask of the newer attempt now writes.
+#[test]
+fn a_zombie_committers_retention_scan_leaves_alone_an_index_a_scale_up_gave_to_a_new_subtask() {
+    a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(2);
 }
