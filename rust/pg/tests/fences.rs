@@ -1,5 +1,5 @@
-//! The share checks of the lingering cleanup: a superseded attempt (a
-//! zombie) against a newer attempt, on one database, each side with
+//! The share checks of the lingering cleanup and the retention scan: a
+//! superseded attempt (a zombie) against a newer attempt, on one database, each side with
 //! destinations (sessions) of its own (set up by `common::attempts`).
 
 #[macro_use]
@@ -7,7 +7,10 @@ mod common;
 
 use common::attempts::*;
 use common::*;
-use twopc_core::{CommitOutcome, CommitStep, Restore, SystemClock, WriterSession};
+use twopc_core::{
+    CommitOutcome, CommitStep, Destination, Restore, SinkOptions, SystemClock, TransactionHandle,
+    TransactionId, WriterSession,
+};
 
 /// Attempt 1 is superseded by attempt 2, restored from checkpoint 2 at
 /// parallelism 2; attempt 1's writer has closed, its committer is told
@@ -71,6 +74,74 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     assert_eq!(
         visible(&mut f.admin, &f.table),
         vec!["0|a-0", "10|c-10", "11|c-11", "1|b-1"]
+    );
+}
+
+/// The retention scan is fenced like the lingering cleanup. Attempt 1, a
+/// fresh start at parallelism 1 (no lingering cleanup due), is superseded
+/// by attempt 2, restored from checkpoint 1 at parallelism 2; attempt 1's
+/// writer has closed, its committer is told late, when attempt 2's
+/// prepared transactions are older than the retention, that checkpoint 1
+/// completed. It keeps only its own writer's transactions, so its scan
+/// must leave both of attempt 2's shares alone (rolled back, attempt 2's
+/// commits would find them LOST) and count each as a housekeeping failure.
+/// Attempt 2's own scan, through a session apart from its writer's (which
+/// holds the share's advisory lock), rolls back what is stale in its share.
+#[test]
+fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "zombieretention");
+    let clock = SystemClock;
+    let an_hour_later = Ahead(3_600_000);
+    let options = SinkOptions {
+        retention_ms: 60_000,
+        expiry_scan_interval_ms: 0,
+        ..sink_options()
+    };
+
+    // Attempt 1 prepares checkpoint 1, which completes at the JobManager;
+    // then its TaskManager is lost and its writer closes.
+    let mut zombie = OneSubtask::open(&f, &clock, &options, 1, None, 20);
+    let h1 = zombie.prepares(&clock, &rows(0..1, "a"), 1);
+    let s1 = zombie.writer.state();
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
+
+    // Attempt 2, restored from checkpoint 1 at parallelism 2.
+    let mut newer = NewerAttempt::start(&f, &clock, &options, 1, &s1, &h1, 2);
+
+    // The zombie's late notification of checkpoint 1, an hour on.
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &an_hour_later, &h1, 1);
+    assert!(report.expired.is_empty(), "{report:?}");
+    assert_shares_left_to_attempt_2(&report, 2);
+    for f in &report.failures {
+        assert!(f.contains("the retention scan after checkpoint 1"), "{f}");
+    }
+    assert_eq!(zc.stats().housekeeping_failures, 2);
+
+    // Attempt 2 commits checkpoint 2: nothing was lost.
+    for report in newer.commit_and_clean_up(&clock, 2) {
+        assert!(report.failures.is_empty(), "{report:?}");
+    }
+    // A transaction an earlier writer prepared in share 0 after attempt
+    // 2's cleanup is past the retention an hour on, and attempt 2 does not
+    // keep it.
+    let stale = TransactionHandle {
+        transaction: TransactionId::compose(&newer.prepared[0].sink, 0, 0xdead, 0),
+        ..newer.prepared[0].clone()
+    };
+    let mut d = f.destination("run1");
+    d.begin(&stale).unwrap();
+    d.write(&stale.transaction, batch(&rows(20..21, "z")).batch())
+        .unwrap();
+    d.prepare(&stale).unwrap();
+    drop(d);
+    let (c0, c0_dest) = &mut newer.committers[0];
+    let report = c0.checkpoint_completed(c0_dest, &an_hour_later, 3).unwrap();
+    assert_eq!(report.expired, vec![stale.transaction], "{report:?}");
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        visible(&mut f.admin, &f.table),
+        vec!["0|a-0", "10|c-10", "11|c-11"]
     );
 }
 

@@ -4,11 +4,24 @@
 
 use twopc_core::{
     Clock, CommitOutcome, CommitStep, CommitterSession, Housekeeping, Restore, SinkOptions,
-    SubtaskContext, TransactionHandle, WriterSession, WriterState,
+    SubtaskContext, SystemClock, TransactionHandle, WriterSession, WriterState,
 };
 use twopc_pg::PgDestination;
 
 use super::{batch, ctx, rows, Fixture};
+
+/// The system clock, this many milliseconds on: what was staged now looks
+/// that old to a retention scan.
+pub struct Ahead(pub u64);
+
+impl Clock for Ahead {
+    fn now_ms(&self) -> u64 {
+        SystemClock.now_ms() + self.0
+    }
+    fn sleep_ms(&self, ms: u64) {
+        SystemClock.sleep_ms(ms)
+    }
+}
 
 /// Subtask `i` of `parallelism` in attempt `attempt` of run1, for its
 /// writer and its committer alike.
