@@ -77,7 +77,7 @@ fn messy() -> Messy {
     assert_eq!(s2.commit(&t1).unwrap(), CommitOutcome::AlreadyCommitted);
     clock.shift_ms(opts.retention_ms + 60_000);
     assert_eq!(
-        s2.expire_if_due().unwrap(),
+        s2.expire_if_due().unwrap().expired,
         vec![zombie.transaction.clone()]
     );
     clock.shift_ms(0);

@@ -21,7 +21,7 @@ use crate::destination::{Compaction, Destination, OwnerClaim};
 use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, TransactionId};
-use crate::recovery::{self, Keep};
+use crate::recovery::{self, Expiry, Keep};
 
 /// What one round of housekeeping did.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -30,7 +30,9 @@ pub struct Housekeeping {
     pub aborted: Vec<TransactionId>,
     /// Staged transactions removed by retention cleanup.
     pub expired: Vec<TransactionId>,
-    /// What failed, to be logged and counted; tried again next time.
+    /// What failed, to be logged and counted; tried again next time. A
+    /// share that a cleanup left alone because another attempt or run
+    /// holds it at the destination is one too.
     pub failures: Vec<String>,
 }
 
@@ -270,8 +272,16 @@ impl CommitterSession {
             }
         }
         if !self.cleanup_due {
-            match self.expire_if_due(dest, clock) {
-                Ok(expired) => report.expired = expired,
+            match self.expire_stale_if_due(dest, clock) {
+                Ok(expiry) => {
+                    // Reported like a share the lingering cleanup skipped;
+                    // the share is looked at again at the next scan.
+                    report.failures.extend(self.skipped_by_retention(
+                        &format!("the retention scan after checkpoint {checkpoint}"),
+                        &expiry,
+                    ));
+                    report.expired = expiry.expired;
+                }
                 Err(e) => report.failures.push(format!(
                     "the retention scan after checkpoint {checkpoint} failed (tried again at the \
                      next checkpoint): {e}"
@@ -379,26 +389,56 @@ impl CommitterSession {
         Ok(done)
     }
 
-    /// Runs the retention cleanup if the scan interval has passed.
+    /// Runs the retention cleanup if the scan interval has passed. A share
+    /// it left alone because another attempt or run holds it (see
+    /// [`recovery::expire_stale`]) is reported in `failures` and counted as
+    /// a housekeeping failure, as [`Self::checkpoint_completed`] does.
     pub fn expire_if_due<D: Destination, C: Clock>(
         &mut self,
         dest: &mut D,
         clock: &C,
-    ) -> Result<Vec<TransactionId>, TwopcError> {
+    ) -> Result<Housekeeping, TwopcError> {
+        let expiry = self.expire_stale_if_due(dest, clock)?;
+        let failures = self.skipped_by_retention("the retention scan", &expiry);
+        self.stats.housekeeping_failures += failures.len() as u64;
+        Ok(Housekeeping {
+            expired: expiry.expired,
+            failures,
+            ..Housekeeping::default()
+        })
+    }
+
+    /// The retention scan, if its interval has passed (else it does
+    /// nothing).
+    fn expire_stale_if_due<D: Destination, C: Clock>(
+        &mut self,
+        dest: &mut D,
+        clock: &C,
+    ) -> Result<Expiry, TwopcError> {
         let now = clock.now_ms();
         if self.last_expiry_scan_ms != 0
             && now.saturating_sub(self.last_expiry_scan_ms) < self.options.expiry_scan_interval_ms
         {
-            return Ok(Vec::new());
+            return Ok(Expiry::default());
         }
         self.last_expiry_scan_ms = now.max(1);
         let keep = Keep {
             current: &self.writers,
             protected: &self.protected,
         };
-        let expired =
+        let expiry =
             recovery::expire_stale(dest, &self.ctx, self.options.retention_ms, now, &keep)?;
-        self.stats.expired += expired.len() as u64;
-        Ok(expired)
+        self.stats.expired += expiry.expired.len() as u64;
+        Ok(expiry)
+    }
+
+    /// One housekeeping failure for each share the retention scan left
+    /// alone; `scan` names the scan in the message.
+    fn skipped_by_retention(&self, scan: &str, expiry: &Expiry) -> Vec<String> {
+        expiry
+            .skipped
+            .iter()
+            .map(|skipped| format!("{scan} {}", skipped.describe(&self.ctx)))
+            .collect()
     }
 }

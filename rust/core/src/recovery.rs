@@ -40,10 +40,11 @@
 //!   at the destination. Another live run, or another sink of this job with
 //!   the same sink id, is refused; an earlier attempt of this run that is
 //!   still shutting down is waited for, briefly. Those claims are taken
-//!   at the start only; the lingering cleanup, which runs later, confirms
-//!   each share at the destination right before it acts on it, so that a
-//!   superseded attempt whose committer still runs leaves alone the shares
-//!   a newer attempt holds ([`abort_lingering`]).
+//!   at the start only; the lingering cleanup and the retention scan, which
+//!   run later, confirm each share at the destination right before they act
+//!   on it, so that a superseded attempt whose committer still runs leaves
+//!   alone the shares a newer attempt holds ([`abort_lingering`],
+//!   [`expire_stale`]).
 
 use std::collections::{BTreeMap, BTreeSet, HashSet};
 
@@ -388,6 +389,52 @@ impl Keep<'_> {
     }
 }
 
+/// The housekeeping cleanups that confirm a share before they act on it;
+/// each says, in a warning or an error, what it left alone and when it
+/// tries again.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Cleanup {
+    /// The lingering cleanup after a restore ([`abort_lingering`]).
+    Lingering,
+    /// The retention scan ([`expire_stale`]).
+    Retention,
+}
+
+impl Cleanup {
+    /// What was not done to the transactions of a skipped share.
+    fn left_alone(self) -> &'static str {
+        match self {
+            Cleanup::Lingering => "untouched",
+            Cleanup::Retention => "unexpired though past the retention",
+        }
+    }
+
+    /// When this cleanup looks at a skipped share again.
+    fn next_try(self) -> &'static str {
+        match self {
+            Cleanup::Lingering => "the cleanup is tried again at the next checkpoint",
+            Cleanup::Retention => {
+                "the retention scan tries again at the first checkpoint completed after the \
+                 next expiry scan interval"
+            }
+        }
+    }
+
+    /// The action named in an error of the share check.
+    fn confirming(self) -> &'static str {
+        match self {
+            Cleanup::Lingering => {
+                "confirming this attempt's hold on a share before aborting its lingering \
+                 transactions (nothing of that share was aborted)"
+            }
+            Cleanup::Retention => {
+                "confirming this attempt's hold on a share before expiring its transactions \
+                 past the retention (nothing of that share was expired)"
+            }
+        }
+    }
+}
+
 /// What the lingering cleanup did.
 #[derive(Debug, Default)]
 pub(crate) struct Lingering {
@@ -397,12 +444,23 @@ pub(crate) struct Lingering {
     pub skipped: Vec<SkippedShare>,
 }
 
-/// A share the lingering cleanup did not touch, and why.
+/// What the retention scan did.
+#[derive(Debug, Default)]
+pub(crate) struct Expiry {
+    pub expired: Vec<TransactionId>,
+    /// Shares whose transactions past the retention were left alone because
+    /// another attempt or run holds them at the destination.
+    pub skipped: Vec<SkippedShare>,
+}
+
+/// A share a cleanup did not touch, and why.
 #[derive(Debug)]
 pub(crate) struct SkippedShare {
+    pub cleanup: Cleanup,
     pub share: u32,
     pub holder: OwnerInfo,
-    /// Its staged transactions that would have been aborted or finished.
+    /// Its staged transactions that would have been aborted, finished or
+    /// expired.
     pub transactions: Vec<TransactionId>,
 }
 
@@ -414,6 +472,7 @@ impl SkippedShare {
             .first()
             .map(|t| t.as_str())
             .unwrap_or_default();
+        let next_try = self.cleanup.next_try();
         let who = match &self.holder.claim {
             Some(c) if c.run == ctx.run && c.attempt > ctx.attempt => {
                 format!(
@@ -422,20 +481,21 @@ impl SkippedShare {
                     c.attempt, ctx.attempt
                 )
             }
-            Some(c) if crate::operator::is_operator_claim(c) => "an operator's twopc command \
-                 holds the sink; the cleanup is tried again at the next checkpoint"
-                .to_string(),
-            _ => "the cleanup is tried again at the next checkpoint; if this attempt was \
-                  superseded, nothing to do, otherwise stop the holder named here (a second job \
-                  with this sink id, or an execution left behind by a JobManager failover)"
-                .to_string(),
+            Some(c) if crate::operator::is_operator_claim(c) => {
+                format!("an operator's twopc command holds the sink; {next_try}")
+            }
+            _ => format!(
+                "{next_try}; if this attempt was superseded, nothing to do, otherwise stop the \
+                 holder named here (a second job with this sink id, or an execution left behind \
+                 by a JobManager failover)"
+            ),
         };
         format!(
-            "left {} staged transaction(s) of subtask index {}'s share untouched (first: \
-             {first}) because this attempt does not hold that share at the destination now ({}): \
-             {who}",
+            "left {} staged transaction(s) of subtask index {}'s share {} (first: {first}) \
+             because this attempt does not hold that share at the destination now ({}): {who}",
             self.transactions.len(),
             self.share,
+            self.cleanup.left_alone(),
             self.holder.holder
         )
     }
@@ -463,37 +523,58 @@ pub(crate) fn abort_lingering<D: Destination, C: Clock>(
     keep: &Keep<'_>,
 ) -> Result<Lingering, TwopcError> {
     let staged = list_staged(dest, ctx, "listing staged transactions for lingering ones")?;
-    let mut by_share: BTreeMap<u32, Vec<StagedTransaction>> = BTreeMap::new();
-    for s in staged {
-        if ctx.owns(s.subtask) && !keep.keeps(&s) {
-            by_share.entry(s.subtask).or_default().push(s);
+    let lingering = staged
+        .into_iter()
+        .filter(|s| ctx.owns(s.subtask) && !keep.keeps(s));
+    let mut aborted = Vec::new();
+    let skipped = in_held_shares(dest, ctx, Cleanup::Lingering, lingering, |dest, s| {
+        // A decided commit is fenced too: finished by a superseded attempt
+        // after the newer one's rewind check, its records would be written
+        // again by the replay.
+        if let StagedState::Committing(handle) = &s.state {
+            return roll_forward(dest, clock, committer, ctx, handle);
         }
+        abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
+        aborted.push(s.transaction);
+        Ok(())
+    })?;
+    Ok(Lingering { aborted, skipped })
+}
+
+/// Runs `act` on each of `candidates`, one share at a time, right after
+/// [`confirm_share`] found that this attempt holds that share (each share
+/// is asked once). The transactions of a share held by another attempt or
+/// run are left alone, with a warning naming the share and its holder, and
+/// returned as skipped for the caller to report.
+fn in_held_shares<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    cleanup: Cleanup,
+    candidates: impl IntoIterator<Item = StagedTransaction>,
+    mut act: impl FnMut(&mut D, StagedTransaction) -> Result<(), TwopcError>,
+) -> Result<Vec<SkippedShare>, TwopcError> {
+    let mut by_share: BTreeMap<u32, Vec<StagedTransaction>> = BTreeMap::new();
+    for s in candidates {
+        by_share.entry(s.subtask).or_default().push(s);
     }
-    let mut done = Lingering::default();
-    for (share, lingering) in by_share {
-        if let Some(holder) = confirm_share(dest, ctx, share)? {
-            let skipped = SkippedShare {
+    let mut skipped = Vec::new();
+    for (share, transactions) in by_share {
+        if let Some(holder) = confirm_share(dest, ctx, share, cleanup)? {
+            let skip = SkippedShare {
+                cleanup,
                 share,
                 holder,
-                transactions: lingering.into_iter().map(|s| s.transaction).collect(),
+                transactions: transactions.into_iter().map(|s| s.transaction).collect(),
             };
-            log::warn!("{}: {}", ctx.scope(), skipped.describe(ctx));
-            done.skipped.push(skipped);
+            log::warn!("{}: {}", ctx.scope(), skip.describe(ctx));
+            skipped.push(skip);
             continue;
         }
-        for s in lingering {
-            // A decided commit is fenced too: finished by a superseded
-            // attempt after the newer one's rewind check, its records would
-            // be written again by the replay.
-            if let StagedState::Committing(handle) = &s.state {
-                roll_forward(dest, clock, committer, ctx, handle)?;
-                continue;
-            }
-            abort_one(dest, ctx, &s, "lingering: no restored checkpoint knows it")?;
-            done.aborted.push(s.transaction);
+        for s in transactions {
+            act(dest, s)?;
         }
     }
-    Ok(done)
+    Ok(skipped)
 }
 
 /// Confirms at the destination that this attempt holds the share of
@@ -507,6 +588,7 @@ fn confirm_share<D: Destination>(
     dest: &mut D,
     ctx: &SubtaskContext,
     share: u32,
+    cleanup: Cleanup,
 ) -> Result<Option<OwnerInfo>, TwopcError> {
     let ours = OwnerClaim {
         subtask: share,
@@ -516,8 +598,7 @@ fn confirm_share<D: Destination>(
         .confirm_ownership(&ours)
         .map_err(|source| TwopcError::Scan {
             scope: ctx.scope(),
-            action: "confirming this attempt's hold on a share before aborting its lingering \
-                     transactions (nothing of that share was aborted)",
+            action: cleanup.confirming(),
             source,
         })?;
     Ok(match found {
@@ -1054,23 +1135,32 @@ fn abort_one<D: Destination>(
 
 /// Expires staged transactions this subtask owns that outlived the
 /// retention limit, except those housekeeping must keep.
+///
+/// Fenced like the lingering cleanup ([`abort_lingering`]), and for the same
+/// reason: a superseded attempt whose committer still runs, or an earlier
+/// run's subtask after a scale-up, keeps other transactions than the attempt
+/// that now writes the share (its [`Keep`] names its own writers and
+/// handles), and would expire ones that attempt still needs, which its
+/// commit then finds LOST. So each share with a transaction past the
+/// retention is confirmed at the destination first, and one held by another
+/// attempt or run is left alone. Shares with nothing to expire are not
+/// asked: a scan that finds nothing costs no more than before.
 pub(crate) fn expire_stale<D: Destination>(
     dest: &mut D,
     ctx: &SubtaskContext,
     retention_ms: u64,
     now_ms: u64,
     keep: &Keep<'_>,
-) -> Result<Vec<TransactionId>, TwopcError> {
+) -> Result<Expiry, TwopcError> {
     let staged = list_staged(dest, ctx, "listing staged transactions for expiry")?;
+    let stale = staged.into_iter().filter(|s| {
+        ctx.owns(s.subtask)
+            && !keep.keeps(s)
+            && !matches!(s.state, StagedState::Committing(_))
+            && s.last_activity_ms.saturating_add(retention_ms) <= now_ms
+    });
     let mut expired = Vec::new();
-    for s in staged {
-        if !ctx.owns(s.subtask)
-            || keep.keeps(&s)
-            || matches!(s.state, StagedState::Committing(_))
-            || s.last_activity_ms.saturating_add(retention_ms) > now_ms
-        {
-            continue;
-        }
+    let skipped = in_held_shares(dest, ctx, Cleanup::Retention, stale, |dest, s| {
         log::warn!(
             "{}: staged transaction {} ({}) is older than the retention of {}; removing it",
             ctx.scope(),
@@ -1094,6 +1184,7 @@ pub(crate) fn expire_stale<D: Destination>(
                 source,
             })?;
         expired.push(s.transaction);
-    }
-    Ok(expired)
+        Ok(())
+    })?;
+    Ok(Expiry { expired, skipped })
 }

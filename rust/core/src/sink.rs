@@ -188,8 +188,9 @@ impl<D: Destination, C: Clock> SubtaskSink<D, C> {
         Ok(outcome)
     }
 
-    /// Runs the retention cleanup if the scan interval has passed.
-    pub fn expire_if_due(&mut self) -> Result<Vec<TransactionId>, TwopcError> {
+    /// Runs the retention cleanup if the scan interval has passed (see
+    /// [`CommitterSession::expire_if_due`]).
+    pub fn expire_if_due(&mut self) -> Result<Housekeeping, TwopcError> {
         self.committer.expire_if_due(&mut self.dest, &self.clock)
     }
 }

@@ -10,9 +10,12 @@ use twopc_core::config::{
 use twopc_core::destination::Destination;
 use twopc_core::error::TwopcError;
 use twopc_core::ids::{RunId, SinkId, TransactionId};
-use twopc_core::memory::{Fault, MemoryStore, Operation};
+use twopc_core::memory::{Fault, MemoryDestination, MemoryStore, Operation};
 use twopc_core::records::{BatchParts, RecordBatchBuf};
-use twopc_core::{Clock, Restore, SubtaskSink, TransactionHandle};
+use twopc_core::{
+    Clock, CommitStep, CommitterSession, Housekeeping, Restore, SubtaskSink, TransactionHandle,
+    WriterSession, WriterState,
+};
 
 /// A clock that only moves when told to, or when the protocol sleeps.
 #[derive(Default)]
@@ -45,7 +48,7 @@ fn options() -> SinkOptions {
     }
 }
 
-type Sink<'a> = SubtaskSink<twopc_core::memory::MemoryDestination, &'a TestClock>;
+type Sink<'a> = SubtaskSink<MemoryDestination, &'a TestClock>;
 
 fn open<'a>(
     store: &MemoryStore,
@@ -472,7 +475,7 @@ fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     d.prepare(&zombie).unwrap();
 
     clock.0.set(10_000);
-    let expired = s.expire_if_due().unwrap();
+    let expired = s.expire_if_due().unwrap().expired;
     assert_eq!(
         expired,
         vec![zombie.transaction.clone()],
@@ -978,8 +981,6 @@ fn fresh_start_check_names_what_the_destination_still_holds() {
 /// restore completes, and would abort the transaction while it waits.
 #[test]
 fn a_recovery_commit_is_never_deferred_past_the_owners_lingering_cleanup() {
-    use twopc_core::{CommitStep, CommitterSession, WriterSession};
-
     let (store, clock) = (MemoryStore::new(), TestClock::default());
     // Run 1, three writers: each prepares one transaction for checkpoint 1,
     // then snapshots; checkpoint 1 completes, nothing is committed yet.
@@ -1122,6 +1123,241 @@ fn a_transaction_prepared_after_the_restored_checkpoint_is_aborted_at_the_start(
     assert_eq!(visible(&store), vec!["a"]);
 }
 
+/// Subtask `i` of `parallelism` in attempt `attempt` of run1, for the
+/// scenarios of a superseded attempt (a zombie) and the newer attempt that
+/// replaced it.
+fn attempt_ctx(attempt: u32, i: u32, parallelism: u32) -> SubtaskContext {
+    ctx("run1", i, parallelism).with_attempt(attempt, 0)
+}
+
+/// Begins a transaction in `writer` and writes `records`; it stays open.
+fn begun(
+    writer: &mut WriterSession,
+    dest: &mut MemoryDestination,
+    clock: &TestClock,
+    records: &[&str],
+) -> TransactionHandle {
+    let t = writer.begin(dest, clock).unwrap();
+    writer.write(dest, &t.transaction, &batch(records)).unwrap();
+    t
+}
+
+/// Begins a transaction in `writer`, writes `records` and prepares it for
+/// `checkpoint`.
+fn prepared_by(
+    writer: &mut WriterSession,
+    dest: &mut MemoryDestination,
+    clock: &TestClock,
+    records: &[&str],
+    checkpoint: u64,
+) -> TransactionHandle {
+    let t = begun(writer, dest, clock, records);
+    writer
+        .prepare(dest, clock, &t.transaction, checkpoint)
+        .unwrap()
+}
+
+/// Subtask 0 of attempt `attempt` at parallelism 1, restored from
+/// `restore` (a fresh start without): a Sink V2 writer and committer, each
+/// with a destination of its own.
+struct OneSubtask {
+    writer: WriterSession,
+    writer_dest: MemoryDestination,
+    committer: CommitterSession,
+    committer_dest: MemoryDestination,
+}
+
+impl OneSubtask {
+    fn open(
+        store: &MemoryStore,
+        clock: &TestClock,
+        options: &SinkOptions,
+        attempt: u32,
+        restore: Option<&Restore>,
+        nonce: u64,
+    ) -> Self {
+        let mut writer_dest = store.destination(&sink_id());
+        let (writer, _) = WriterSession::open(
+            &mut writer_dest,
+            clock,
+            attempt_ctx(attempt, 0, 1),
+            options,
+            restore,
+            Some(nonce),
+        )
+        .unwrap();
+        OneSubtask {
+            writer,
+            writer_dest,
+            committer: CommitterSession::new(
+                attempt_ctx(attempt, 0, 1),
+                options.clone(),
+                restore.map(|r| r.checkpoint),
+            ),
+            committer_dest: store.destination(&sink_id()),
+        }
+    }
+
+    fn prepares(
+        &mut self,
+        clock: &TestClock,
+        records: &[&str],
+        checkpoint: u64,
+    ) -> TransactionHandle {
+        prepared_by(
+            &mut self.writer,
+            &mut self.writer_dest,
+            clock,
+            records,
+            checkpoint,
+        )
+    }
+
+    /// The writer closes (its TaskManager was lost); the committer, which
+    /// is returned, still runs.
+    fn writer_closes(self) -> (CommitterSession, MemoryDestination) {
+        (self.committer, self.committer_dest)
+    }
+}
+
+/// The attempt that replaced a zombie: attempt 2, restored from checkpoint
+/// `restored` at `parallelism`, each writer and committer with a
+/// destination of its own. Subtask 0 gets the restored writer `state` and
+/// commits the restored `committable`; then each writer prepares a
+/// transaction (`c<index>`) for the next checkpoint.
+struct NewerAttempt {
+    /// Kept open: each holds its share, which the zombie's checks must find
+    /// held.
+    _writers: Vec<(WriterSession, MemoryDestination)>,
+    committers: Vec<(CommitterSession, MemoryDestination)>,
+    /// Each subtask's transaction prepared for the checkpoint after the
+    /// restored one.
+    prepared: Vec<TransactionHandle>,
+}
+
+impl NewerAttempt {
+    fn start(
+        store: &MemoryStore,
+        clock: &TestClock,
+        options: &SinkOptions,
+        restored: u64,
+        state: &WriterState,
+        committable: &TransactionHandle,
+        parallelism: u32,
+    ) -> Self {
+        let mut writers = Vec::new();
+        let mut committers = Vec::new();
+        for i in 0..parallelism {
+            let restore = Restore {
+                checkpoint: restored,
+                states: if i == 0 {
+                    vec![state.clone()]
+                } else {
+                    Vec::new()
+                },
+                known: Vec::new(),
+            };
+            let mut dest = store.destination(&sink_id());
+            let (w, _) = WriterSession::open(
+                &mut dest,
+                clock,
+                attempt_ctx(2, i, parallelism),
+                options,
+                Some(&restore),
+                Some(30 + u64::from(i)),
+            )
+            .unwrap();
+            writers.push((w, dest));
+            committers.push((
+                CommitterSession::new(
+                    attempt_ctx(2, i, parallelism),
+                    options.clone(),
+                    Some(restored),
+                ),
+                store.destination(&sink_id()),
+            ));
+        }
+        let (c0, c0_dest) = &mut committers[0];
+        assert_eq!(
+            c0.commit_attempt(c0_dest, clock, committable, 1).unwrap(),
+            CommitStep::Done(CommitOutcome::Committed)
+        );
+        let prepared = writers
+            .iter_mut()
+            .enumerate()
+            .map(|(i, (w, dest))| prepared_by(w, dest, clock, &[&format!("c{i}")], restored + 1))
+            .collect();
+        NewerAttempt {
+            _writers: writers,
+            committers,
+            prepared,
+        }
+    }
+
+    /// Each committer commits its subtask's prepared transaction (none may
+    /// be lost) and runs the housekeeping of `checkpoint`, whose reports
+    /// are returned in subtask order.
+    fn commit_and_clean_up(&mut self, clock: &TestClock, checkpoint: u64) -> Vec<Housekeeping> {
+        self.committers
+            .iter_mut()
+            .zip(&self.prepared)
+            .map(|((c, dest), h)| {
+                assert_eq!(
+                    c.commit_attempt(dest, clock, h, 1).unwrap(),
+                    CommitStep::Done(CommitOutcome::Committed),
+                    "attempt 2's transaction of subtask {}",
+                    h.subtask
+                );
+                c.checkpoint_completed(dest, clock, checkpoint).unwrap()
+            })
+            .collect()
+    }
+
+    /// Checks that none of the transactions it prepared is gone.
+    fn assert_prepared_still_staged(&self, store: &MemoryStore) {
+        let staged = store.staged_ids();
+        for h in &self.prepared {
+            assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
+        }
+    }
+}
+
+/// A zombie's committer is told late that `checkpoint` completed: it
+/// commits `committable` again (the newer attempt did already) and runs its
+/// housekeeping, whose report is returned.
+fn zombie_told_late(
+    committer: &mut CommitterSession,
+    dest: &mut MemoryDestination,
+    clock: &TestClock,
+    committable: &TransactionHandle,
+    checkpoint: u64,
+) -> Housekeeping {
+    assert_eq!(
+        committer
+            .commit_attempt(dest, clock, committable, 1)
+            .unwrap(),
+        CommitStep::Done(CommitOutcome::AlreadyCommitted)
+    );
+    committer
+        .checkpoint_completed(dest, clock, checkpoint)
+        .unwrap()
+}
+
+/// Checks that `report` has one failure for each of the shares `0..shares`
+/// (the zombie, at parallelism 1, owns them all), each saying that attempt
+/// 2 holds it and that the zombie was superseded.
+fn assert_shares_left_to_attempt_2(report: &Housekeeping, shares: u32) {
+    assert_eq!(report.failures.len(), shares as usize, "{report:?}");
+    for (i, f) in report.failures.iter().enumerate() {
+        assert!(
+            f.contains(&format!("subtask index {i}'s share"))
+                && f.contains("a later attempt (2)")
+                && f.contains("superseded"),
+            "{f}"
+        );
+    }
+}
+
 /// A superseded attempt's Sink V2 committer (a zombie: its task still runs,
 /// on a TaskManager cut off from the JobManager, and its writer has closed)
 /// is told late that checkpoint 2 completed, the first after its restore,
@@ -1132,25 +1368,20 @@ fn a_transaction_prepared_after_the_restored_checkpoint_is_aborted_at_the_start(
 /// healthy job. The newer attempt's own cleanup, through committers with
 /// destinations of their own, still removes what is really lingering.
 fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32) {
-    use twopc_core::{CommitStep, CommitterSession, WriterSession};
-
     let (store, clock) = (MemoryStore::new(), TestClock::default());
-    let subtask = |attempt: u32, i: u32, p: u32| ctx("run1", i, p).with_attempt(attempt, 0);
     // Attempt 0: checkpoint 1 with one transaction; the attempt fails
     // before committing it.
     let mut d0 = store.destination(&sink_id());
     let (mut w0, _) = WriterSession::open(
         &mut d0,
         &clock,
-        subtask(0, 0, 1),
+        attempt_ctx(0, 0, 1),
         &options(),
         None,
         Some(10),
     )
     .unwrap();
-    let t = w0.begin(&mut d0, &clock).unwrap();
-    w0.write(&mut d0, &t.transaction, &batch(&["a"])).unwrap();
-    let h1 = w0.prepare(&mut d0, &clock, &t.transaction, 1).unwrap();
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &["a"], 1);
     w0.begin(&mut d0, &clock).unwrap();
     let s1 = w0.state();
     drop((w0, d0));
@@ -1161,112 +1392,45 @@ fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32)
         states: vec![s1],
         known: Vec::new(),
     };
-    let mut zw_dest = store.destination(&sink_id());
-    let (mut zw, _) = WriterSession::open(
-        &mut zw_dest,
-        &clock,
-        subtask(1, 0, 1),
-        &options(),
-        Some(&restore1),
-        Some(20),
-    )
-    .unwrap();
-    let mut zc = CommitterSession::new(subtask(1, 0, 1), options(), Some(1));
-    let mut zc_dest = store.destination(&sink_id());
+    let mut zombie = OneSubtask::open(&store, &clock, &options(), 1, Some(&restore1), 20);
     assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
+        zombie
+            .committer
+            .commit_attempt(&mut zombie.committer_dest, &clock, &h1, 1)
+            .unwrap(),
         CommitStep::Done(CommitOutcome::Committed)
     );
-    let t = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &t.transaction, &batch(&["b"]))
-        .unwrap();
-    let h2 = zw.prepare(&mut zw_dest, &clock, &t.transaction, 2).unwrap();
-    let s2 = zw.state();
+    let h2 = zombie.prepares(&clock, &["b"], 2);
+    let s2 = zombie.writer.state();
     // Checkpoint 2 completes at the JobManager, which then loses the
     // zombie's TaskManager and restores checkpoint 2 elsewhere. The zombie
     // writer's last transaction (never in a checkpoint) stays behind, and
     // the writer closes; its committer still runs.
-    let leftover = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &leftover.transaction, &batch(&["never"]))
-        .unwrap();
-    drop((zw, zw_dest));
-
-    // Attempt 2, restored from checkpoint 2: subtask 0 gets the state and
-    // the committable.
-    let mut writers = Vec::new();
-    let mut committers = Vec::new();
-    for i in 0..new_parallelism {
-        let restore = Restore {
-            checkpoint: 2,
-            states: if i == 0 { vec![s2.clone()] } else { Vec::new() },
-            known: Vec::new(),
-        };
-        let mut dest = store.destination(&sink_id());
-        let (w, _) = WriterSession::open(
-            &mut dest,
-            &clock,
-            subtask(2, i, new_parallelism),
-            &options(),
-            Some(&restore),
-            Some(30 + u64::from(i)),
-        )
-        .unwrap();
-        writers.push((w, dest));
-        committers.push((
-            CommitterSession::new(subtask(2, i, new_parallelism), options(), Some(2)),
-            store.destination(&sink_id()),
-        ));
-    }
-    let (c0, c0_dest) = &mut committers[0];
-    assert_eq!(
-        c0.commit_attempt(c0_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::Committed)
+    let leftover = begun(
+        &mut zombie.writer,
+        &mut zombie.writer_dest,
+        &clock,
+        &["never"],
     );
-    let mut newer = Vec::new();
-    for (i, (w, dest)) in writers.iter_mut().enumerate() {
-        let t = w.begin(dest, &clock).unwrap();
-        w.write(dest, &t.transaction, &batch(&[&format!("c{i}")]))
-            .unwrap();
-        newer.push(w.prepare(dest, &clock, &t.transaction, 3).unwrap());
-    }
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
+
+    // Attempt 2, restored from checkpoint 2.
+    let mut newer = NewerAttempt::start(&store, &clock, &options(), 2, &s2, &h2, new_parallelism);
 
     // The zombie's late notification of checkpoint 2.
-    assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::AlreadyCommitted)
-    );
-    let report = zc.checkpoint_completed(&mut zc_dest, &clock, 2).unwrap();
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h2, 2);
     assert!(report.aborted.is_empty(), "{report:?}");
-    let staged = store.staged_ids();
-    for h in &newer {
-        assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
-    }
-    // One failure per share left alone: each index the newer attempt
-    // writes (the zombie, at parallelism 1, owns them all).
-    assert_eq!(
-        report.failures.len(),
-        new_parallelism as usize,
-        "{report:?}"
-    );
-    assert!(
-        report
-            .failures
-            .iter()
-            .all(|f| f.contains("a later attempt (2)") && f.contains("superseded")),
-        "{report:?}"
-    );
+    newer.assert_prepared_still_staged(&store);
+    assert_shares_left_to_attempt_2(&report, new_parallelism);
     assert!(zc.cleanup_due(), "a skipped share stays due");
 
     // The newer attempt commits checkpoint 3 and cleans up after it: the
     // zombie writer's leftover goes, through committers whose destinations
     // are not their writers'.
-    for (i, (c, dest)) in committers.iter_mut().enumerate() {
-        assert_eq!(
-            c.commit_attempt(dest, &clock, &newer[i], 1).unwrap(),
-            CommitStep::Done(CommitOutcome::Committed)
-        );
-        let report = c.checkpoint_completed(dest, &clock, 3).unwrap();
+    for report in newer.commit_and_clean_up(&clock, 3) {
         assert!(report.failures.is_empty(), "{report:?}");
+    }
+    for (c, _) in &newer.committers {
         assert!(!c.cleanup_due());
     }
     assert!(!store.staged_ids().contains(&leftover.transaction));
@@ -1286,4 +1450,95 @@ fn a_zombie_committers_cleanup_leaves_the_newer_attempts_share_alone() {
 #[test]
 fn a_zombie_committers_cleanup_leaves_alone_an_index_a_scale_up_gave_to_a_new_subtask() {
     a_zombie_committer_leaves_a_newer_attempts_shares_alone(2);
+}
+
+/// The retention scan is fenced like the lingering cleanup. A superseded
+/// attempt's Sink V2 committer (a zombie: its writer has closed, its task
+/// still runs) keeps only its own writer's transactions and the handles it
+/// was given; told late that checkpoint 1 completed, when the prepared
+/// transactions of the newer attempt, restored from checkpoint 1 at
+/// `new_parallelism`, are older than the retention, its scan must leave
+/// them alone: expired, the newer attempt's commit would find them LOST.
+/// It reports each share it left as a housekeeping failure. The newer
+/// attempt's own scan, through committers whose destinations are not their
+/// writers', still expires what is stale in its shares.
+fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(new_parallelism: u32) {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let options = SinkOptions {
+        retention_ms: 1_000,
+        expiry_scan_interval_ms: 0,
+        ..options()
+    };
+    // Attempt 1, a fresh start, so no lingering cleanup is due and its
+    // committer runs the retention scan at every completed checkpoint.
+    // Checkpoint 1 completes at the JobManager, which then loses the
+    // zombie's TaskManager and restores checkpoint 1 elsewhere; the zombie
+    // writer closes, its committer still runs.
+    let mut zombie = OneSubtask::open(&store, &clock, &options, 1, None, 20);
+    let h1 = zombie.prepares(&clock, &["a"], 1);
+    let s1 = zombie.writer.state();
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
+
+    // Attempt 2, restored from checkpoint 1.
+    let mut newer = NewerAttempt::start(&store, &clock, &options, 1, &s1, &h1, new_parallelism);
+
+    // The newer attempt's transactions outlive the retention before the
+    // zombie hears that checkpoint 1 completed.
+    clock.0.set(10_000);
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h1, 1);
+    assert!(report.expired.is_empty(), "{report:?}");
+    newer.assert_prepared_still_staged(&store);
+    // One failure per share left alone, counted like the lingering
+    // cleanup's: each names the share and its holder, and says what
+    // happens next.
+    assert_shares_left_to_attempt_2(&report, new_parallelism);
+    for (f, h) in report.failures.iter().zip(&newer.prepared) {
+        assert!(
+            f.contains("the retention scan after checkpoint 1")
+                && f.contains(h.transaction.as_str()),
+            "{f}"
+        );
+    }
+    assert_eq!(zc.stats().housekeeping_failures, u64::from(new_parallelism));
+    assert_eq!(zc.stats().expired, 0);
+
+    // The newer attempt commits checkpoint 2: nothing was lost.
+    for report in newer.commit_and_clean_up(&clock, 2) {
+        assert!(report.failures.is_empty(), "{report:?}");
+    }
+    // In its own share, the newer attempt's scan expires what it does not
+    // keep: a transaction an earlier attempt's writer staged there after
+    // the cleanup, past the retention by checkpoint 3.
+    let stale = TransactionHandle {
+        transaction: TransactionId::compose(&sink_id(), 0, 0xdead, 0),
+        ..newer.prepared[0].clone()
+    };
+    let mut d = store.destination(&sink_id());
+    d.begin(&stale).unwrap();
+    d.write(&stale.transaction, batch(&["z"]).batch()).unwrap();
+    d.prepare(&stale).unwrap();
+    clock.0.set(20_000);
+    let (c0, c0_dest) = &mut newer.committers[0];
+    let report = c0.checkpoint_completed(c0_dest, &clock, 3).unwrap();
+    assert_eq!(
+        report.expired,
+        vec![stale.transaction.clone()],
+        "{report:?}"
+    );
+    assert!(report.failures.is_empty(), "{report:?}");
+    let mut expected = vec!["a".to_string()];
+    expected.extend((0..new_parallelism).map(|i| format!("c{i}")));
+    assert_eq!(visible(&store), expected);
+}
+
+#[test]
+fn a_zombie_committers_retention_scan_leaves_the_newer_attempts_share_alone() {
+    a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(1);
+}
+
+/// After a scale-up, the zombie (parallelism 1) owns index 1 by its own
+/// count, which a subtask of the newer attempt now writes.
+#[test]
+fn a_zombie_committers_retention_scan_leaves_alone_an_index_a_scale_up_gave_to_a_new_subtask() {
+    a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(2);
 }

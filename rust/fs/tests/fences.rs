@@ -1,15 +1,15 @@
-//! The lingering cleanup of a superseded attempt (a zombie) against a
-//! newer attempt, on one output directory: each side with destinations of
-//! its own, as two TaskManagers would have (in one process here, which
-//! `flock` tells apart all the same: its locks belong to open files).
+//! The share checks of the lingering cleanup and the retention scan: a
+//! superseded attempt (a zombie) against a newer attempt, on one output
+//! directory, each side with destinations of its own (set up by
+//! `common::attempts`).
 
 mod common;
 
+use common::attempts::*;
 use common::*;
 use twopc_core::destination::{Destination, OwnerClaim, Ownership};
 use twopc_core::{
-    CommitOutcome, CommitStep, CommitterSession, Restore, RunId, SinkOptions, SubtaskContext,
-    SystemClock, WriterSession,
+    CommitOutcome, CommitStep, Restore, RunId, SinkOptions, SystemClock, WriterSession,
 };
 
 fn claim(run: &str, subtask: u32, attempt: u32) -> OwnerClaim {
@@ -60,22 +60,6 @@ fn a_destination_confirms_a_share_it_holds_and_never_takes_one_held_elsewhere() 
     ));
 }
 
-fn ctx(subtask: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
-    SubtaskContext::new(sink(), RunId::new("run1").unwrap(), subtask, parallelism)
-        .unwrap()
-        .with_attempt(attempt, 0xfeed)
-}
-
-/// A committer's context: as in Flink, its operator instance differs from
-/// its writer's (the Sink V2 writer mixes its operator's id into the
-/// sink's instance; the committer cannot), so the share check must not
-/// compare instances.
-fn committer_ctx(subtask: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
-    SubtaskContext::new(sink(), RunId::new("run1").unwrap(), subtask, parallelism)
-        .unwrap()
-        .with_attempt(attempt, 0xc0ffee)
-}
-
 /// Attempt 1 (parallelism 1) is superseded by attempt 2, restored from
 /// checkpoint 2 at parallelism 2. Attempt 1's writer has closed; its
 /// committer still runs and is told late that checkpoint 2, the first
@@ -92,12 +76,16 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     let options = SinkOptions::default();
     // Attempt 0 prepares checkpoint 1 and fails before committing it.
     let mut d0 = dest(&t.0);
-    let (mut w0, _) =
-        WriterSession::open(&mut d0, &clock, ctx(0, 1, 0), &options, None, Some(10)).unwrap();
-    let open = w0.begin(&mut d0, &clock).unwrap();
-    w0.write(&mut d0, &open.transaction, &batch(&["a"]))
-        .unwrap();
-    let h1 = w0.prepare(&mut d0, &clock, &open.transaction, 1).unwrap();
+    let (mut w0, _) = WriterSession::open(
+        &mut d0,
+        &clock,
+        writer_ctx(0, 1, 0),
+        &options,
+        None,
+        Some(10),
+    )
+    .unwrap();
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &["a"], 1);
     let s1 = w0.state();
     drop((w0, d0));
 
@@ -107,98 +95,38 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         states: vec![s1],
         known: Vec::new(),
     };
-    let mut zw_dest = dest(&t.0);
-    let (mut zw, _) = WriterSession::open(
-        &mut zw_dest,
-        &clock,
-        ctx(0, 1, 1),
-        &options,
-        Some(&restore1),
-        Some(20),
-    )
-    .unwrap();
-    let mut zc = CommitterSession::new(committer_ctx(0, 1, 1), options.clone(), Some(1));
-    let mut zc_dest = dest(&t.0);
+    let mut zombie = OneSubtask::open(&t.0, &clock, &options, 1, Some(&restore1), 20);
     assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
+        zombie
+            .committer
+            .commit_attempt(&mut zombie.committer_dest, &clock, &h1, 1)
+            .unwrap(),
         CommitStep::Done(CommitOutcome::Committed)
     );
-    let open = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &open.transaction, &batch(&["b"]))
-        .unwrap();
-    let h2 = zw
-        .prepare(&mut zw_dest, &clock, &open.transaction, 2)
-        .unwrap();
-    let s2 = zw.state();
+    let h2 = zombie.prepares(&clock, &["b"], 2);
+    let s2 = zombie.writer.state();
     // Never in a checkpoint: lingering once attempt 1 is gone.
-    let leftover = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &leftover.transaction, &batch(&["never"]))
-        .unwrap();
-    drop((zw, zw_dest));
+    let leftover = begun(
+        &mut zombie.writer,
+        &mut zombie.writer_dest,
+        &clock,
+        &["never"],
+    );
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
 
     // Attempt 2, restored from checkpoint 2 at parallelism 2.
-    let mut writers = Vec::new();
-    let mut committers = Vec::new();
-    for i in 0..2u32 {
-        let restore = Restore {
-            checkpoint: 2,
-            states: if i == 0 { vec![s2.clone()] } else { Vec::new() },
-            known: Vec::new(),
-        };
-        let mut d = dest(&t.0);
-        let (w, _) = WriterSession::open(
-            &mut d,
-            &clock,
-            ctx(i, 2, 2),
-            &options,
-            Some(&restore),
-            Some(30 + u64::from(i)),
-        )
-        .unwrap();
-        writers.push((w, d));
-        committers.push((
-            CommitterSession::new(committer_ctx(i, 2, 2), options.clone(), Some(2)),
-            dest(&t.0),
-        ));
-    }
-    let (c0, c0_dest) = &mut committers[0];
-    assert_eq!(
-        c0.commit_attempt(c0_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::Committed)
-    );
-    let mut newer = Vec::new();
-    for (i, (w, d)) in writers.iter_mut().enumerate() {
-        let open = w.begin(d, &clock).unwrap();
-        w.write(d, &open.transaction, &batch(&[&format!("c{i}")]))
-            .unwrap();
-        newer.push(w.prepare(d, &clock, &open.transaction, 3).unwrap());
-    }
+    let mut newer = NewerAttempt::start(&t.0, &clock, &options, 2, &s2, &h2, 2);
 
     // The zombie's late notification of checkpoint 2.
-    assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::AlreadyCommitted)
-    );
-    let report = zc.checkpoint_completed(&mut zc_dest, &clock, 2).unwrap();
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h2, 2);
     assert!(report.aborted.is_empty(), "{report:?}");
-    assert_eq!(report.failures.len(), 2, "{report:?}");
-    assert!(
-        report
-            .failures
-            .iter()
-            .all(|f| f.contains("a later attempt (2)") && f.contains("superseded")),
-        "{report:?}"
-    );
+    assert_shares_left_to_attempt_2(&report, 2);
 
     // Attempt 2 commits checkpoint 3 and cleans up after it.
-    for (i, (c, d)) in committers.iter_mut().enumerate() {
-        assert_eq!(
-            c.commit_attempt(d, &clock, &newer[i], 1).unwrap(),
-            CommitStep::Done(CommitOutcome::Committed),
-            "attempt 2's transaction of subtask {i}"
-        );
-        let report = c.checkpoint_completed(d, &clock, 3).unwrap();
+    for report in newer.commit_and_clean_up(&clock, 3) {
         assert!(report.failures.is_empty(), "{report:?}");
+    }
+    for (c, _) in &newer.committers {
         assert!(!c.cleanup_due());
     }
     let mut d = dest(&t.0);
@@ -209,10 +137,59 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
             .any(|s| s.transaction == leftover.transaction),
         "the zombie writer's leftover is aborted by attempt 2's cleanup"
     );
-    let mut seen: Vec<String> = visible_files(&t.0)
-        .iter()
-        .map(|f| std::fs::read_to_string(t.0.join(f)).unwrap())
-        .collect();
-    seen.sort();
-    assert_eq!(seen, vec!["a\n", "b\n", "c0\n", "c1\n"]);
+    assert_eq!(visible_contents(&t.0), vec!["a\n", "b\n", "c0\n", "c1\n"]);
+}
+
+/// The retention scan is fenced like the lingering cleanup. Attempt 1, a
+/// fresh start at parallelism 1 (no lingering cleanup due), is superseded
+/// by attempt 2, restored from checkpoint 1 at parallelism 2. Attempt 1's
+/// writer has closed; its committer still runs and is told late, when
+/// attempt 2's prepared transactions are older than the retention, that
+/// checkpoint 1 completed. It keeps only its own writer's transactions, so
+/// its scan must leave both of attempt 2's shares alone (expired, attempt
+/// 2's commits would find them LOST) and count each as a housekeeping
+/// failure. Attempt 2's own scan, through a committer whose destination is
+/// not its writer's (which holds the share's lock), expires what is stale
+/// in its share.
+#[test]
+fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone() {
+    let t = TempDir::new("zombie-retention");
+    let clock = SystemClock;
+    let an_hour_later = Ahead(3_600_000);
+    let options = SinkOptions {
+        retention_ms: 60_000,
+        expiry_scan_interval_ms: 0,
+        ..SinkOptions::default()
+    };
+    // Attempt 1 prepares checkpoint 1, which completes at the JobManager;
+    // then its TaskManager is lost and its writer closes.
+    let mut zombie = OneSubtask::open(&t.0, &clock, &options, 1, None, 20);
+    let h1 = zombie.prepares(&clock, &["a"], 1);
+    let s1 = zombie.writer.state();
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
+
+    // Attempt 2, restored from checkpoint 1 at parallelism 2.
+    let mut newer = NewerAttempt::start(&t.0, &clock, &options, 1, &s1, &h1, 2);
+
+    // The zombie's late notification of checkpoint 1, an hour on.
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &an_hour_later, &h1, 1);
+    assert!(report.expired.is_empty(), "{report:?}");
+    assert_shares_left_to_attempt_2(&report, 2);
+    for f in &report.failures {
+        assert!(f.contains("the retention scan after checkpoint 1"), "{f}");
+    }
+    assert_eq!(zc.stats().housekeeping_failures, 2);
+
+    // Attempt 2 commits checkpoint 2: nothing was lost.
+    for report in newer.commit_and_clean_up(&clock, 2) {
+        assert!(report.failures.is_empty(), "{report:?}");
+    }
+    // A transaction an earlier writer staged in share 0 after attempt 2's
+    // cleanup is past the retention an hour on, which attempt 2 does not keep.
+    let stale = stage(&mut dest(&t.0), 1, 2, &["z"]);
+    let (c0, c0_dest) = &mut newer.committers[0];
+    let report = c0.checkpoint_completed(c0_dest, &an_hour_later, 3).unwrap();
+    assert_eq!(report.expired, vec![stale.transaction], "{report:?}");
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(visible_contents(&t.0), vec!["a\n", "c0\n", "c1\n"]);
 }

@@ -1,16 +1,16 @@
-//! The lingering cleanup of a superseded attempt (a zombie) against a
-//! newer attempt, on one database: each side with destinations (sessions)
-//! of its own, as two TaskManagers would have.
+//! The share checks of the lingering cleanup and the retention scan: a
+//! superseded attempt (a zombie) against a newer attempt, on one database, each side with
+//! destinations (sessions) of its own (set up by `common::attempts`).
 
 #[macro_use]
 mod common;
 
+use common::attempts::*;
 use common::*;
 use twopc_core::{
-    CommitOutcome, CommitStep, CommitterSession, Restore, SubtaskContext, SystemClock,
-    WriterSession,
+    CommitOutcome, CommitStep, Destination, Restore, SinkOptions, SystemClock, TransactionHandle,
+    TransactionId, WriterSession,
 };
-use twopc_pg::PgDestination;
 
 /// Attempt 1 is superseded by attempt 2, restored from checkpoint 2 at
 /// parallelism 2; attempt 1's writer has closed, its committer is told
@@ -25,133 +25,123 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     let mut f = Fixture::new(&url, "zombie");
     let clock = SystemClock;
     let options = sink_options();
-    let at = |i: u32, p: u32, attempt: u32| -> SubtaskContext {
-        ctx(&f.sink, "run1", i, p).with_attempt(attempt, 0xfeed)
-    };
-    let connect = |c: &SubtaskContext| PgDestination::connect(f.opts.clone(), c).unwrap();
 
-    let c = at(0, 1, 0);
-    let mut d0 = connect(&c);
+    // Attempt 0 prepares checkpoint 1 and fails before committing it.
+    let c = attempt_ctx(&f, 0, 1, 0);
+    let mut d0 = connect(&f, &c);
     let (mut w0, _) = WriterSession::open(&mut d0, &clock, c, &options, None, Some(10)).unwrap();
-    let open = w0.begin(&mut d0, &clock).unwrap();
-    w0.write(&mut d0, &open.transaction, &batch(&rows(0..1, "a")))
-        .unwrap();
-    let h1 = w0.prepare(&mut d0, &clock, &open.transaction, 1).unwrap();
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &rows(0..1, "a"), 1);
     let s1 = w0.state();
     drop((w0, d0));
 
+    // Attempt 1, restored from checkpoint 1: the zombie to be.
     let restore1 = Restore {
         checkpoint: 1,
         states: vec![s1],
         known: Vec::new(),
     };
-    let c = at(0, 1, 1);
-    let mut zw_dest = connect(&c);
-    let (mut zw, _) = WriterSession::open(
-        &mut zw_dest,
-        &clock,
-        c.clone(),
-        &options,
-        Some(&restore1),
-        Some(20),
-    )
-    .unwrap();
-    let mut zc = CommitterSession::new(c.clone(), options.clone(), Some(1));
-    let mut zc_dest = connect(&c);
+    let mut zombie = OneSubtask::open(&f, &clock, &options, 1, Some(&restore1), 20);
     assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h1, 1).unwrap(),
+        zombie
+            .committer
+            .commit_attempt(&mut zombie.committer_dest, &clock, &h1, 1)
+            .unwrap(),
         CommitStep::Done(CommitOutcome::Committed)
     );
-    let open = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &open.transaction, &batch(&rows(1..2, "b")))
-        .unwrap();
-    let h2 = zw
-        .prepare(&mut zw_dest, &clock, &open.transaction, 2)
-        .unwrap();
-    let s2 = zw.state();
+    let h2 = zombie.prepares(&clock, &rows(1..2, "b"), 2);
+    let s2 = zombie.writer.state();
     // Prepared, and in no state or committable: lingering once attempt 1
     // is gone.
-    let open = zw.begin(&mut zw_dest, &clock).unwrap();
-    zw.write(&mut zw_dest, &open.transaction, &batch(&rows(2..3, "x")))
-        .unwrap();
-    let leftover = zw
-        .prepare(&mut zw_dest, &clock, &open.transaction, 2)
-        .unwrap();
-    drop((zw, zw_dest));
+    let leftover = zombie.prepares(&clock, &rows(2..3, "x"), 2);
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
 
-    let mut writers = Vec::new();
-    let mut committers = Vec::new();
-    for i in 0..2u32 {
-        let restore = Restore {
-            checkpoint: 2,
-            states: if i == 0 { vec![s2.clone()] } else { Vec::new() },
-            known: Vec::new(),
-        };
-        let c = at(i, 2, 2);
-        let mut d = connect(&c);
-        let (w, _) = WriterSession::open(
-            &mut d,
-            &clock,
-            c.clone(),
-            &options,
-            Some(&restore),
-            Some(30 + u64::from(i)),
-        )
-        .unwrap();
-        writers.push((w, d));
-        committers.push((
-            CommitterSession::new(c.clone(), options.clone(), Some(2)),
-            connect(&c),
-        ));
-    }
-    let (c0, c0_dest) = &mut committers[0];
-    assert_eq!(
-        c0.commit_attempt(c0_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::Committed)
-    );
-    let mut newer = Vec::new();
-    for (i, (w, d)) in writers.iter_mut().enumerate() {
-        let open = w.begin(d, &clock).unwrap();
-        let id = 10 + i as i64;
-        w.write(d, &open.transaction, &batch(&rows(id..id + 1, "c")))
-            .unwrap();
-        newer.push(w.prepare(d, &clock, &open.transaction, 3).unwrap());
-    }
+    // Attempt 2, restored from checkpoint 2 at parallelism 2.
+    let mut newer = NewerAttempt::start(&f, &clock, &options, 2, &s2, &h2, 2);
 
     // The zombie's late notification of checkpoint 2.
-    assert_eq!(
-        zc.commit_attempt(&mut zc_dest, &clock, &h2, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::AlreadyCommitted)
-    );
-    let report = zc.checkpoint_completed(&mut zc_dest, &clock, 2).unwrap();
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h2, 2);
     assert!(report.aborted.is_empty(), "{report:?}");
-    assert_eq!(report.failures.len(), 2, "{report:?}");
-    assert!(
-        report
-            .failures
-            .iter()
-            .all(|f| f.contains("a later attempt (2)") && f.contains("superseded")),
-        "{report:?}"
-    );
+    assert_shares_left_to_attempt_2(&report, 2);
 
-    for (i, (c, d)) in committers.iter_mut().enumerate() {
-        assert_eq!(
-            c.commit_attempt(d, &clock, &newer[i], 1).unwrap(),
-            CommitStep::Done(CommitOutcome::Committed),
-            "attempt 2's transaction of subtask {i}"
-        );
-        let report = c.checkpoint_completed(d, &clock, 3).unwrap();
+    let reports = newer.commit_and_clean_up(&clock, 3);
+    for (report, (c, _)) in reports.iter().zip(&newer.committers) {
         assert!(report.failures.is_empty(), "{report:?}");
         assert!(!c.cleanup_due());
-        // Subtask 0's committer confirms its share through another session
-        // than its writer's, which holds the share's lock.
-        if i == 0 {
-            assert_eq!(report.aborted, vec![leftover.transaction.clone()]);
-        }
     }
+    // Subtask 0's committer confirms its share through another session
+    // than its writer's, which holds the share's lock.
+    assert_eq!(reports[0].aborted, vec![leftover.transaction.clone()]);
     assert_eq!(
         visible(&mut f.admin, &f.table),
         vec!["0|a-0", "10|c-10", "11|c-11", "1|b-1"]
+    );
+}
+
+/// The retention scan is fenced like the lingering cleanup. Attempt 1, a
+/// fresh start at parallelism 1 (no lingering cleanup due), is superseded
+/// by attempt 2, restored from checkpoint 1 at parallelism 2; attempt 1's
+/// writer has closed, its committer is told late, when attempt 2's
+/// prepared transactions are older than the retention, that checkpoint 1
+/// completed. It keeps only its own writer's transactions, so its scan
+/// must leave both of attempt 2's shares alone (rolled back, attempt 2's
+/// commits would find them LOST) and count each as a housekeeping failure.
+/// Attempt 2's own scan, through a session apart from its writer's (which
+/// holds the share's advisory lock), rolls back what is stale in its share.
+#[test]
+fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "zombieretention");
+    let clock = SystemClock;
+    let an_hour_later = Ahead(3_600_000);
+    let options = SinkOptions {
+        retention_ms: 60_000,
+        expiry_scan_interval_ms: 0,
+        ..sink_options()
+    };
+
+    // Attempt 1 prepares checkpoint 1, which completes at the JobManager;
+    // then its TaskManager is lost and its writer closes.
+    let mut zombie = OneSubtask::open(&f, &clock, &options, 1, None, 20);
+    let h1 = zombie.prepares(&clock, &rows(0..1, "a"), 1);
+    let s1 = zombie.writer.state();
+    let (mut zc, mut zc_dest) = zombie.writer_closes();
+
+    // Attempt 2, restored from checkpoint 1 at parallelism 2.
+    let mut newer = NewerAttempt::start(&f, &clock, &options, 1, &s1, &h1, 2);
+
+    // The zombie's late notification of checkpoint 1, an hour on.
+    let report = zombie_told_late(&mut zc, &mut zc_dest, &an_hour_later, &h1, 1);
+    assert!(report.expired.is_empty(), "{report:?}");
+    assert_shares_left_to_attempt_2(&report, 2);
+    for f in &report.failures {
+        assert!(f.contains("the retention scan after checkpoint 1"), "{f}");
+    }
+    assert_eq!(zc.stats().housekeeping_failures, 2);
+
+    // Attempt 2 commits checkpoint 2: nothing was lost.
+    for report in newer.commit_and_clean_up(&clock, 2) {
+        assert!(report.failures.is_empty(), "{report:?}");
+    }
+    // A transaction an earlier writer prepared in share 0 after attempt
+    // 2's cleanup is past the retention an hour on, and attempt 2 does not
+    // keep it.
+    let stale = TransactionHandle {
+        transaction: TransactionId::compose(&newer.prepared[0].sink, 0, 0xdead, 0),
+        ..newer.prepared[0].clone()
+    };
+    let mut d = f.destination("run1");
+    d.begin(&stale).unwrap();
+    d.write(&stale.transaction, batch(&rows(20..21, "z")).batch())
+        .unwrap();
+    d.prepare(&stale).unwrap();
+    drop(d);
+    let (c0, c0_dest) = &mut newer.committers[0];
+    let report = c0.checkpoint_completed(c0_dest, &an_hour_later, 3).unwrap();
+    assert_eq!(report.expired, vec![stale.transaction], "{report:?}");
+    assert!(report.failures.is_empty(), "{report:?}");
+    assert_eq!(
+        visible(&mut f.admin, &f.table),
+        vec!["0|a-0", "10|c-10", "11|c-11"]
     );
 }
 

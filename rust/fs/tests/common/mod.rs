@@ -1,6 +1,8 @@
 //! Shared set-up of the filesystem destination's tests.
 #![allow(dead_code)] // each test file uses its own part
 
+pub mod attempts;
+
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};

@@ -6,6 +6,8 @@
 //! server" and pass. CI sets the URL.
 #![allow(dead_code)] // each test binary uses a different subset
 
+pub mod attempts;
+
 use std::str::FromStr;
 
 use postgres::{Client, NoTls};

@@ -1140,14 +1140,14 @@ impl<B: Backend> SimulatedJob<B> {
             if let (true, Operators::Sink(subtasks)) = (self.schedule.short_retention, &mut *ops) {
                 for rt in subtasks.iter_mut() {
                     match rt.sink.expire_if_due() {
-                        Ok(expired) => {
-                            for t in &expired {
+                        Ok(scan) => {
+                            for t in &scan.expired {
                                 trace!(self.trace, "s{} retention expired {t}", rt.index);
                             }
                             self.coverage.add(
                                 Section::Expiry,
                                 "retention cleanup removed a stale transaction",
-                                expired.len() as u64,
+                                scan.expired.len() as u64,
                             );
                         }
                         Err(e) => return Ok(AttemptEnd::Failed(e)),
