@@ -4,6 +4,7 @@ import org.apache.flink.annotation.PublicEvolving;
 
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.types.Row;
+import org.apache.flink.types.RowKind;
 
 import java.io.Serializable;
 import java.math.BigDecimal;
@@ -57,7 +58,13 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
         return new CsvRowSchema<>(fields -> fields);
     }
 
-    /** Flink {@link Row} records: field {@code i} goes to column {@code i}. */
+    /**
+     * Flink {@link Row} records: field {@code i} goes to column {@code i}. A row is written as a
+     * row to insert (or, in idempotent mode, to upsert), so rows of kind {@code INSERT} and
+     * {@code UPDATE_AFTER} are taken; {@code UPDATE_BEFORE} and {@code DELETE} rows (from {@code
+     * toChangelogStream}) are refused: written, they would add or bring back the very row the
+     * changelog removes.
+     */
     public static CsvRowSchema<Row> forRows() {
         return new CsvRowSchema<>(CsvRowSchema::fieldsOfRow);
     }
@@ -154,6 +161,17 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
     }
 
     private static Object[] fieldsOfRow(Row row) {
+        RowKind kind = row.getKind();
+        if (kind == RowKind.UPDATE_BEFORE || kind == RowKind.DELETE) {
+            // The CSV row has no field for the kind: a retraction would be written as the row it
+            // retracts (inserted again, or upserted back into an idempotent table).
+            throw new IllegalArgumentException("CsvRowSchema.forRows(): a Row of kind " + kind + " ("
+                    + row.getArity() + " fields) removes a row, but a CSV row can only add or upsert one, so it "
+                    + "would be written as the very row the changelog removes. Keep only INSERT and UPDATE_AFTER "
+                    + "rows before the sink (e.g. filter on Row.getKind()), or, to apply deletes by key, use "
+                    + "PostgresDestination.idempotent(...).withOperationField() with CsvRowSchema.of(...) "
+                    + "returning the values followed by \"U\" or \"D\"");
+        }
         Object[] fields = new Object[row.getArity()];
         for (int i = 0; i < fields.length; i++) {
             fields[i] = row.getField(i);

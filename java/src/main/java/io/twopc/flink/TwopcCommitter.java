@@ -31,12 +31,17 @@ import java.util.regex.Pattern;
 public final class TwopcCommitter implements Committer<TwopcCommittable> {
     private static final Logger LOG = LoggerFactory.getLogger(TwopcCommitter.class);
     private static final Pattern CHECKPOINT = Pattern.compile("\"checkpoint\":(\\d+)");
+    private static final Pattern TRANSACTION = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
 
     private final String scope;
     private final long nativeCommitter;
     private final TwopcMetrics metrics;
     /** The checkpoint the job restored (-1: none): commits up to it are the restart's recovery. */
     private final long restoredCheckpointId;
+    /** The destination's transaction timeout, against which a commit's wait is measured. */
+    private final long retentionMs;
+    /** {@code setTimeoutWarningRatio}: the share of the retention after which a commit warns. */
+    private final double timeoutWarningRatio;
     /**
      * Set once this attempt committed the committable its writer emitted at the end of its input
      * (and the rest of that commit call succeeded): the subtask's output is complete and
@@ -52,6 +57,8 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         SinkCommitterMetricGroup group = ctx.metricGroup();
         this.metrics = TwopcMetrics.forCommitter(group);
         this.restoredCheckpointId = ctx.getRestoredCheckpointId().orElse(-1L);
+        this.retentionMs = options.retentionMs;
+        this.timeoutWarningRatio = options.timeoutWarningRatio;
         try {
             this.nativeCommitter = NativeBridge.openCommitter(options.toConfigJson(),
                     ctx.getJobInfo().getJobId().toHexString(), subtask, parallelism,
@@ -75,6 +82,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             endOfInput |= request.getCommittable().isEndOfInput() && checkpoint > restoredCheckpointId;
             long started = System.nanoTime();
             long preparedAgeMs = preparedAgeOf(handle);
+            warnIfNearRetention(handle, checkpoint, preparedAgeMs);
             int outcome;
             try {
                 outcome = NativeBridge.commit(nativeCommitter, handle);
@@ -110,6 +118,35 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             return m.find() ? Long.parseLong(m.group(1)) : -1;
         } catch (RuntimeException e) {
             return -1; // its commit already reported it
+        }
+    }
+
+    /**
+     * Warns, naming the transaction, when one reaching its commit waited for most of the
+     * retention ({@code setTimeoutWarningRatio}): a little longer and cleanup may have removed
+     * it, and its output would be lost.
+     */
+    private void warnIfNearRetention(byte[] handle, long checkpoint, long preparedAgeMs) {
+        if (preparedAgeMs < 0 || preparedAgeMs < timeoutWarningRatio * retentionMs) {
+            return;
+        }
+        LOG.warn("{}: committing transaction {} (checkpoint {}): it was prepared {} ago, {}% of the retention of "
+                        + "{}. Had it not been committed before the retention ran out, cleanup could have removed it "
+                        + "and its output would be lost (the job would stop with a LOST error). Check why "
+                        + "checkpoints take so long to complete, or raise the retention",
+                scope, transactionOf(handle), checkpoint < 0 ? "unknown" : String.valueOf(checkpoint),
+                Durations.format(preparedAgeMs),
+                retentionMs > 0 ? Math.round(100.0 * preparedAgeMs / retentionMs) : 100,
+                Durations.format(retentionMs));
+    }
+
+    /** The transaction id inside a handle, for log lines ("unknown" if it cannot be read). */
+    private static String transactionOf(byte[] handle) {
+        try {
+            Matcher m = TRANSACTION.matcher(NativeBridge.describeHandle(handle));
+            return m.find() ? m.group(1) : "unknown";
+        } catch (RuntimeException e) {
+            return "unknown"; // its commit reports it
         }
     }
 

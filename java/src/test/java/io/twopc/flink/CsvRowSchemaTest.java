@@ -19,6 +19,7 @@ import java.util.Date;
 import java.util.List;
 
 import org.apache.flink.types.Row;
+import org.apache.flink.types.RowKind;
 import org.apache.flink.util.InstantiationUtil;
 import org.junit.Test;
 import org.postgresql.PGConnection;
@@ -61,6 +62,24 @@ public class CsvRowSchemaTest {
         assertThatThrownBy(() -> CsvRowSchema.of((Order o) -> null).serialize(new Order(1, "a")))
                 .isInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("returned null");
+    }
+
+    /**
+     * A changelog's retractions (toChangelogStream) carry the removed row's values: written as a
+     * CSV row they would insert, or upsert back, the very row the changelog removes.
+     */
+    @Test
+    public void rowsThatRemoveARowAreRefusedNotWrittenAsInserts() {
+        CsvRowSchema<Row> rows = CsvRowSchema.forRows();
+        assertThat(new String(rows.serialize(Row.ofKind(RowKind.UPDATE_AFTER, 9L, "new")), StandardCharsets.UTF_8))
+                .isEqualTo("9,new");
+        for (RowKind removal : new RowKind[] {RowKind.DELETE, RowKind.UPDATE_BEFORE}) {
+            assertThatThrownBy(() -> rows.serialize(Row.ofKind(removal, 9L, "old")))
+                    .as("a Row of kind %s", removal)
+                    .isInstanceOf(IllegalArgumentException.class)
+                    .hasMessageContaining("Row of kind " + removal)
+                    .hasMessageContaining("withOperationField()");
+        }
     }
 
     /** The real check: PostgreSQL's own CSV reader gets back exactly the values written. */

@@ -86,12 +86,26 @@ public final class TwopcDynamicTableSink implements DynamicTableSink {
         return builder.setSerializationSchema(schema).build();
     }
 
+    /**
+     * Upserts and deletes, each delete with the whole deleted row. Not {@code
+     * ChangelogMode.upsert()}: on Flink 2.x that also says a delete may carry its key alone, and
+     * the planner then hands over an upsert source's deletes without their values (no
+     * ChangelogNormalize), which Flink's own NOT NULL check on the sink's input refuses at the
+     * first delete into a table with a NOT NULL column besides the key ("a null value is being
+     * written"). The builder's default, deletes with the whole row, is the same on 1.20 and 2.x.
+     */
+    private static final ChangelogMode UPSERT_WITH_WHOLE_DELETES = ChangelogMode.newBuilder()
+            .addContainedKind(RowKind.INSERT)
+            .addContainedKind(RowKind.UPDATE_AFTER)
+            .addContainedKind(RowKind.DELETE)
+            .build();
+
     /** The changelog the table takes. */
     ChangelogMode acceptedMode() {
         if (format != null) {
             return format.getChangelogMode();
         }
-        return idempotent ? ChangelogMode.upsert() : ChangelogMode.insertOnly();
+        return idempotent ? UPSERT_WITH_WHOLE_DELETES : ChangelogMode.insertOnly();
     }
 
     @Override

@@ -158,6 +158,21 @@ public class TwopcTableOptionsTest {
                 .contains("the options cannot work", "'sink.part-prefix' \"a/b\"");
     }
 
+    /** The builder's refusals of object-store settings, in the words of the table's options. */
+    @Test
+    public void objectStoreSettingsThatCannotWorkAreRefusedWithTheOptionsName() {
+        String store = ", 'sink-id' = 'opts', 'path' = 's3://bucket/prefix', 'format' = 'csv'";
+        assertThat(refusal("a INT", store + ", 'sink.io-mode' = 'direct'"))
+                .contains("the options cannot work", "remove 'sink.io-mode'")
+                .doesNotContain("setIoMode");
+        assertThat(refusal("a INT", store + ", 's3.part-size' = '1 mb'"))
+                .contains("the options cannot work", "'s3.part-size' = '8mb' is the default")
+                .doesNotContain("partSize(");
+        assertThat(refusal("a INT", store + ", 's3.endpoint' = 'http://127.0.0.1:9000'"))
+                .contains("the options cannot work", "'s3.allow-http' = 'true'")
+                .doesNotContain("allowHttp(");
+    }
+
     @Test
     public void postgresqlModesAndKeys() {
         assertThat(refusal("id BIGINT", PG + ", 'sink.mode' = 'upsert'"))
