@@ -284,7 +284,7 @@ impl CommitterSession {
                 }
                 Err(e) => report.failures.push(format!(
                     "the retention scan after checkpoint {checkpoint} failed (tried again at the \
-                     next checkpoint): {e}"
+                     first checkpoint completed after the next expiry scan interval): {e}"
                 )),
             }
         }
