@@ -172,7 +172,62 @@ fn check_url(s: &str) -> Result<(), ConfigError> {
              remove it, or write a literal # as %23"
         )));
     }
+    // A setting given twice is taken by the client from the last place it
+    // reads, silently: the sink would connect as another user, or to
+    // another database, than the rest of the string says.
+    let keys: Vec<String> = url.query_pairs().map(|(k, _)| k.into_owned()).collect();
+    if let Some(key) = first_repeated(&keys) {
+        return Err(given_twice(&shown, key, "give each parameter once"));
+    }
+    let twice = |key: &str| keys.iter().any(|k| k == key);
+    if !url.username().is_empty() && twice("user") {
+        return Err(given_twice(
+            &shown,
+            "user",
+            "name it either before the '@' or in the parameter user, not both",
+        ));
+    }
+    if url.path().len() > 1 && twice("dbname") {
+        return Err(given_twice(
+            &shown,
+            "dbname",
+            "name the database either in the path or in the parameter dbname, not both",
+        ));
+    }
     Ok(())
+}
+
+/// Keys that name where to connect: given twice, libpq takes the last one,
+/// this sink's client (`tokio-postgres`) a list of both.
+const HOST_KEYS: [&str; 3] = ["host", "hostaddr", "port"];
+
+/// The first key that occurs again later in `keys`.
+fn first_repeated<S: AsRef<str>>(keys: &[S]) -> Option<&str> {
+    keys.iter()
+        .enumerate()
+        .find(|(i, k)| {
+            keys[i + 1..]
+                .iter()
+                .any(|later| later.as_ref() == k.as_ref())
+        })
+        .map(|(_, k)| k.as_ref())
+}
+
+/// The refusal of a setting given twice; `shown` is the string with any
+/// password masked.
+fn given_twice(shown: &str, key: &str, instead: &str) -> ConfigError {
+    if HOST_KEYS.contains(&key) {
+        return ConfigError::new(format!(
+            "the PostgreSQL connection string {shown} sets {key} twice, which PostgreSQL's \
+             clients read differently (libpq takes the last, this sink's client a list of \
+             both); give several as one list ({key}=a,b)"
+        ));
+    }
+    ConfigError::new(format!(
+        "the PostgreSQL connection string {shown} sets {key} twice, and PostgreSQL's client \
+         would silently take one of them; {instead} (with the SQL connector, the table option \
+         'username' sets user: then leave the user out of 'url')"
+    ))
 }
 
 /// A URL with every part that some reading could take for a password
@@ -250,6 +305,10 @@ fn check_key_value(s: &str) -> Result<(), ConfigError> {
             render_key_value(&pairs),
             named.map_or("a password", String::as_str)
         )));
+    }
+    let keys: Vec<&str> = pairs.iter().map(|(k, _)| k.as_str()).collect();
+    if let Some(key) = first_repeated(&keys) {
+        return Err(given_twice(&render_key_value(&pairs), key, "give it once"));
     }
     Ok(())
 }
@@ -400,6 +459,22 @@ pub(crate) mod tests {
         ),
         ("host=db user=app password='s3cret-Pw", "s3cret-Pw", false),
         ("host=db user=app sslpassword=s3cret-Pw", "s3cret-Pw", false),
+        // A setting given twice: the client would silently take one of them.
+        ("host=db user=app dbname=shop user=other", "", false),
+        ("host=a host=b user=app", "", false),
+        ("host=a,b user=app dbname=shop", "", true),
+        ("postgres://app@db/shop?user=other", "", false),
+        ("postgres://app@%2Fvar%2Frun/shop?user=x", "", false),
+        ("postgres://db/shop?a=1&&b=2&&c=3", "", true),
+        ("postgres://db/shop?port=1&port=2", "", false),
+        ("postgres://db/shop?user=app", "", true),
+        ("postgres://app@db/shop?dbname=other", "", false),
+        ("postgres://app@db?dbname=shop", "", true),
+        (
+            "postgres://app@db/shop?application_name=a&application_name=b",
+            "",
+            false,
+        ),
     ];
 
     #[test]
@@ -451,6 +526,29 @@ pub(crate) mod tests {
         assert!(e.contains("not a valid URL"), "{e}");
         let e = check("host=db 'user").unwrap_err().to_string();
         assert!(e.contains("not shown"), "{e}");
+        let e = check("host=db user=app user = 'b'")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sets user twice") && e.contains("host=db user=app user=b"),
+            "{e}"
+        );
+        let e = check("host=a host=b").unwrap_err().to_string();
+        assert!(
+            e.contains("host=a,b") && e.contains("a list of both"),
+            "{e}"
+        );
+        let e = check("postgres://app@db/shop?user=b")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("sets user twice") && e.contains("'username'"),
+            "{e}"
+        );
+        let e = check("postgres://app@db/shop?dbname=x")
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("sets dbname twice") && e.contains("path"), "{e}");
     }
 
     #[test]

@@ -513,12 +513,17 @@ public final class PostgresDestination implements Serializable {
         if (uri.getRawUserInfo() != null && uri.getRawUserInfo().indexOf(':') >= 0) {
             return passwordRefused(shown, USERINFO);
         }
+        List<String> keys = new ArrayList<>();
         if (uri.getRawQuery() != null) {
             for (String param : uri.getRawQuery().split("&", -1)) {
                 int eq = param.indexOf('=');
                 String key = decode(eq < 0 ? param : param.substring(0, eq));
                 if (isPasswordKey(key)) {
                     return passwordRefused(shown, "the parameter " + key);
+                }
+                if (!param.isEmpty()) {
+                    // As the client reads a query: empty pieces ("a=1&&b=2") are no parameters.
+                    keys.add(key);
                 }
             }
         }
@@ -542,7 +547,46 @@ public final class PostgresDestination implements Serializable {
                     + "client would take it into the database name or a parameter); remove it, or write a "
                     + "literal # as %23";
         }
+        // A setting given twice is taken by the client from the last place it reads, silently: the
+        // sink would connect as another user, or to another database, than the rest says.
+        String repeated = firstRepeated(keys);
+        if (repeated != null) {
+            return givenTwice(shown, repeated, "give each parameter once");
+        }
+        // The user part from the string itself: URI has none for a socket-directory host.
+        if (at > 0 && at < authorityEnd && keys.contains("user")) {
+            return givenTwice(shown, "user", "name it either before the '@' or in the parameter user, not both");
+        }
+        if (uri.getRawPath() != null && uri.getRawPath().length() > 1 && keys.contains("dbname")) {
+            return givenTwice(shown, "dbname",
+                    "name the database either in the path or in the parameter dbname, not both");
+        }
         return null;
+    }
+
+    /** The first key that occurs again later in {@code keys}, or null. */
+    private static String firstRepeated(List<String> keys) {
+        for (int i = 0; i < keys.size(); i++) {
+            if (keys.subList(i + 1, keys.size()).contains(keys.get(i))) {
+                return keys.get(i);
+            }
+        }
+        return null;
+    }
+
+    /** Keys that name where to connect: given twice, libpq takes the last, this sink's client both. */
+    private static final List<String> HOST_KEYS = Arrays.asList("host", "hostaddr", "port");
+
+    /** The refusal of a setting given twice; {@code shown} has any password masked. */
+    private static String givenTwice(String shown, String key, String instead) {
+        if (HOST_KEYS.contains(key)) {
+            return "PostgreSQL connection string " + shown + " sets " + key + " twice, which PostgreSQL's clients "
+                    + "read differently (libpq takes the last, this sink's client a list of both); give several as "
+                    + "one list (" + key + "=a,b)";
+        }
+        return "PostgreSQL connection string " + shown + " sets " + key + " twice, and PostgreSQL's client would "
+                + "silently take one of them; " + instead + " (with the SQL connector, the table option "
+                + "'username' sets user: then leave the user out of 'url')";
     }
 
     /**
@@ -584,6 +628,14 @@ public final class PostgresDestination implements Serializable {
                         + GIVE_IT_SEPARATELY;
             }
         }
+        List<String> keys = new ArrayList<>();
+        for (String[] pair : pairs) {
+            keys.add(pair[0]);
+        }
+        String repeated = firstRepeated(keys);
+        if (repeated != null) {
+            return givenTwice(renderKeyValue(pairs), repeated, "give it once");
+        }
         return null;
     }
 
@@ -608,6 +660,23 @@ public final class PostgresDestination implements Serializable {
      * @throws IllegalArgumentException saying what is wrong, never showing a value
      */
     static List<String[]> parseKeyValue(String s) {
+        return parseKeyValuePairs(s);
+    }
+
+    /**
+     * Whether a key=value connection string names a user (for the SQL connector, whose
+     * {@code 'username'} option adds one); false when it does not parse, which the builder reports.
+     */
+    @Internal
+    public static boolean keyValueNamesUser(String connection) {
+        try {
+            return parseKeyValuePairs(connection).stream().anyMatch(pair -> pair[0].equals("user"));
+        } catch (IllegalArgumentException e) {
+            return false;
+        }
+    }
+
+    private static List<String[]> parseKeyValuePairs(String s) {
         List<String[]> pairs = new ArrayList<>();
         int i = 0;
         int n = s.length();

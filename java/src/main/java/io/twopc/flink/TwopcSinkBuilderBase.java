@@ -46,6 +46,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     public static final Duration DEFAULT_COMMIT_INITIAL_BACKOFF = Duration.ofMillis(100);
     public static final Duration DEFAULT_COMMIT_MAX_BACKOFF = Duration.ofSeconds(5);
     public static final Duration DEFAULT_OWNER_WAIT = Duration.ofSeconds(10);
+    public static final Duration DEFAULT_LINEAGE_WAIT = Duration.ofMinutes(2);
     public static final double DEFAULT_TIMEOUT_WARNING_RATIO = 0.8;
 
     /** Upper bound for one batch: it is a direct buffer held by every subtask. */
@@ -77,6 +78,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     Duration commitInitialBackoff = DEFAULT_COMMIT_INITIAL_BACKOFF;
     Duration commitMaxBackoff = DEFAULT_COMMIT_MAX_BACKOFF;
     Duration ownerWait = DEFAULT_OWNER_WAIT;
+    Duration lineageWait = DEFAULT_LINEAGE_WAIT;
     double timeoutWarningRatio = DEFAULT_TIMEOUT_WARNING_RATIO;
 
     TwopcSinkBuilderBase() {}
@@ -242,6 +244,20 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     }
 
     /**
+     * How long a subtask that a restore gave no share of the sink's state waits for the subtasks
+     * that have one to record the run's lineage (default 2 min). After a restore at a higher
+     * parallelism the new subtasks start without state and find the lineage within moments; when
+     * no subtask has state (the sink's state was dropped, or the savepoint holds another kind of
+     * sink's state) the wait runs out, and the sink goes on as a fresh start would: with prepared
+     * transactions of this sink at the destination, by its fresh-start policy. A shorter wait
+     * reports such a restore sooner, but must outlast the slowest subtask's start.
+     */
+    public SELF setLineageWait(Duration wait) {
+        this.lineageWait = wait;
+        return self();
+    }
+
+    /**
      * Share of the retention after which a prepared transaction still waiting for its checkpoint
      * to complete is logged as a warning (default 0.8).
      */
@@ -323,7 +339,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             {"I/O mode (use IoMode.AUTO, the default, IoMode.DIRECT or IoMode.BUFFERED)", ioMode},
             {"part prefix", partPrefix},
             {"part suffix (use \"\" for none)", partSuffix}, {"commit initial backoff", commitInitialBackoff},
-            {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait},
+            {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait}, {"lineage wait", lineageWait},
         };
         for (Object[] r : required) {
             if (r[1] == null) {
@@ -333,7 +349,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
         for (Object[] d : new Object[][] {
             {"retention", retention}, {"restart allowance", restartAllowance},
             {"checkpoint interval", checkpointInterval}, {"commit initial backoff", commitInitialBackoff},
-            {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait}}) {
+            {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait}, {"lineage wait", lineageWait}}) {
             if (d[1] != null && ((Duration) d[1]).isNegative()) {
                 problems.add(d[0] + " " + d[1] + " is negative; give zero or more");
             } else if (d[1] != null && ((Duration) d[1]).getSeconds() > Long.MAX_VALUE / 1000 - 1) {

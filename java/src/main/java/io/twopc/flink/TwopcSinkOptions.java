@@ -42,6 +42,7 @@ public final class TwopcSinkOptions implements Serializable {
     final long commitInitialBackoffMs;
     final long commitMaxBackoffMs;
     final long ownerWaitMs;
+    final long lineageWaitMs;
     final double timeoutWarningRatio;
 
     /**
@@ -76,6 +77,7 @@ public final class TwopcSinkOptions implements Serializable {
         this.commitInitialBackoffMs = millis(b.commitInitialBackoff);
         this.commitMaxBackoffMs = millis(b.commitMaxBackoff);
         this.ownerWaitMs = millis(b.ownerWait);
+        this.lineageWaitMs = millis(b.lineageWait);
         this.timeoutWarningRatio = b.timeoutWarningRatio;
     }
 
@@ -166,7 +168,8 @@ public final class TwopcSinkOptions implements Serializable {
                 .put("commitMaxAttempts", commitMaxAttempts)
                 .put("commitInitialBackoffMs", commitInitialBackoffMs)
                 .put("commitMaxBackoffMs", commitMaxBackoffMs)
-                .put("ownerWaitMs", ownerWaitMs);
+                .put("ownerWaitMs", ownerWaitMs)
+                .put("lineageWaitMs", lineageWaitMs);
         Json destination;
         if (objectStore != null) {
             ObjectStoreDestination o = objectStore;

@@ -88,6 +88,18 @@ public class PostgresDestinationTest {
         {"host=db user=app password='it\\'s-s3cret' dbname=shop", "s3cret", false},
         {"host=db user=app password='s3cret-Pw", "s3cret-Pw", false},
         {"host=db user=app sslpassword=s3cret-Pw", "s3cret-Pw", false},
+        // A setting given twice: the client would silently take one of them.
+        {"host=db user=app dbname=shop user=other", "", false},
+        {"host=a host=b user=app", "", false},
+        {"host=a,b user=app dbname=shop", "", true},
+        {"postgres://app@db/shop?user=other", "", false},
+        {"postgres://app@%2Fvar%2Frun/shop?user=x", "", false},
+        {"postgres://db/shop?a=1&&b=2&&c=3", "", true},
+        {"postgres://db/shop?port=1&port=2", "", false},
+        {"postgres://db/shop?user=app", "", true},
+        {"postgres://app@db/shop?dbname=other", "", false},
+        {"postgres://app@db?dbname=shop", "", true},
+        {"postgres://app@db/shop?application_name=a&application_name=b", "", false},
     };
 
     @Test
@@ -136,6 +148,14 @@ public class PostgresDestinationTest {
                 .singleElement().asString().contains("not a valid URL");
         assertThat(PostgresDestination.url("host=db 'user").table("t").columns("a").problems())
                 .singleElement().asString().contains("not shown");
+        assertThat(PostgresDestination.url("host=db user=app user = 'b'").table("t").columns("a").problems())
+                .singleElement().asString().contains("sets user twice", "host=db user=app user=b");
+        assertThat(PostgresDestination.url("host=a host=b").table("t").columns("a").problems())
+                .singleElement().asString().contains("host=a,b", "a list of both");
+        assertThat(PostgresDestination.url("postgres://app@db/shop?user=b").table("t").columns("a").problems())
+                .singleElement().asString().contains("sets user twice", "'username'");
+        assertThat(PostgresDestination.url("postgres://app@db/shop?dbname=x").table("t").columns("a").problems())
+                .singleElement().asString().contains("sets dbname twice", "path");
     }
 
     @Test

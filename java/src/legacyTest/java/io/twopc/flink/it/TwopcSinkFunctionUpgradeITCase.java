@@ -32,10 +32,12 @@ import static org.assertj.core.api.Assertions.assertThat;
  * through a savepoint, on Flink 1.20: same operator uid, same sink id. The savepoint holds
  * prepared transactions whose commit never happened; the Sink V2 job must commit them, continue
  * the lineage (so a rewind is still detected) and end exactly once. A restore under another uid
- * must not start fresh over them silently.
+ * must not start fresh over them silently, and neither may the way back (a Sink V2 savepoint
+ * restored into the SinkFunction).
  */
 public class TwopcSinkFunctionUpgradeITCase {
     private static final String SINK_ID = "upgraded";
+    private static final Duration LINEAGE_WAIT = Duration.ofSeconds(15);
     private static final InMemoryReporter METRICS = InMemoryReporter.createWithRetainedMetrics();
 
     @ClassRule
@@ -64,7 +66,10 @@ public class TwopcSinkFunctionUpgradeITCase {
         frontEnd.attach(env.fromSequence(1, count).uid("numbers").name("numbers")
                                 .map(new Throttle(recordsPerMs)).uid("throttle").name("throttle"),
                         b -> b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine())
-                                .setRewindPolicy(rewind))
+                                .setRewindPolicy(rewind)
+                                // A restore that gives the sink no state (the cases below) waits
+                                // this long for a lineage nobody records, then reports.
+                                .setLineageWait(LINEAGE_WAIT))
                 .uid(sinkUid).name("twopc-sink");
         return env;
     }
@@ -76,7 +81,12 @@ public class TwopcSinkFunctionUpgradeITCase {
      * checkpoint completing between the fail point and the savepoint would fail the job first.
      */
     private String shimSavepointWithPreparedTransactions(Path output, Path savepoints, long count) throws Exception {
-        JobID shim = submit(client(), job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0, "twopc-sink",
+        return savepointWithPreparedTransactions(SinkFunctionFrontEnd.SINK_FUNCTION, output, savepoints, count);
+    }
+
+    private String savepointWithPreparedTransactions(FrontEnd frontEnd, Path output, Path savepoints, long count)
+            throws Exception {
+        JobID shim = submit(client(), job(frontEnd, 2, count, output, 0, "twopc-sink",
                 RewindPolicy.FAIL, 3_600_000, 1), null);
         triggerCheckpoint(client(), shim);
         waitUntil("the first checkpoint's records are committed", Duration.ofMinutes(1),
@@ -86,7 +96,7 @@ public class TwopcSinkFunctionUpgradeITCase {
                 .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
                 .get(2, TimeUnit.MINUTES);
         JobResult result = awaitResult(client(), shim);
-        assertThat(result.isSuccess()).as("the shim's job ends at its failed commit").isFalse();
+        assertThat(result.isSuccess()).as("the %s job ends at its failed commit", frontEnd).isFalse();
         clearFailPoints();
         assertThat(preparedTransactions(output)).as("prepared transactions the savepoint holds").isGreaterThan(0);
         return savepoint;
@@ -175,5 +185,53 @@ public class TwopcSinkFunctionUpgradeITCase {
                 RewindPolicy.FAIL), savepoint);
         awaitSuccess(client(), upgraded);
         assertExactlyOnce(output, SINK_ID, count);
+    }
+
+    /**
+     * The way back is not supported: the SinkFunction reads neither the Sink V2 writer's state nor
+     * its committer's (the committables of the savepoint). It must not go over the savepoint's
+     * prepared transactions either way: Flink refuses the restore (state of an operator the job
+     * no longer has), and with that state dropped on purpose the sink starts without state and
+     * refuses to start fresh over them. The Sink V2 sink then restores the savepoint exactly once.
+     */
+    @Test
+    public void aSinkV2SavepointNeverRestoresIntoTheSinkFunctionOverItsPreparedTransactions() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        long count = 40_000;
+        String savepoint = savepointWithPreparedTransactions(FrontEnd.SINK_V2, output, savepoints, count);
+        long prepared = preparedTransactions(output);
+
+        Throwable refused = restoreFailure(job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0,
+                "twopc-sink", RewindPolicy.FAIL), savepoint, false);
+        assertThat(refused).as("restoring a Sink V2 savepoint into the SinkFunction").isNotNull();
+        assertThat(org.apache.flink.util.ExceptionUtils.stringifyException(refused))
+                .as("Flink's refusal").contains("Cannot map checkpoint/savepoint state", "allowNonRestoredState");
+        assertThat(preparedTransactions(output)).as("prepared transactions left untouched").isEqualTo(prepared);
+
+        Throwable dropped = restoreFailure(job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, count, output, 0,
+                "twopc-sink", RewindPolicy.FAIL), savepoint, true);
+        Throwable fresh = findCause(dropped, TwopcFreshStartException.class);
+        assertThat(fresh).as("TwopcFreshStartException in the cause chain of %s", dropped).isNotNull();
+        assertThat(fresh.getMessage()).contains("prepared, uncommitted");
+        assertThat(preparedTransactions(output)).as("prepared transactions left untouched").isEqualTo(prepared);
+
+        JobID back = submit(client(), job(FrontEnd.SINK_V2, 2, count, output, 3, "twopc-sink",
+                RewindPolicy.FAIL), savepoint);
+        awaitSuccess(client(), back);
+        assertExactlyOnce(output, SINK_ID, count);
+    }
+
+    /** Why a job restored from {@code savepoint} failed (at submission or while running), or null. */
+    private static Throwable restoreFailure(StreamExecutionEnvironment env, String savepoint,
+            boolean allowNonRestoredState) throws Exception {
+        JobID job;
+        try {
+            job = submit(client(), env, savepoint, allowNonRestoredState);
+        } catch (Exception e) {
+            return e;
+        }
+        JobResult result = awaitResult(client(), job);
+        return result.isSuccess() ? null : failureOf(result);
     }
 }

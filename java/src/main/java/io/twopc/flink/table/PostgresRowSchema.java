@@ -136,7 +136,12 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
         if (getters == null) {
             getters = new RowData.FieldGetter[types.length];
             for (int i = 0; i < types.length; i++) {
-                getters[i] = RowData.createFieldGetter(types[i], i);
+                // Nullable getters even for NOT NULL columns: Flink's getter of a NOT NULL type reads
+                // the field without asking whether it is null, so a null that a source or function
+                // sends in spite of the type would be written as 0 or an empty string (binary rows)
+                // or fail with a NullPointerException (generic ones). As NULL, PostgreSQL refuses it
+                // in a NOT NULL column, and the sink names the row.
+                getters[i] = RowData.createFieldGetter(types[i].copy(true), i);
             }
             buffer = new StringBuilder(256);
         }
@@ -251,7 +256,7 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
     }
 
     private static String array(LogicalType elementType, ArrayData array) {
-        ArrayData.ElementGetter getter = ArrayData.createElementGetter(elementType);
+        ArrayData.ElementGetter getter = ArrayData.createElementGetter(elementType.copy(true));
         StringBuilder out = new StringBuilder("{");
         for (int i = 0; i < array.size(); i++) {
             if (i > 0) {

@@ -105,6 +105,12 @@ public final class TwopcConnectorOptions {
             .withDescription("How long a starting subtask waits for an earlier attempt of the same job to release "
                     + "its share of the destination.");
 
+    public static final ConfigOption<Duration> LINEAGE_WAIT = ConfigOptions.key("sink.lineage-wait")
+            .durationType()
+            .defaultValue(TwopcSinkBuilderBase.DEFAULT_LINEAGE_WAIT)
+            .withDescription("How long a subtask that a restore gave no share of the sink's state waits for the "
+                    + "subtasks that have one to record the run's lineage, before it goes on as a fresh start.");
+
     public static final ConfigOption<Double> TIMEOUT_WARNING_RATIO = ConfigOptions.key("sink.timeout-warning-ratio")
             .doubleType()
             .defaultValue(TwopcSinkBuilderBase.DEFAULT_TIMEOUT_WARNING_RATIO)

@@ -82,7 +82,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
         Set<ConfigOption<?>> options = new LinkedHashSet<>();
         options.addAll(Arrays.asList(SINK_PARALLELISM, REWIND_POLICY, FRESH_START_POLICY, RETENTION,
                 RESTART_ALLOWANCE, CHECKPOINT_INTERVAL, BATCH_SIZE, BATCH_BYTES, COMMIT_MAX_ATTEMPTS,
-                COMMIT_INITIAL_BACKOFF, COMMIT_MAX_BACKOFF, OWNER_WAIT, TIMEOUT_WARNING_RATIO));
+                COMMIT_INITIAL_BACKOFF, COMMIT_MAX_BACKOFF, OWNER_WAIT, LINEAGE_WAIT, TIMEOUT_WARNING_RATIO));
         options.addAll(DIRECTORY_OPTIONS);
         options.addAll(POSTGRES_OPTIONS);
         return options;
@@ -194,6 +194,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                     .setCommitMaxAttempts(options.get(COMMIT_MAX_ATTEMPTS))
                     .setCommitRetryBackoff(options.get(COMMIT_INITIAL_BACKOFF), options.get(COMMIT_MAX_BACKOFF))
                     .setOwnerWait(options.get(OWNER_WAIT))
+                    .setLineageWait(options.get(LINEAGE_WAIT))
                     .setTimeoutWarningRatio(options.get(TIMEOUT_WARNING_RATIO));
             options.getOptional(CHECKPOINT_INTERVAL).ifPresent(b::setCheckpointInterval);
         };
@@ -301,6 +302,9 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
         }
         int scheme = u.indexOf("://");
         if (scheme < 0) {
+            if (PostgresDestination.keyValueNamesUser(u)) {
+                throw userTwice(table);
+            }
             return u + " user='" + username.replace("\\", "\\\\").replace("'", "\\'") + "'";
         }
         String rest = u.substring(scheme + 3);
@@ -312,8 +316,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
             }
         }
         if (rest.substring(0, authorityEnd).indexOf('@') >= 0 || rest.contains("user=")) {
-            throw new ValidationException(prefix(table) + "'url' names a user and 'username' is set too; give the "
-                    + "user once: remove 'username', or the user from 'url'");
+            throw userTwice(table);
         }
         try {
             return u.substring(0, scheme + 3) + URLEncoder.encode(username, StandardCharsets.UTF_8.name())
@@ -321,6 +324,11 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
         } catch (UnsupportedEncodingException e) {
             throw new IllegalStateException(e);
         }
+    }
+
+    private static ValidationException userTwice(String table) {
+        return new ValidationException(prefix(table) + "'url' names a user and 'username' is set too; give the "
+                + "user once: remove 'username', or the user from 'url'");
     }
 
     // ------------------------------------------------------------------ checks

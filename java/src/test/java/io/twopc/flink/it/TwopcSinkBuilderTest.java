@@ -156,6 +156,13 @@ public class TwopcSinkBuilderTest {
     }
 
     @Test
+    public void waitsMustBeGivenAndNotNegative() {
+        assertThat(problemOf(valid().setLineageWait(Duration.ofSeconds(-1)))).contains("lineage wait PT-1S is negative");
+        assertThat(problemOf(valid().setLineageWait(null))).contains("lineage wait is null");
+        assertThat(problemOf(valid().setOwnerWait(Duration.ofSeconds(-1)))).contains("owner wait PT-1S is negative");
+    }
+
+    @Test
     public void partNamesAndPoliciesAreChecked() {
         assertThat(problemOf(valid().setPartSuffix("txt"))).contains("must start with '.'");
         assertThat(problemOf(valid().setPartSuffix(".t/x"))).contains("contains '/'");

@@ -1,6 +1,9 @@
 package io.twopc.flink.table;
 
 import org.apache.flink.table.data.GenericArrayData;
+import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.data.binary.BinaryRowData;
+import org.apache.flink.table.data.writer.BinaryRowWriter;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.types.logical.ArrayType;
@@ -24,7 +27,7 @@ public class PostgresRowSchemaTest {
     private static final RowType ROW = RowType.of(new BigIntType(false), new VarCharType(VarCharType.MAX_LENGTH),
             new ArrayType(new VarCharType(VarCharType.MAX_LENGTH)));
 
-    private static String text(PostgresRowSchema schema, GenericRowData row) {
+    private static String text(PostgresRowSchema schema, RowData row) {
         return new String(schema.serialize(row), StandardCharsets.UTF_8);
     }
 
@@ -39,6 +42,22 @@ public class PostgresRowSchemaTest {
         assertThat(text(new PostgresRowSchema(ROW, false), row(RowKind.INSERT)))
                 .isEqualTo("7\ta\\tb\\\\c\\nd\\re\t{\"NULL\",NULL,\"q\\\\\"\\\\\\\\,\"}");
         assertThat(text(new PostgresRowSchema(ROW, false), GenericRowData.of(8L, null, null))).isEqualTo("8\t\\N\t\\N");
+    }
+
+    @Test
+    public void aNullInANotNullColumnIsWrittenAsNullNotAsZero() {
+        // A source or function may send null in spite of a NOT NULL type. Written as NULL,
+        // PostgreSQL refuses it in a NOT NULL column and the sink names the row; read with Flink's
+        // NOT NULL getter it would become 0 (binary rows) or a NullPointerException (generic ones).
+        BinaryRowData binary = new BinaryRowData(3);
+        BinaryRowWriter writer = new BinaryRowWriter(binary);
+        writer.setNullAt(0);
+        writer.writeString(1, StringData.fromString("x"));
+        writer.setNullAt(2);
+        writer.complete();
+        assertThat(text(new PostgresRowSchema(ROW, false), binary)).isEqualTo("\\N\tx\t\\N");
+        assertThat(text(new PostgresRowSchema(ROW, false), GenericRowData.of(null, null, null)))
+                .isEqualTo("\\N\t\\N\t\\N");
     }
 
     @Test

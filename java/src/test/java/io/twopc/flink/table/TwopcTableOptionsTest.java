@@ -141,6 +141,12 @@ public class TwopcTableOptionsTest {
                 .contains("sink.retention");
         assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.batch-bytes' = '3 gb'"))
                 .contains("'sink.batch-bytes' = '3 gb' is too large");
+        assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.lineage-wait' = 'a while'"))
+                .contains("sink.lineage-wait");
+        TableEnvironment tEnv = environment();
+        tEnv.executeSql("CREATE TABLE w (a INT) WITH ('connector' = 'twopc'" + dir() + ", 'format' = 'csv', "
+                + "'sink.lineage-wait' = '15 s', 'sink.owner-wait' = '1 s')");
+        assertThat(tEnv.explainSql("INSERT INTO w VALUES (1)")).contains("default_catalog.default_database.w");
     }
 
     @Test
@@ -211,6 +217,10 @@ public class TwopcTableOptionsTest {
                 .contains("is not one of 'transactional', 'idempotent'");
         assertThat(refusal("id BIGINT", PG + ", 'username' = 'other'")).contains("'url' names a user and "
                 + "'username' is set too");
+        // The key=value form too: 'username' would otherwise silently replace the user in 'url'.
+        assertThat(refusal("id BIGINT", ", 'sink-id' = 'opts', 'table-name' = 'orders', "
+                + "'url' = 'host=db dbname=shop user=app', 'username' = 'other'"))
+                .contains("'url' names a user and 'username' is set too");
     }
 
     /** A streaming table environment with checkpoints (the sink refuses to plan without them). */
@@ -245,6 +255,9 @@ public class TwopcTableOptionsTest {
 
     @Test
     public void usernameAndJdbcUrlsBecomeTheConnectionString() {
+        // A user in a quoted value is no user key.
+        assertThat(TwopcDynamicTableSinkFactory.connectionString("t", "host=h options='-c user=x'", "u"))
+                .isEqualTo("host=h options='-c user=x' user='u'");
         assertThat(TwopcDynamicTableSinkFactory.connectionString("t", "jdbc:postgresql://h:5432/db", "a b"))
                 .isEqualTo("postgresql://a%20b@h:5432/db");
         assertThat(TwopcDynamicTableSinkFactory.connectionString("t", "postgres://h/db", null))
