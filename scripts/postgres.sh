@@ -162,11 +162,24 @@ create_cluster() {
 
 start_server() {
     write_settings
-    if ! as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null; then
-        say "the server did not start; last lines of $LOG:"
-        tail -n 20 "$LOG" >&2 || true
-        exit 1
-    fi
+    # The port can be taken for a while by a client's socket: our ports lie in
+    # the kernel's ephemeral range, and a connection that just ended (say,
+    # pg_isready to the other test server) keeps its local port in TIME_WAIT
+    # for up to a minute. Wait that out instead of failing the run.
+    local attempt
+    for attempt in $(seq 1 20); do
+        if as_owner "$BIN/pg_ctl" -D "$DATA" -l "$LOG" -w -t 60 start >/dev/null; then
+            return 0
+        fi
+        if ! tail -n 20 "$LOG" 2>/dev/null | grep -q "Address already in use"; then
+            break
+        fi
+        say "port $PORT is in use (attempt $attempt of 20); trying again in 5 s"
+        sleep 5
+    done
+    say "the server did not start; last lines of $LOG:"
+    tail -n 20 "$LOG" >&2 || true
+    exit 1
 }
 
 create_user_and_db() {

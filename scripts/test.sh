@@ -38,11 +38,16 @@ stop_servers() {
     bash scripts/s3.sh stop >/dev/null 2>&1 || true
 }
 trap stop_servers EXIT
+# Each start's output is taken first, so that a server that did not start
+# stops the run here (an `eval "$(...)"` would go on without it).
 say "starting PostgreSQL test servers"
-eval "$(bash scripts/postgres.sh start)"
-eval "$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh start)"
+servers=$(bash scripts/postgres.sh start)
+eval "$servers"
+servers=$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh start)
+eval "$servers"
 say "starting a local S3 server (moto)"
-eval "$(bash scripts/s3.sh start)"
+servers=$(bash scripts/s3.sh start)
+eval "$servers"
 
 step "cargo fmt --check"
 cargo fmt --all -- --check
