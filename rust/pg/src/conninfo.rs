@@ -179,15 +179,15 @@ fn check_url(s: &str) -> Result<(), ConfigError> {
     if let Some(key) = first_repeated(&keys) {
         return Err(given_twice(&shown, key, "give each parameter once"));
     }
-    let twice = |key: &str| keys.iter().any(|k| k == key);
-    if !url.username().is_empty() && twice("user") {
+    let has = |key: &str| keys.iter().any(|k| k == key);
+    if !url.username().is_empty() && has("user") {
         return Err(given_twice(
             &shown,
             "user",
             "name it either before the '@' or in the parameter user, not both",
         ));
     }
-    if url.path().len() > 1 && twice("dbname") {
+    if url.path().len() > 1 && has("dbname") {
         return Err(given_twice(
             &shown,
             "dbname",

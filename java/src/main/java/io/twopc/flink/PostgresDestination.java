@@ -653,6 +653,19 @@ public final class PostgresDestination implements Serializable {
     }
 
     /**
+     * Whether a key=value connection string names a user (for the SQL connector, whose
+     * {@code 'username'} option adds one); false when it does not parse, which the builder reports.
+     */
+    @Internal
+    public static boolean keyValueNamesUser(String connection) {
+        try {
+            return parseKeyValue(connection).stream().anyMatch(pair -> pair[0].equals("user"));
+        } catch (IllegalArgumentException e) {
+            return false;
+        }
+    }
+
+    /**
      * Splits libpq's key=value form as PostgreSQL's client does: keywords end at white space or
      * {@code =}; white space may surround {@code =}; a value is single-quoted (a backslash escapes the
      * next character) or runs to the next white space (a backslash escapes there too).
@@ -660,23 +673,6 @@ public final class PostgresDestination implements Serializable {
      * @throws IllegalArgumentException saying what is wrong, never showing a value
      */
     static List<String[]> parseKeyValue(String s) {
-        return parseKeyValuePairs(s);
-    }
-
-    /**
-     * Whether a key=value connection string names a user (for the SQL connector, whose
-     * {@code 'username'} option adds one); false when it does not parse, which the builder reports.
-     */
-    @Internal
-    public static boolean keyValueNamesUser(String connection) {
-        try {
-            return parseKeyValuePairs(connection).stream().anyMatch(pair -> pair[0].equals("user"));
-        } catch (IllegalArgumentException e) {
-            return false;
-        }
-    }
-
-    private static List<String[]> parseKeyValuePairs(String s) {
         List<String[]> pairs = new ArrayList<>();
         int i = 0;
         int n = s.length();
