@@ -271,6 +271,11 @@ impl CommitterSession {
                 )),
             }
         }
+        // The retention scan waits for the lingering cleanup. While that
+        // stays due (a share held by another attempt that has not let go),
+        // it runs again at every checkpoint and removes everything in this
+        // subtask's held shares that nobody keeps, of any age: a superset of
+        // what the scan would expire, so nothing stale outlives the wait.
         if !self.cleanup_due {
             match self.expire_stale_if_due(dest, clock) {
                 Ok(expiry) => {

@@ -133,6 +133,27 @@ impl TransactionHandle {
         encode_payload(PayloadKind::TransactionHandle, self)
     }
 
+    /// Checks that a handle read back from a control record filed under
+    /// `sink` and `txn` (a prepare marker, a commit record) is that
+    /// transaction's: a record copied or forged into another place must not
+    /// make the sink act on another transaction. The error says what it
+    /// holds instead.
+    pub fn check_filed_under(&self, sink: &SinkId, txn: &TransactionId) -> Result<(), String> {
+        if &self.sink != sink {
+            return Err(format!(
+                "it belongs to sink '{}', not to sink '{sink}'",
+                self.sink
+            ));
+        }
+        if &self.transaction != txn {
+            return Err(format!(
+                "it describes transaction {}, but is filed under {txn}",
+                self.transaction
+            ));
+        }
+        Ok(())
+    }
+
     /// Decodes and validates a handle. Any input, however damaged, yields a
     /// typed error rather than a panic.
     pub fn decode(bytes: &[u8]) -> Result<Self, HandleError> {
@@ -245,6 +266,29 @@ pub(crate) mod tests {
                 TransactionState::Open
             },
         }
+    }
+
+    #[test]
+    fn a_handle_filed_under_another_sink_or_transaction_is_refused() {
+        let h = sample(true);
+        assert!(h.check_filed_under(&h.sink, &h.transaction).is_ok());
+        let other_sink = SinkId::new("payments").unwrap();
+        let err = h
+            .check_filed_under(&other_sink, &h.transaction)
+            .unwrap_err();
+        assert!(
+            err.contains("sink 'orders', not to sink 'payments'"),
+            "{err}"
+        );
+        let other_txn = TransactionId::compose(&h.sink, 1, 0x0123_4567_89ab_cdef, 43);
+        let err = h.check_filed_under(&h.sink, &other_txn).unwrap_err();
+        assert!(
+            err.contains(&format!(
+                "describes transaction {}, but is filed under {other_txn}",
+                h.transaction
+            )),
+            "{err}"
+        );
     }
 
     #[test]

@@ -112,6 +112,16 @@ impl LineageId {
         }
         LineageId(h)
     }
+
+    /// A lineage as it is written in names and records: exactly its
+    /// `Display`, 16 lower-case hexadecimal digits. `None` otherwise.
+    pub fn parse(text: &str) -> Option<Self> {
+        if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return None;
+        }
+        let l = LineageId(u64::from_str_radix(text, 16).ok()?);
+        (l.to_string() == text).then_some(l)
+    }
 }
 
 impl fmt::Display for LineageId {

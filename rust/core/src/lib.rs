@@ -19,6 +19,7 @@ pub mod ids;
 #[cfg(feature = "testing")]
 pub mod memory;
 pub mod operator;
+pub mod part_names;
 pub mod records;
 pub mod recovery;
 pub mod sink;

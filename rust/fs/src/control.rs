@@ -85,7 +85,7 @@ fn lengths_for(handle: &TransactionHandle) -> Option<[u64; 2]> {
 impl PreparedMarker {
     /// Checks a marker read from the staging directory of `txn`.
     pub fn check(&self, sink: &SinkId, txn: &TransactionId) -> Result<(), String> {
-        check_handle(&self.handle, sink, txn)?;
+        self.handle.check_filed_under(sink, txn)?;
         let Some(lengths) = lengths_for(&self.handle) else {
             return Err(format!(
                 "the prepare marker of {txn} holds a handle that is not prepared"
@@ -108,7 +108,7 @@ impl CommitRecord {
     /// Checks a record read from the file `name` in the commit records.
     pub fn check(&self, sink: &SinkId, name: &str) -> Result<(), String> {
         let h = &self.handle;
-        check_handle(h, sink, &h.transaction)?;
+        h.check_filed_under(sink, &h.transaction)?;
         let Some(checkpoint) = h.checkpoint() else {
             return Err(format!(
                 "commit record {name} holds a handle that is not prepared"
@@ -166,22 +166,6 @@ pub(crate) fn check_lineage(record: &LineageRecord, lineage: LineageId) -> Resul
         return Err(format!(
             "lineage record {lineage} describes lineage {}",
             record.lineage
-        ));
-    }
-    Ok(())
-}
-
-fn check_handle(h: &TransactionHandle, sink: &SinkId, txn: &TransactionId) -> Result<(), String> {
-    if &h.sink != sink {
-        return Err(format!(
-            "it belongs to sink '{}', not to sink '{sink}'",
-            h.sink
-        ));
-    }
-    if &h.transaction != txn {
-        return Err(format!(
-            "it describes transaction {}, but is filed under {txn}",
-            h.transaction
         ));
     }
     Ok(())

@@ -151,17 +151,7 @@ impl FsOptions {
                 dir.display()
             )));
         }
-        twopc_core::ids::validate_token("part prefix", &self.part_prefix, names::MAX_PREFIX_LEN)?;
-        if !self.part_suffix.is_empty() {
-            let rest = self.part_suffix.strip_prefix('.').ok_or_else(|| {
-                ConfigError::new(format!(
-                    "part suffix {:?} must start with '.', e.g. \".txt\"",
-                    self.part_suffix
-                ))
-            })?;
-            twopc_core::ids::validate_token("part suffix", rest, names::MAX_SUFFIX_LEN)?;
-        }
-        Ok(())
+        twopc_core::part_names::validate_part_affixes(&self.part_prefix, &self.part_suffix)
     }
 }
 

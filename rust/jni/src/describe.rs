@@ -1,5 +1,6 @@
-//! `NativeBridge.describeHandle` and `preparedAgeMs`: reading a handle
-//! without a sink, for tests, tools and timeout warnings.
+//! `NativeBridge.describeHandle`, `preparedAgeMs`, `handleCheckpoint` and
+//! `handleTransaction`: reading a handle without a sink, for tests, tools,
+//! metrics and log lines.
 
 use twopc_core::TransactionHandle;
 
@@ -35,6 +36,19 @@ pub(crate) fn prepared_age_ms(bytes: &[u8], now_ms: i64) -> BridgeResult<i64> {
             crate::args::to_jlong(now.saturating_sub(p.prepared_at_ms))
         }
     })
+}
+
+/// The checkpoint a prepared handle was prepared for, or -1 for an open
+/// handle.
+pub(crate) fn checkpoint_of(bytes: &[u8]) -> BridgeResult<i64> {
+    Ok(decode(bytes)?
+        .checkpoint()
+        .map_or(-1, crate::args::to_jlong))
+}
+
+/// The id of the handle's transaction.
+pub(crate) fn transaction_of(bytes: &[u8]) -> BridgeResult<String> {
+    Ok(decode(bytes)?.transaction.to_string())
 }
 
 #[cfg(test)]

@@ -695,6 +695,35 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_preparedAgeMs<'
     .resolve::<ThrowJava>()
 }
 
+/// `long handleCheckpoint(byte[] handle)`
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_handleCheckpoint<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: JByteArray<'l>,
+) -> jlong {
+    env.with_env(|env| -> BridgeResult<jlong> {
+        let bytes = args::bytes(env, &handle, "handle")?;
+        describe::checkpoint_of(&bytes)
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `String handleTransaction(byte[] handle)`
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_handleTransaction<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    handle: JByteArray<'l>,
+) -> JString<'l> {
+    env.with_env(|env| -> BridgeResult<JString<'l>> {
+        let bytes = args::bytes(env, &handle, "handle")?;
+        let transaction = describe::transaction_of(&bytes)?;
+        Ok(JString::from_str(env, transaction)?)
+    })
+    .resolve::<ThrowJava>()
+}
+
 /// `void configureFailPoints(String spec)`
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_configureFailPoints<'l>(

@@ -200,26 +200,10 @@ fn lengths_for(handle: &TransactionHandle) -> Option<[u64; 2]> {
     Some([p.bytes, p.bytes.checked_add(p.records)?])
 }
 
-fn check_handle(h: &TransactionHandle, sink: &SinkId, txn: &TransactionId) -> Result<(), String> {
-    if &h.sink != sink {
-        return Err(format!(
-            "it belongs to sink '{}', not to sink '{sink}'",
-            h.sink
-        ));
-    }
-    if &h.transaction != txn {
-        return Err(format!(
-            "it describes transaction {}, but is filed under {txn}",
-            h.transaction
-        ));
-    }
-    Ok(())
-}
-
 impl PreparedMarker {
     /// Checks a marker read from `prepared/<txn>` and returns its location.
     pub fn check(&self, layout: &Layout, txn: &TransactionId) -> Result<UploadLocation, String> {
-        check_handle(&self.handle, &layout.sink, txn)?;
+        self.handle.check_filed_under(&layout.sink, txn)?;
         let Some(bytes) = self.handle.location() else {
             return Err(format!(
                 "the prepared marker of {txn} holds a handle without its upload's location"
@@ -233,7 +217,7 @@ impl CommitRecord {
     /// Checks a record read from `committed/<name>`.
     pub fn check(&self, layout: &Layout, name: &str) -> Result<(), String> {
         let h = &self.handle;
-        check_handle(h, &layout.sink, &h.transaction)?;
+        h.check_filed_under(&layout.sink, &h.transaction)?;
         let Some(checkpoint) = h.checkpoint() else {
             return Err(format!(
                 "commit record {name} holds a handle that is not prepared"

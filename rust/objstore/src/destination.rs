@@ -32,8 +32,8 @@ use crate::credentials::{self, CredentialSource, Environment};
 use crate::faults::{Connector, RequestFaults};
 use crate::lease::{self, Claimed, HeldLease};
 use crate::names::{
-    self, parse_commit_record_name, parse_lineage, Layout, COMMITTED, EXPIRED, LINEAGES, LOST,
-    OPERATIONS, OWNERS, PREPARED, RETRACTED, RUNS,
+    self, parse_commit_record_name, Layout, COMMITTED, EXPIRED, LINEAGES, LOST, OPERATIONS, OWNERS,
+    PREPARED, RETRACTED, RUNS,
 };
 use crate::options::{RecordFormat, S3Options, MAX_PARTS};
 use crate::s3api::{OpenUpload, S3Api};
@@ -1941,7 +1941,7 @@ impl Destination for ObjectStoreDestination {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(&bytes);
-        parse_lineage(text.trim())
+        LineageId::parse(text.trim())
             .map(Some)
             .ok_or_else(|| self.corrupt(format!("{key} does not hold a lineage")))
     }
@@ -1973,7 +1973,7 @@ impl ObjectStoreDestination {
         self.rt.block_on(async {
             let mut out = Vec::new();
             for name in self.names_in(LINEAGES).await? {
-                let Some(lineage) = parse_lineage(&name) else {
+                let Some(lineage) = LineageId::parse(&name) else {
                     continue;
                 };
                 let key = self.layout.control(LINEAGES, &name);

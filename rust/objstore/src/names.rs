@@ -2,7 +2,9 @@
 //! that keys read back (from a listing, a control object, a handle) are
 //! exactly such keys.
 
-use twopc_core::ids::{validate_token, CheckpointId, LineageId, SinkId, TransactionId};
+use twopc_core::ids::{CheckpointId, LineageId, SinkId, TransactionId};
+use twopc_core::part_names::part_name;
+pub use twopc_core::part_names::{commit_record_name, parse_commit_record_name};
 
 /// The control area under the prefix (names starting with `_` are skipped
 /// by Flink's and Hadoop's readers, as in the filesystem destination).
@@ -23,10 +25,6 @@ pub const HISTORY: &str = "history";
 /// The list of live history segments, replaced with If-Match (see
 /// `history`); beside the area, not in it.
 pub const HISTORY_INDEX: &str = "history.index";
-
-/// Longest part prefix and suffix (without its dot) accepted.
-pub(crate) const MAX_PREFIX_LEN: usize = 32;
-pub(crate) const MAX_SUFFIX_LEN: usize = 16;
 
 /// The keys of one sink under one bucket prefix.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -51,7 +49,7 @@ impl Layout {
     /// The visible object of a transaction: `prefix/<part-prefix>-<txn><suffix>`,
     /// named as the filesystem destination names its files.
     pub fn part_key(&self, txn: &TransactionId) -> String {
-        self.under_prefix(&format!("{}-{txn}{}", self.part_prefix, self.part_suffix))
+        self.under_prefix(&part_name(&self.part_prefix, txn, &self.part_suffix))
     }
 
     /// The start of every visible object key of this sink (for listing its
@@ -111,52 +109,8 @@ impl Layout {
                 "object key {key:?} is not directly under the prefix"
             ));
         }
-        let marker = format!("-{txn}");
-        let Some(at) = name.find(&marker) else {
-            return Err(format!(
-                "object key {key:?} does not name transaction {txn}"
-            ));
-        };
-        let (prefix, suffix) = (&name[..at], &name[at + marker.len()..]);
-        validate_token("part prefix", prefix, MAX_PREFIX_LEN)
-            .map_err(|e| format!("object key {key:?}: {}", e.message()))?;
-        if !suffix.is_empty() {
-            let rest = suffix.strip_prefix('.').ok_or_else(|| {
-                format!("object key {key:?} has a suffix that does not start with '.'")
-            })?;
-            validate_token("part suffix", rest, MAX_SUFFIX_LEN)
-                .map_err(|e| format!("object key {key:?}: {}", e.message()))?;
-        }
-        Ok(())
+        twopc_core::part_names::check_part_name(name, txn, &format!("object key {key:?}"))
     }
-}
-
-/// `<lineage>-<checkpoint>-<txn>`, as in the filesystem destination.
-pub fn commit_record_name(
-    lineage: LineageId,
-    checkpoint: CheckpointId,
-    txn: &TransactionId,
-) -> String {
-    format!("{lineage}-{checkpoint}-{txn}")
-}
-
-/// Parses a commit record name; `None` for anything that is not exactly one.
-pub fn parse_commit_record_name(name: &str) -> Option<(LineageId, CheckpointId, TransactionId)> {
-    let (lineage, rest) = name.split_once('-')?;
-    let (checkpoint, txn) = rest.split_once('-')?;
-    let lineage = parse_lineage(lineage)?;
-    let checkpoint: CheckpointId = checkpoint.parse().ok()?;
-    let txn = TransactionId::parse(txn)?.id;
-    (commit_record_name(lineage, checkpoint, &txn) == name).then_some((lineage, checkpoint, txn))
-}
-
-/// A lineage id as 16 hex digits (its `Display`).
-pub fn parse_lineage(text: &str) -> Option<LineageId> {
-    if text.len() != 16 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
-        return None;
-    }
-    let l = LineageId(u64::from_str_radix(text, 16).ok()?);
-    (l.to_string() == text).then_some(l)
 }
 
 #[cfg(test)]

@@ -3,10 +3,8 @@
 //! [`S3Options::validate`] that says what to change.
 
 use twopc_core::error::ConfigError;
-use twopc_core::ids::validate_token;
 
 use crate::credentials::CredentialSource;
-use crate::names::{MAX_PREFIX_LEN, MAX_SUFFIX_LEN};
 
 /// S3's smallest part (all but the last part of an upload); servers refuse
 /// to complete an upload with a smaller one (`EntityTooSmall`).
@@ -166,16 +164,7 @@ impl S3Options {
                 )));
             }
         }
-        validate_token("part prefix", &self.part_prefix, MAX_PREFIX_LEN)?;
-        if !self.part_suffix.is_empty() {
-            let rest = self.part_suffix.strip_prefix('.').ok_or_else(|| {
-                ConfigError::new(format!(
-                    "part suffix {:?} must start with '.', e.g. \".txt\"",
-                    self.part_suffix
-                ))
-            })?;
-            validate_token("part suffix", rest, MAX_SUFFIX_LEN)?;
-        }
+        twopc_core::part_names::validate_part_affixes(&self.part_prefix, &self.part_suffix)?;
         let min = if self.allow_small_parts {
             1
         } else {

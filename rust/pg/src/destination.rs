@@ -358,6 +358,40 @@ impl std::fmt::Debug for PgDestination {
 }
 
 impl PgDestination {
+    /// A destination over its parts, with no transaction open and nothing
+    /// learnt about the tables yet: the one place that names every field's
+    /// starting value, for each way of opening one.
+    #[allow(clippy::too_many_arguments)]
+    fn assemble(
+        sink: SinkId,
+        table: TableName,
+        control_tables: ControlTables,
+        secrets: Secrets,
+        sql: ModeSql,
+        control: Link,
+        writer: Link,
+        options: PgOptions,
+    ) -> Self {
+        PgDestination {
+            sink,
+            table,
+            control_tables,
+            secrets,
+            sql,
+            control,
+            writer,
+            open: None,
+            stage_generation: None,
+            upsert_until_prepare: false,
+            owner: None,
+            leftover_shares: Vec::new(),
+            segments_known: false,
+            records_only: false,
+            lose_writer_after_copy: false,
+            options,
+        }
+    }
+
     /// Validates the options, connects, checks the server and the target
     /// table (see [`crate::schema`]) and creates the control tables when
     /// absent. Settings that cannot work are `TwopcError::Config` (fatal: a
@@ -431,24 +465,16 @@ impl PgDestination {
                 Box::new(TxnSql::new(&table, &options, &control_tables, "")),
             ),
         };
-        let mut dest = PgDestination {
-            sink: ctx.sink.clone(),
+        let mut dest = PgDestination::assemble(
+            ctx.sink.clone(),
             table,
             control_tables,
             secrets,
             sql,
             control,
             writer,
-            open: None,
-            stage_generation: None,
-            upsert_until_prepare: false,
-            owner: None,
-            leftover_shares: Vec::new(),
-            segments_known: false,
-            records_only: false,
-            lose_writer_after_copy: false,
             options,
-        };
+        );
         if dest.txn_sql().is_some() {
             // For `twopc reconcile` (see the `sinks` module).
             dest.record_sink(&info.schema, &info.name);
@@ -543,24 +569,16 @@ impl PgDestination {
         }
         let sql =
             ModeSql::Transactional(Box::new(TxnSql::new(&table, &options, &control_tables, "")));
-        Ok(PgDestination {
-            sink: sink.clone(),
+        Ok(PgDestination::assemble(
+            sink.clone(),
             table,
             control_tables,
             secrets,
             sql,
             control,
             writer,
-            open: None,
-            stage_generation: None,
-            upsert_until_prepare: false,
-            owner: None,
-            leftover_shares: Vec::new(),
-            segments_known: false,
-            records_only: false,
-            lose_writer_after_copy: false,
             options,
-        })
+        ))
     }
 
     /// For tests: the next prepare drops the writer session right after its

@@ -31,8 +31,6 @@ import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
 import java.util.Optional;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 /**
  * The exactly-once sink for {@code stream.addSink(...)} on Flink 1.20: Flink's {@code
@@ -74,7 +72,6 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     static final String KNOWN_TRANSACTIONS_STATE = "twopc-restored-transactions";
     private static final TwopcWriterStateSerializer WRITER_STATE_SERIALIZER = new TwopcWriterStateSerializer();
 
-    private static final Pattern TRANSACTION_FIELD = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
     /** Byte 6 of the core's envelope: the payload kind. */
     private static final int KIND_OFFSET = 6;
     private static final int KIND_WRITER_STATE = 3;
@@ -596,12 +593,9 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         }
     }
 
-    private static final Pattern CHECKPOINT_FIELD = Pattern.compile("\"checkpoint\"\\s*:\\s*(\\d+)");
-
     private static long checkpointOf(TwopcTransaction transaction) {
         try {
-            Matcher m = CHECKPOINT_FIELD.matcher(NativeBridge.describeHandle(transaction.handle()));
-            return m.find() ? Long.parseLong(m.group(1)) : -1;
+            return NativeBridge.handleCheckpoint(transaction.handle());
         } catch (RuntimeException e) {
             return -1;
         }
@@ -610,8 +604,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     /** The transaction id inside a handle, for log lines; null if it cannot be read. */
     private static String transactionIdOf(byte[] handle) {
         try {
-            Matcher m = TRANSACTION_FIELD.matcher(NativeBridge.describeHandle(handle));
-            return m.find() ? m.group(1) : null;
+            return NativeBridge.handleTransaction(handle);
         } catch (TwopcException | IllegalArgumentException e) {
             return null; // an unreadable handle fails properly where it is used
         }

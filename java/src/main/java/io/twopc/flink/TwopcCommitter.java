@@ -12,8 +12,6 @@ import org.slf4j.Logger;
 import org.slf4j.LoggerFactory;
 
 import java.util.Collection;
-import java.util.regex.Matcher;
-import java.util.regex.Pattern;
 
 /**
  * The Sink V2 committer of a {@link TwopcSink}: commits the prepared transactions of completed
@@ -30,8 +28,6 @@ import java.util.regex.Pattern;
 @Internal
 public final class TwopcCommitter implements Committer<TwopcCommittable> {
     private static final Logger LOG = LoggerFactory.getLogger(TwopcCommitter.class);
-    private static final Pattern CHECKPOINT = Pattern.compile("\"checkpoint\":(\\d+)");
-    private static final Pattern TRANSACTION = Pattern.compile("\"transaction\"\\s*:\\s*\"([^\"]+)\"");
 
     private final String scope;
     private final long nativeCommitter;
@@ -114,8 +110,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
     /** The checkpoint a prepared handle was prepared for (-1 if it cannot be read). */
     private static long checkpointOf(byte[] handle) {
         try {
-            Matcher m = CHECKPOINT.matcher(NativeBridge.describeHandle(handle));
-            return m.find() ? Long.parseLong(m.group(1)) : -1;
+            return NativeBridge.handleCheckpoint(handle);
         } catch (RuntimeException e) {
             return -1; // its commit already reported it
         }
@@ -143,8 +138,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
     /** The transaction id inside a handle, for log lines ("unknown" if it cannot be read). */
     private static String transactionOf(byte[] handle) {
         try {
-            Matcher m = TRANSACTION.matcher(NativeBridge.describeHandle(handle));
-            return m.find() ? m.group(1) : "unknown";
+            return NativeBridge.handleTransaction(handle);
         } catch (RuntimeException e) {
             return "unknown"; // its commit reports it
         }

@@ -282,6 +282,12 @@ public final class NativeBridge {
     /** Milliseconds since the handle was prepared, or -1 if it is open (for timeout warnings). */
     public static native long preparedAgeMs(byte[] handle, long nowMs);
 
+    /** The checkpoint a prepared handle was prepared for, or -1 if it is open. */
+    public static native long handleCheckpoint(byte[] handle);
+
+    /** The id of the handle's transaction (for log lines and metrics). */
+    public static native String handleTransaction(byte[] handle);
+
     /**
      * Configures test-only fail points ({@code name=actions;name=actions}, the fail crate's
      * syntax). Throws IllegalStateException when the library was built without the {@code

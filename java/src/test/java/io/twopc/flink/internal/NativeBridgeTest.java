@@ -59,6 +59,10 @@ public class NativeBridgeTest {
             assertThat(NativeBridge.preparedAgeMs(prepared, System.currentTimeMillis() + 1_000))
                     .isGreaterThanOrEqualTo(1_000);
             assertThat(NativeBridge.preparedAgeMs(open, System.currentTimeMillis())).isEqualTo(-1);
+            assertThat(NativeBridge.handleCheckpoint(prepared)).isEqualTo(7);
+            assertThat(NativeBridge.handleCheckpoint(open)).isEqualTo(-1);
+            assertThat(NativeBridge.handleTransaction(prepared)).isEqualTo(p.get("transaction").asText());
+            assertThat(NativeBridge.handleTransaction(open)).isEqualTo(transactionOf(open));
 
             assertThat(NativeBridge.commit(sink, prepared)).isEqualTo(NativeBridge.COMMITTED);
             List<Path> files = visibleFiles(out);
@@ -225,6 +229,10 @@ public class NativeBridgeTest {
                 assertThatThrownBy(() -> NativeBridge.describeHandle(b))
                         .isExactlyInstanceOf(TwopcStateException.class);
                 assertThatThrownBy(() -> NativeBridge.preparedAgeMs(b, 0))
+                        .isExactlyInstanceOf(TwopcStateException.class);
+                assertThatThrownBy(() -> NativeBridge.handleCheckpoint(b))
+                        .isExactlyInstanceOf(TwopcStateException.class);
+                assertThatThrownBy(() -> NativeBridge.handleTransaction(b))
                         .isExactlyInstanceOf(TwopcStateException.class);
                 assertThatThrownBy(() -> NativeBridge.commit(sink, b))
                         .isExactlyInstanceOf(TwopcStateException.class)
