@@ -13,6 +13,8 @@ pub mod config;
 pub mod destination;
 pub mod envelope;
 pub mod error;
+#[cfg(feature = "testing")]
+pub mod fencing_scenarios;
 pub mod handle;
 pub mod history;
 pub mod ids;

@@ -9,12 +9,14 @@ use twopc_core::config::{
 };
 use twopc_core::destination::Destination;
 use twopc_core::error::TwopcError;
+use twopc_core::fencing_scenarios::{
+    assert_shares_left_to_attempt_2, prepared_by, zombie_told_late, AttemptParts,
+};
 use twopc_core::ids::{RunId, SinkId, TransactionId};
 use twopc_core::memory::{Fault, MemoryDestination, MemoryStore, Operation};
 use twopc_core::records::{BatchParts, RecordBatchBuf};
 use twopc_core::{
-    Clock, CommitStep, CommitterSession, Housekeeping, Restore, SubtaskSink, TransactionHandle,
-    WriterSession, WriterState,
+    Clock, CommitStep, CommitterSession, Restore, SubtaskSink, TransactionHandle, WriterSession,
 };
 
 /// A clock that only moves when told to, or when the protocol sleeps.
@@ -1130,231 +1132,32 @@ fn attempt_ctx(attempt: u32, i: u32, parallelism: u32) -> SubtaskContext {
     ctx("run1", i, parallelism).with_attempt(attempt, 0)
 }
 
-/// Begins a transaction in `writer` and writes `records`; it stays open.
-fn begun(
-    writer: &mut WriterSession,
-    dest: &mut MemoryDestination,
-    clock: &TestClock,
-    records: &[&str],
-) -> TransactionHandle {
-    let t = writer.begin(dest, clock).unwrap();
-    writer.write(dest, &t.transaction, &batch(records)).unwrap();
-    t
-}
+/// The attempts' parts on one in-memory store: each writer and committer
+/// a view of its own (a view's ownership dies with it, as a lock with its
+/// process).
+struct Views<'a>(&'a MemoryStore);
 
-/// Begins a transaction in `writer`, writes `records` and prepares it for
-/// `checkpoint`.
-fn prepared_by(
-    writer: &mut WriterSession,
-    dest: &mut MemoryDestination,
-    clock: &TestClock,
-    records: &[&str],
-    checkpoint: u64,
-) -> TransactionHandle {
-    let t = begun(writer, dest, clock, records);
-    writer
-        .prepare(dest, clock, &t.transaction, checkpoint)
-        .unwrap()
-}
-
-/// Subtask 0 of attempt `attempt` at parallelism 1, restored from
-/// `restore` (a fresh start without): a Sink V2 writer and committer, each
-/// with a destination of its own.
-struct OneSubtask {
-    writer: WriterSession,
-    writer_dest: MemoryDestination,
-    committer: CommitterSession,
-    committer_dest: MemoryDestination,
-}
-
-impl OneSubtask {
-    fn open(
-        store: &MemoryStore,
-        clock: &TestClock,
-        options: &SinkOptions,
-        attempt: u32,
-        restore: Option<&Restore>,
-        nonce: u64,
-    ) -> Self {
-        let mut writer_dest = store.destination(&sink_id());
-        let (writer, _) = WriterSession::open(
-            &mut writer_dest,
-            clock,
-            attempt_ctx(attempt, 0, 1),
-            options,
-            restore,
-            Some(nonce),
-        )
-        .unwrap();
-        OneSubtask {
-            writer,
-            writer_dest,
-            committer: CommitterSession::new(
-                attempt_ctx(attempt, 0, 1),
-                options.clone(),
-                restore.map(|r| r.checkpoint),
-            ),
-            committer_dest: store.destination(&sink_id()),
-        }
+impl AttemptParts for Views<'_> {
+    type Dest = MemoryDestination;
+    fn destination(&self, ctx: &SubtaskContext) -> MemoryDestination {
+        self.0.destination(&ctx.sink)
     }
-
-    fn prepares(
-        &mut self,
-        clock: &TestClock,
-        records: &[&str],
-        checkpoint: u64,
-    ) -> TransactionHandle {
-        prepared_by(
-            &mut self.writer,
-            &mut self.writer_dest,
-            clock,
-            records,
-            checkpoint,
-        )
+    fn writer_ctx(&self, i: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
+        attempt_ctx(attempt, i, parallelism)
     }
-
-    /// The writer closes (its TaskManager was lost); the committer, which
-    /// is returned, still runs.
-    fn writer_closes(self) -> (CommitterSession, MemoryDestination) {
-        (self.committer, self.committer_dest)
+    fn batch(records: &[&str]) -> RecordBatchBuf {
+        batch(records)
     }
 }
 
-/// The attempt that replaced a zombie: attempt 2, restored from checkpoint
-/// `restored` at `parallelism`, each writer and committer with a
-/// destination of its own. Subtask 0 gets the restored writer `state` and
-/// commits the restored `committable`; then each writer prepares a
-/// transaction (`c<index>`) for the next checkpoint.
-struct NewerAttempt {
-    /// Kept open: each holds its share, which the zombie's checks must find
-    /// held.
-    _writers: Vec<(WriterSession, MemoryDestination)>,
-    committers: Vec<(CommitterSession, MemoryDestination)>,
-    /// Each subtask's transaction prepared for the checkpoint after the
-    /// restored one.
-    prepared: Vec<TransactionHandle>,
-}
+type OneSubtask = twopc_core::fencing_scenarios::OneSubtask<MemoryDestination>;
+type NewerAttempt = twopc_core::fencing_scenarios::NewerAttempt<MemoryDestination>;
 
-impl NewerAttempt {
-    fn start(
-        store: &MemoryStore,
-        clock: &TestClock,
-        options: &SinkOptions,
-        restored: u64,
-        state: &WriterState,
-        committable: &TransactionHandle,
-        parallelism: u32,
-    ) -> Self {
-        let mut writers = Vec::new();
-        let mut committers = Vec::new();
-        for i in 0..parallelism {
-            let restore = Restore {
-                checkpoint: restored,
-                states: if i == 0 {
-                    vec![state.clone()]
-                } else {
-                    Vec::new()
-                },
-                known: Vec::new(),
-            };
-            let mut dest = store.destination(&sink_id());
-            let (w, _) = WriterSession::open(
-                &mut dest,
-                clock,
-                attempt_ctx(2, i, parallelism),
-                options,
-                Some(&restore),
-                Some(30 + u64::from(i)),
-            )
-            .unwrap();
-            writers.push((w, dest));
-            committers.push((
-                CommitterSession::new(
-                    attempt_ctx(2, i, parallelism),
-                    options.clone(),
-                    Some(restored),
-                ),
-                store.destination(&sink_id()),
-            ));
-        }
-        let (c0, c0_dest) = &mut committers[0];
-        assert_eq!(
-            c0.commit_attempt(c0_dest, clock, committable, 1).unwrap(),
-            CommitStep::Done(CommitOutcome::Committed)
-        );
-        let prepared = writers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, (w, dest))| prepared_by(w, dest, clock, &[&format!("c{i}")], restored + 1))
-            .collect();
-        NewerAttempt {
-            _writers: writers,
-            committers,
-            prepared,
-        }
-    }
-
-    /// Each committer commits its subtask's prepared transaction (none may
-    /// be lost) and runs the housekeeping of `checkpoint`, whose reports
-    /// are returned in subtask order.
-    fn commit_and_clean_up(&mut self, clock: &TestClock, checkpoint: u64) -> Vec<Housekeeping> {
-        self.committers
-            .iter_mut()
-            .zip(&self.prepared)
-            .map(|((c, dest), h)| {
-                assert_eq!(
-                    c.commit_attempt(dest, clock, h, 1).unwrap(),
-                    CommitStep::Done(CommitOutcome::Committed),
-                    "attempt 2's transaction of subtask {}",
-                    h.subtask
-                );
-                c.checkpoint_completed(dest, clock, checkpoint).unwrap()
-            })
-            .collect()
-    }
-
-    /// Checks that none of the transactions it prepared is gone.
-    fn assert_prepared_still_staged(&self, store: &MemoryStore) {
-        let staged = store.staged_ids();
-        for h in &self.prepared {
-            assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
-        }
-    }
-}
-
-/// A zombie's committer is told late that `checkpoint` completed: it
-/// commits `committable` again (the newer attempt did already) and runs its
-/// housekeeping, whose report is returned.
-fn zombie_told_late(
-    committer: &mut CommitterSession,
-    dest: &mut MemoryDestination,
-    clock: &TestClock,
-    committable: &TransactionHandle,
-    checkpoint: u64,
-) -> Housekeeping {
-    assert_eq!(
-        committer
-            .commit_attempt(dest, clock, committable, 1)
-            .unwrap(),
-        CommitStep::Done(CommitOutcome::AlreadyCommitted)
-    );
-    committer
-        .checkpoint_completed(dest, clock, checkpoint)
-        .unwrap()
-}
-
-/// Checks that `report` has one failure for each of the shares `0..shares`
-/// (the zombie, at parallelism 1, owns them all), each saying that attempt
-/// 2 holds it and that the zombie was superseded.
-fn assert_shares_left_to_attempt_2(report: &Housekeeping, shares: u32) {
-    assert_eq!(report.failures.len(), shares as usize, "{report:?}");
-    for (i, f) in report.failures.iter().enumerate() {
-        assert!(
-            f.contains(&format!("subtask index {i}'s share"))
-                && f.contains("a later attempt (2)")
-                && f.contains("superseded"),
-            "{f}"
-        );
+/// Checks that none of the transactions the newer attempt prepared is gone.
+fn assert_prepared_still_staged(newer: &NewerAttempt, store: &MemoryStore) {
+    let staged = store.staged_ids();
+    for h in &newer.prepared {
+        assert!(staged.contains(&h.transaction), "{h:?} gone: {staged:?}");
     }
 }
 
@@ -1381,7 +1184,7 @@ fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32)
         Some(10),
     )
     .unwrap();
-    let h1 = prepared_by(&mut w0, &mut d0, &clock, &["a"], 1);
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &batch(&["a"]), 1);
     w0.begin(&mut d0, &clock).unwrap();
     let s1 = w0.state();
     drop((w0, d0));
@@ -1392,7 +1195,7 @@ fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32)
         states: vec![s1],
         known: Vec::new(),
     };
-    let mut zombie = OneSubtask::open(&store, &clock, &options(), 1, Some(&restore1), 20);
+    let mut zombie = OneSubtask::open(&Views(&store), &clock, &options(), 1, Some(&restore1), 20);
     assert_eq!(
         zombie
             .committer
@@ -1406,21 +1209,24 @@ fn a_zombie_committer_leaves_a_newer_attempts_shares_alone(new_parallelism: u32)
     // zombie's TaskManager and restores checkpoint 2 elsewhere. The zombie
     // writer's last transaction (never in a checkpoint) stays behind, and
     // the writer closes; its committer still runs.
-    let leftover = begun(
-        &mut zombie.writer,
-        &mut zombie.writer_dest,
-        &clock,
-        &["never"],
-    );
+    let leftover = zombie.begins(&clock, &["never"]);
     let (mut zc, mut zc_dest) = zombie.writer_closes();
 
     // Attempt 2, restored from checkpoint 2.
-    let mut newer = NewerAttempt::start(&store, &clock, &options(), 2, &s2, &h2, new_parallelism);
+    let mut newer = NewerAttempt::start(
+        &Views(&store),
+        &clock,
+        &options(),
+        2,
+        &s2,
+        &h2,
+        new_parallelism,
+    );
 
     // The zombie's late notification of checkpoint 2.
     let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h2, 2);
     assert!(report.aborted.is_empty(), "{report:?}");
-    newer.assert_prepared_still_staged(&store);
+    assert_prepared_still_staged(&newer, &store);
     assert_shares_left_to_attempt_2(&report, new_parallelism);
     assert!(zc.cleanup_due(), "a skipped share stays due");
 
@@ -1474,20 +1280,28 @@ fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone(new_p
     // Checkpoint 1 completes at the JobManager, which then loses the
     // zombie's TaskManager and restores checkpoint 1 elsewhere; the zombie
     // writer closes, its committer still runs.
-    let mut zombie = OneSubtask::open(&store, &clock, &options, 1, None, 20);
+    let mut zombie = OneSubtask::open(&Views(&store), &clock, &options, 1, None, 20);
     let h1 = zombie.prepares(&clock, &["a"], 1);
     let s1 = zombie.writer.state();
     let (mut zc, mut zc_dest) = zombie.writer_closes();
 
     // Attempt 2, restored from checkpoint 1.
-    let mut newer = NewerAttempt::start(&store, &clock, &options, 1, &s1, &h1, new_parallelism);
+    let mut newer = NewerAttempt::start(
+        &Views(&store),
+        &clock,
+        &options,
+        1,
+        &s1,
+        &h1,
+        new_parallelism,
+    );
 
     // The newer attempt's transactions outlive the retention before the
     // zombie hears that checkpoint 1 completed.
     clock.0.set(10_000);
     let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h1, 1);
     assert!(report.expired.is_empty(), "{report:?}");
-    newer.assert_prepared_still_staged(&store);
+    assert_prepared_still_staged(&newer, &store);
     // One failure per share left alone, counted like the lingering
     // cleanup's: each names the share and its holder, and says what
     // happens next.

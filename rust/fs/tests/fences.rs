@@ -85,7 +85,7 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         Some(10),
     )
     .unwrap();
-    let h1 = prepared_by(&mut w0, &mut d0, &clock, &["a"], 1);
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &batch(&["a"]), 1);
     let s1 = w0.state();
     drop((w0, d0));
 
@@ -95,7 +95,7 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
         states: vec![s1],
         known: Vec::new(),
     };
-    let mut zombie = OneSubtask::open(&t.0, &clock, &options, 1, Some(&restore1), 20);
+    let mut zombie = OneSubtask::open(&OutputDir(&t.0), &clock, &options, 1, Some(&restore1), 20);
     assert_eq!(
         zombie
             .committer
@@ -106,16 +106,11 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     let h2 = zombie.prepares(&clock, &["b"], 2);
     let s2 = zombie.writer.state();
     // Never in a checkpoint: lingering once attempt 1 is gone.
-    let leftover = begun(
-        &mut zombie.writer,
-        &mut zombie.writer_dest,
-        &clock,
-        &["never"],
-    );
+    let leftover = zombie.begins(&clock, &["never"]);
     let (mut zc, mut zc_dest) = zombie.writer_closes();
 
     // Attempt 2, restored from checkpoint 2 at parallelism 2.
-    let mut newer = NewerAttempt::start(&t.0, &clock, &options, 2, &s2, &h2, 2);
+    let mut newer = NewerAttempt::start(&OutputDir(&t.0), &clock, &options, 2, &s2, &h2, 2);
 
     // The zombie's late notification of checkpoint 2.
     let report = zombie_told_late(&mut zc, &mut zc_dest, &clock, &h2, 2);
@@ -163,13 +158,13 @@ fn a_zombie_committers_retention_scan_leaves_a_newer_attempts_shares_alone() {
     };
     // Attempt 1 prepares checkpoint 1, which completes at the JobManager;
     // then its TaskManager is lost and its writer closes.
-    let mut zombie = OneSubtask::open(&t.0, &clock, &options, 1, None, 20);
+    let mut zombie = OneSubtask::open(&OutputDir(&t.0), &clock, &options, 1, None, 20);
     let h1 = zombie.prepares(&clock, &["a"], 1);
     let s1 = zombie.writer.state();
     let (mut zc, mut zc_dest) = zombie.writer_closes();
 
     // Attempt 2, restored from checkpoint 1 at parallelism 2.
-    let mut newer = NewerAttempt::start(&t.0, &clock, &options, 1, &s1, &h1, 2);
+    let mut newer = NewerAttempt::start(&OutputDir(&t.0), &clock, &options, 1, &s1, &h1, 2);
 
     // The zombie's late notification of checkpoint 1, an hour on.
     let report = zombie_told_late(&mut zc, &mut zc_dest, &an_hour_later, &h1, 1);

@@ -30,7 +30,7 @@ fn a_zombie_committers_cleanup_leaves_a_newer_attempts_shares_alone() {
     let c = attempt_ctx(&f, 0, 1, 0);
     let mut d0 = connect(&f, &c);
     let (mut w0, _) = WriterSession::open(&mut d0, &clock, c, &options, None, Some(10)).unwrap();
-    let h1 = prepared_by(&mut w0, &mut d0, &clock, &rows(0..1, "a"), 1);
+    let h1 = prepared_by(&mut w0, &mut d0, &clock, &batch(&rows(0..1, "a")), 1);
     let s1 = w0.state();
     drop((w0, d0));
 

@@ -2,26 +2,21 @@
 //! on one database: each side's writers and committers with destinations
 //! (sessions) of their own, as on separate TaskManagers.
 
-use twopc_core::{
-    Clock, CommitOutcome, CommitStep, CommitterSession, Housekeeping, Restore, SinkOptions,
-    SubtaskContext, SystemClock, TransactionHandle, WriterSession, WriterState,
-};
+use twopc_core::fencing_scenarios::{self, AttemptParts};
+use twopc_core::records::RecordBatchBuf;
+use twopc_core::SubtaskContext;
 use twopc_pg::PgDestination;
+
+// Re-exported for the fencing tests; other tests share this module.
+#[allow(unused_imports)]
+pub use twopc_core::fencing_scenarios::{
+    assert_shares_left_to_attempt_2, prepared_by, zombie_told_late, Ahead,
+};
 
 use super::{batch, ctx, rows, Fixture};
 
-/// The system clock, this many milliseconds on: what was staged now looks
-/// that old to a retention scan.
-pub struct Ahead(pub u64);
-
-impl Clock for Ahead {
-    fn now_ms(&self) -> u64 {
-        SystemClock.now_ms() + self.0
-    }
-    fn sleep_ms(&self, ms: u64) {
-        SystemClock.sleep_ms(ms)
-    }
-}
+pub type OneSubtask = fencing_scenarios::OneSubtask<PgDestination>;
+pub type NewerAttempt = fencing_scenarios::NewerAttempt<PgDestination>;
 
 /// Subtask `i` of `parallelism` in attempt `attempt` of run1, for its
 /// writer and its committer alike.
@@ -34,212 +29,21 @@ pub fn connect(f: &Fixture, ctx: &SubtaskContext) -> PgDestination {
     PgDestination::connect(f.opts.clone(), ctx).unwrap()
 }
 
-/// Begins a transaction in `writer`, writes `records` (COPY text rows, see
-/// [`rows`]) and prepares it for `checkpoint`.
-pub fn prepared_by(
-    writer: &mut WriterSession,
-    d: &mut PgDestination,
-    clock: &impl Clock,
-    records: &[String],
-    checkpoint: u64,
-) -> TransactionHandle {
-    let open = writer.begin(d, clock).unwrap();
-    writer.write(d, &open.transaction, &batch(records)).unwrap();
-    writer
-        .prepare(d, clock, &open.transaction, checkpoint)
-        .unwrap()
-}
-
-/// Subtask 0 of attempt `attempt` at parallelism 1, restored from
-/// `restore` (a fresh start without): a Sink V2 writer and committer.
-pub struct OneSubtask {
-    pub writer: WriterSession,
-    pub writer_dest: PgDestination,
-    pub committer: CommitterSession,
-    pub committer_dest: PgDestination,
-}
-
-impl OneSubtask {
-    pub fn open(
-        f: &Fixture,
-        clock: &impl Clock,
-        options: &SinkOptions,
-        attempt: u32,
-        restore: Option<&Restore>,
-        nonce: u64,
-    ) -> Self {
-        let c = attempt_ctx(f, 0, 1, attempt);
-        let mut writer_dest = connect(f, &c);
-        let (writer, _) = WriterSession::open(
-            &mut writer_dest,
-            clock,
-            c.clone(),
-            options,
-            restore,
-            Some(nonce),
-        )
-        .unwrap();
-        OneSubtask {
-            writer,
-            writer_dest,
-            committer: CommitterSession::new(
-                c.clone(),
-                options.clone(),
-                restore.map(|r| r.checkpoint),
-            ),
-            committer_dest: connect(f, &c),
-        }
+/// The attempts' parts on one database; records are COPY text rows (see
+/// [`rows`]), and the newer attempt's subtask `i` prepares row `10 + i`.
+impl AttemptParts for Fixture {
+    type Dest = PgDestination;
+    fn destination(&self, ctx: &SubtaskContext) -> PgDestination {
+        connect(self, ctx)
     }
-
-    pub fn prepares(
-        &mut self,
-        clock: &impl Clock,
-        records: &[String],
-        checkpoint: u64,
-    ) -> TransactionHandle {
-        prepared_by(
-            &mut self.writer,
-            &mut self.writer_dest,
-            clock,
-            records,
-            checkpoint,
-        )
+    fn writer_ctx(&self, i: u32, parallelism: u32, attempt: u32) -> SubtaskContext {
+        attempt_ctx(self, i, parallelism, attempt)
     }
-
-    /// The writer closes (its TaskManager was lost); the committer, which
-    /// is returned, still runs.
-    pub fn writer_closes(self) -> (CommitterSession, PgDestination) {
-        (self.committer, self.committer_dest)
+    fn batch(records: &[&str]) -> RecordBatchBuf {
+        batch(records)
     }
-}
-
-/// The attempt that replaced a zombie: attempt 2, restored from checkpoint
-/// `restored` at `parallelism`. Subtask 0 gets the restored writer `state`
-/// and commits the restored `committable`; then each writer `i` prepares
-/// row `10 + i` (`c`) for the next checkpoint.
-pub struct NewerAttempt {
-    /// Open, so that their sessions hold their shares' advisory locks.
-    pub writers: Vec<(WriterSession, PgDestination)>,
-    /// Each with a session apart from its writer's (the Sink V2 topology).
-    pub committers: Vec<(CommitterSession, PgDestination)>,
-    /// Each subtask's transaction prepared for the checkpoint after the
-    /// restored one.
-    pub prepared: Vec<TransactionHandle>,
-}
-
-impl NewerAttempt {
-    pub fn start(
-        f: &Fixture,
-        clock: &impl Clock,
-        options: &SinkOptions,
-        restored: u64,
-        state: &WriterState,
-        committable: &TransactionHandle,
-        parallelism: u32,
-    ) -> Self {
-        let mut writers = Vec::new();
-        let mut committers = Vec::new();
-        for i in 0..parallelism {
-            let restore = Restore {
-                checkpoint: restored,
-                states: if i == 0 {
-                    vec![state.clone()]
-                } else {
-                    Vec::new()
-                },
-                known: Vec::new(),
-            };
-            let c = attempt_ctx(f, i, parallelism, 2);
-            let mut d = connect(f, &c);
-            let (w, _) = WriterSession::open(
-                &mut d,
-                clock,
-                c.clone(),
-                options,
-                Some(&restore),
-                Some(30 + u64::from(i)),
-            )
-            .unwrap();
-            writers.push((w, d));
-            committers.push((
-                CommitterSession::new(c.clone(), options.clone(), Some(restored)),
-                connect(f, &c),
-            ));
-        }
-        let (c0, c0_dest) = &mut committers[0];
-        assert_eq!(
-            c0.commit_attempt(c0_dest, clock, committable, 1).unwrap(),
-            CommitStep::Done(CommitOutcome::Committed)
-        );
-        let prepared = writers
-            .iter_mut()
-            .enumerate()
-            .map(|(i, (w, d))| {
-                let id = 10 + i as i64;
-                prepared_by(w, d, clock, &rows(id..id + 1, "c"), restored + 1)
-            })
-            .collect();
-        NewerAttempt {
-            writers,
-            committers,
-            prepared,
-        }
-    }
-
-    /// Each committer commits its subtask's prepared transaction (none may
-    /// be lost) and runs the housekeeping of `checkpoint`; the reports are
-    /// returned in subtask order.
-    pub fn commit_and_clean_up(
-        &mut self,
-        clock: &impl Clock,
-        checkpoint: u64,
-    ) -> Vec<Housekeeping> {
-        self.committers
-            .iter_mut()
-            .zip(&self.prepared)
-            .map(|((c, d), h)| {
-                assert_eq!(
-                    c.commit_attempt(d, clock, h, 1).unwrap(),
-                    CommitStep::Done(CommitOutcome::Committed),
-                    "attempt 2's transaction of subtask {}",
-                    h.subtask
-                );
-                c.checkpoint_completed(d, clock, checkpoint).unwrap()
-            })
-            .collect()
-    }
-}
-
-/// A zombie's committer is told late that `checkpoint` completed: it
-/// commits `committable` again (the newer attempt did already) and runs its
-/// housekeeping, whose report is returned.
-pub fn zombie_told_late(
-    committer: &mut CommitterSession,
-    d: &mut PgDestination,
-    clock: &impl Clock,
-    committable: &TransactionHandle,
-    checkpoint: u64,
-) -> Housekeeping {
-    assert_eq!(
-        committer.commit_attempt(d, clock, committable, 1).unwrap(),
-        CommitStep::Done(CommitOutcome::AlreadyCommitted)
-    );
-    committer
-        .checkpoint_completed(d, clock, checkpoint)
-        .unwrap()
-}
-
-/// Checks that `report` has one failure for each of the shares `0..shares`
-/// (the zombie, at parallelism 1, owns them all), each saying that attempt
-/// 2 holds it and that the zombie was superseded.
-pub fn assert_shares_left_to_attempt_2(report: &Housekeeping, shares: u32) {
-    assert_eq!(report.failures.len(), shares as usize, "{report:?}");
-    for (i, f) in report.failures.iter().enumerate() {
-        assert!(
-            f.contains(&format!("subtask index {i}'s share"))
-                && f.contains("a later attempt (2)")
-                && f.contains("superseded"),
-            "{f}"
-        );
+    fn newer_record(&self, i: u32) -> String {
+        let id = 10 + i64::from(i);
+        rows(id..id + 1, "c").remove(0)
     }
 }
