@@ -75,6 +75,7 @@ struct Three {
     clock: ShiftClock,
     h: Vec<TransactionHandle>,
     state_at_1: WriterState,
+    state_at_3: WriterState,
     lineage: String,
 }
 
@@ -94,6 +95,7 @@ fn three(tag: &str) -> Three {
     let state_at_1 = s.writer_state();
     let h2 = commit_one(&mut s, &["c"], 2);
     let h3 = commit_one(&mut s, &["d", "e", "f"], 3);
+    let state_at_3 = s.writer_state();
     let lineage = s.lineage().to_string();
     drop(s);
     Three {
@@ -102,8 +104,36 @@ fn three(tag: &str) -> Three {
         clock,
         h: vec![h1, h2, h3],
         state_at_1,
+        state_at_3,
         lineage,
     }
+}
+
+/// Run run-a on after checkpoint 3, as Flink does: restored from it (a
+/// start without state under the same job id would be refused, its output
+/// being committed). A subtask beyond run-a's first parallelism has no
+/// state of its own in it.
+fn resume(t: &Three, subtask: u32, parallelism: u32) -> FsSink {
+    let states = if subtask == 0 {
+        vec![t.state_at_3.clone()]
+    } else {
+        Vec::new()
+    };
+    let restore = Restore {
+        states,
+        checkpoint: 3,
+        known: Vec::new(),
+    };
+    open_sink(
+        &t.out,
+        "orders",
+        "run-a",
+        subtask,
+        parallelism,
+        SinkOptions::default(),
+        &t.clock,
+        Some(&restore),
+    )
 }
 
 fn reconcile(t: &Three, after: &str, extra: &[&str]) -> std::process::Output {
@@ -319,16 +349,7 @@ fn reconcile_and_decide_refuse_while_a_live_run_owns_the_sink() {
 /// the leftover. Returns the leftover's handle.
 fn leftover(tag: &str) -> (Three, TransactionHandle) {
     let t = three(tag);
-    let mut s = open_sink(
-        &t.out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &t.clock,
-        None,
-    );
+    let mut s = resume(&t, 0, 1);
     let p = prepare_one(&mut s, &["x", "y"], 4);
     drop(s);
     let sink = twopc_core::SinkId::new("orders").unwrap();
@@ -469,16 +490,7 @@ fn decide_abort_of_a_prepared_leftover_lets_a_fresh_start_run() {
 #[test]
 fn decide_refuses_to_commit_an_open_transaction_or_another_sinks() {
     let t = three("dc-open");
-    let mut s = open_sink(
-        &t.out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &t.clock,
-        None,
-    );
+    let mut s = resume(&t, 0, 1);
     let open = s.begin().unwrap();
     s.write(&open.transaction, &batch(&["z"])).unwrap();
     drop(s);
@@ -869,16 +881,7 @@ fn inspect_summarises_large_histories_with_limit_and_all() {
 #[test]
 fn decide_follows_the_recovery_rules_for_claimed_and_unreadable_transactions() {
     let t = three("dc-rules");
-    let mut s = open_sink(
-        &t.out,
-        "orders",
-        "run-a",
-        0,
-        1,
-        SinkOptions::default(),
-        &t.clock,
-        None,
-    );
+    let mut s = resume(&t, 0, 1);
     let claimed = prepare_one(&mut s, &["p", "q"], 4);
     let damaged = prepare_one(&mut s, &["r"], 5);
     drop(s);
@@ -1227,16 +1230,7 @@ fn a_restored_subtask_notes_the_runs_lineage_before_it_waits_for_its_share() {
 #[test]
 fn a_subtask_claims_the_shares_it_looks_after_for_an_earlier_larger_parallelism() {
     let t = three("leftover-shares");
-    let mut old3 = open_sink(
-        &t.out,
-        "orders",
-        "run-a",
-        3,
-        4,
-        SinkOptions::default(),
-        &t.clock,
-        None,
-    );
+    let mut old3 = resume(&t, 3, 4);
     let pending = prepare_one(&mut old3, &["z"], 4);
     let restore = Restore {
         checkpoint: 3,

@@ -246,6 +246,18 @@ pub struct OwnershipConflict {
     pub fatal: bool,
 }
 
+/// A job started without state under a Flink job id that already committed
+/// output of this sink: a new execution reusing the job id, not a restart of
+/// the earlier one (which restores its latest completed checkpoint).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ReusedJobId {
+    pub scope: SinkScope,
+    /// The job id's own lineage, with the output committed in it.
+    pub output: crate::destination::LineageSummary,
+    /// See [`ExistingOutput::restored_without_state`].
+    pub restored_without_state: Option<CheckpointId>,
+}
+
 /// A job started without state found prepared transactions of this sink,
 /// or commits of an earlier run that were decided but did not finish.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -317,6 +329,9 @@ pub enum TwopcError {
 
     #[error("{}", existing_output_message(.0))]
     ExistingOutputOnFreshStart(Box<ExistingOutput>),
+
+    #[error("{}", reused_job_id_message(.0))]
+    JobIdReusedOnFreshStart(Box<ReusedJobId>),
 
     #[error("{}", ownership_message(.0))]
     OwnedElsewhere(Box<OwnershipConflict>),
@@ -390,6 +405,7 @@ impl TwopcError {
             | TwopcError::Rewind(_)
             | TwopcError::PreparedOnFreshStart(_)
             | TwopcError::ExistingOutputOnFreshStart(_)
+            | TwopcError::JobIdReusedOnFreshStart(_)
             | TwopcError::State { .. }
             | TwopcError::Config(_)
             | TwopcError::RecordRejected(_) => true,
@@ -426,9 +442,9 @@ impl TwopcError {
             TwopcError::Lost(_) => ErrorKind::Lost,
             TwopcError::CommitUnresolved(_) => ErrorKind::Unresolved,
             TwopcError::Rewind(_) => ErrorKind::Rewind,
-            TwopcError::PreparedOnFreshStart(_) | TwopcError::ExistingOutputOnFreshStart(_) => {
-                ErrorKind::FreshStart
-            }
+            TwopcError::PreparedOnFreshStart(_)
+            | TwopcError::ExistingOutputOnFreshStart(_)
+            | TwopcError::JobIdReusedOnFreshStart(_) => ErrorKind::FreshStart,
             TwopcError::RecordRejected(_) => ErrorKind::Record,
             TwopcError::OwnedElsewhere(_) => ErrorKind::Ownership,
             TwopcError::Protocol { .. } => ErrorKind::Protocol,
@@ -558,6 +574,32 @@ fn rejected_record_message(r: &RejectedRecord) -> String {
          visible. Filter or fix such records before the sink, then restart from the latest \
          checkpoint.",
         r.scope, r.position, r.transaction, r.reason, r.preview
+    )
+}
+
+fn reused_job_id_message(r: &ReusedJobId) -> String {
+    let l = &r.output;
+    let last = match l.last_checkpoint {
+        Some(c) => format!(", the last for checkpoint {c}"),
+        None => String::new(),
+    };
+    format!(
+        "{}: the job started without restored state, but this sink already committed output \
+         under the same Flink job id: lineage {} ({} committed transactions{last}). A job \
+         restarts without state only before its first checkpoint completes, and nothing is \
+         committed before that, so this is a new execution that reuses the job id (application \
+         mode with high availability derives it from `high-availability.cluster-id`, and \
+         `$internal.pipeline.job-id` fixes it). Starting would replay records next to that \
+         output, and would take the earlier execution's prepared transactions for this one's \
+         own and abort them, even those of its completed checkpoints. Nothing was changed. \
+         Choose one: restore the earlier execution's latest checkpoint or savepoint, so the \
+         output continues where it stopped; or start with a job id of its own (another \
+         `high-availability.cluster-id`, or no fixed job id), and the fresh-start policy \
+         then treats that output as any earlier run's.{}",
+        r.scope,
+        l.lineage,
+        l.committed,
+        without_state_hint(r.restored_without_state)
     )
 }
 

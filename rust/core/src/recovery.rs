@@ -57,7 +57,7 @@ use crate::destination::{
 };
 use crate::error::{
     ConfigError, DestinationError, DestinationErrorKind, ExistingOutput, OwnershipConflict,
-    PreparedOnFreshStart, RewindDetected, TwopcError,
+    PreparedOnFreshStart, ReusedJobId, RewindDetected, TwopcError,
 };
 use crate::handle::{HandleError, TransactionHandle};
 use crate::ids::{CheckpointId, LineageId, SinkId, TransactionId};
@@ -170,15 +170,26 @@ pub(crate) fn start<D: Destination, C: Clock>(
     }
     // A fresh start.
     let lineage = LineageId::of_fresh_run(&ctx.run);
-    let staged = list_staged(dest, ctx, "listing staged transactions at a fresh start")?;
-    refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
     let lineages = dest
         .lineages()
         .map_err(scan_err("reading committed lineages at a fresh start"))?;
-    let earlier: Vec<_> = lineages
-        .into_iter()
-        .filter(|l| l.lineage != lineage)
-        .collect();
+    let (own, earlier): (Vec<_>, Vec<_>) = lineages.into_iter().partition(|l| l.lineage == lineage);
+    // Output committed under this job id means one of its checkpoints
+    // completed, and Flink restores that checkpoint on a restart: a start
+    // without state that finds it is another execution with the same job
+    // id. Its "own earlier attempt" is not its own, so neither the rules for
+    // a failover (abort the run's prepared transactions) nor those for
+    // earlier runs (its lineage is this one's) apply: stop, whatever the
+    // policy.
+    if let Some(output) = own.into_iter().find(|l| l.committed > 0) {
+        return Err(TwopcError::JobIdReusedOnFreshStart(Box::new(ReusedJobId {
+            scope,
+            output,
+            restored_without_state: without_state,
+        })));
+    }
+    let staged = list_staged(dest, ctx, "listing staged transactions at a fresh start")?;
+    refuse_prepared_leftovers(ctx, options, &staged, without_state)?;
     if !earlier.is_empty() && !options.fresh_start.appends() {
         return Err(TwopcError::ExistingOutputOnFreshStart(Box::new(
             ExistingOutput {

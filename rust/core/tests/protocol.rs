@@ -455,6 +455,76 @@ fn fresh_start_of_the_same_run_aborts_its_own_earlier_attempt() {
     assert!(store.staged_ids().is_empty());
 }
 
+/// A new execution under the job id of an earlier one (application mode
+/// with high availability derives it from the cluster id): neither a
+/// failover (whose prepared transactions it may abort) nor a new run (whose
+/// lineage differs). Found by review: it aborted the earlier execution's
+/// transaction of a completed checkpoint and replayed next to its output.
+#[test]
+fn a_fresh_start_under_a_job_id_that_committed_output_stops_whatever_the_policy() {
+    for policy in [
+        FreshStartPolicy::Fail,
+        FreshStartPolicy::Append,
+        FreshStartPolicy::AbortPrepared,
+        FreshStartPolicy::AppendAndAbortPrepared,
+    ] {
+        let (store, clock) = (MemoryStore::new(), TestClock::default());
+        let mut first = open(&store, &clock, ctx("job", 0, 1), options(), None, 1).unwrap();
+        let c = prepared(&mut first, &["a"], 1);
+        first.commit(&c).unwrap();
+        // Checkpoint 2 completes; the process dies before its commit.
+        let pending = prepared(&mut first, &["b"], 2);
+        drop(first);
+
+        let opts = SinkOptions {
+            fresh_start: policy,
+            ..options()
+        };
+        let err = open(&store, &clock, ctx("job", 0, 1), opts.clone(), None, 2)
+            .err()
+            .unwrap_or_else(|| panic!("{policy:?}: the start went ahead"));
+        let TwopcError::JobIdReusedOnFreshStart(r) = &err else {
+            panic!("{policy:?}: {err}")
+        };
+        assert_eq!(r.output.committed, 1);
+        assert_eq!(r.output.last_checkpoint, Some(1));
+        assert!(err.is_fatal());
+        assert_eq!(err.kind(), twopc_core::error::ErrorKind::FreshStart);
+        let text = err.to_string();
+        for needle in [
+            "job id",
+            "high-availability.cluster-id",
+            "restore",
+            "Nothing was changed",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from {text}");
+        }
+        assert_eq!(
+            store.staged_ids(),
+            vec![pending.transaction.clone()],
+            "{policy:?}: the pending transaction is kept"
+        );
+        assert_eq!(visible(&store), vec!["a"]);
+
+        // Restored from checkpoint 2, the earlier execution's state commits it.
+        let mut restored = open(
+            &store,
+            &clock,
+            ctx("job", 0, 1),
+            opts,
+            Some(&Restore {
+                states: Vec::new(),
+                checkpoint: 2,
+                known: vec![pending.clone()],
+            }),
+            3,
+        )
+        .unwrap();
+        assert_eq!(restored.commit(&pending).unwrap(), CommitOutcome::Committed);
+        assert_eq!(visible(&store), vec!["a", "b"]);
+    }
+}
+
 #[test]
 fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());

@@ -50,6 +50,13 @@ const NOTE_LIMIT: usize = 64 * 1024;
 /// takeover inside it goes unnoticed until the next fence.
 const FENCE_REUSE_MS: u64 = 1_000;
 
+/// Prepare markers read by one pass, by transaction: absent (`None`),
+/// unreadable (`Err`), or the handle and upload they name.
+type MarkersRead = std::collections::BTreeMap<
+    TransactionId,
+    Option<Result<(TransactionHandle, UploadLocation), String>>,
+>;
+
 /// The transaction being written: its upload, the parts sent so far and
 /// the bytes not sent yet (at most about one part).
 struct OpenTxn {
@@ -1166,10 +1173,18 @@ impl ObjectStoreDestination {
     /// the way to them. Run before anything reads records or staged
     /// transactions; a commit of the same transaction racing this writes
     /// the same record, and either write is kept.
-    async fn record_unrecorded_completions(&self) -> Result<(), DestinationError> {
+    ///
+    /// Still staged means the marker's own upload is still listed, not
+    /// any upload of the key: a resent CreateMultipartUpload (the client
+    /// retries it) can leave a stray beside the one the marker names, and
+    /// a completion next to a stray was passed over here before (found by
+    /// review: the rewind check then missed its output). Returns the
+    /// markers read, for the staged listing that follows.
+    async fn record_unrecorded_completions(&self) -> Result<MarkersRead, DestinationError> {
+        let mut read = MarkersRead::new();
         let markers = self.names_in(PREPARED).await?;
         if markers.is_empty() {
-            return Ok(());
+            return Ok(read);
         }
         let uploads = self.sink_uploads().await?;
         for name in markers {
@@ -1180,13 +1195,14 @@ impl ObjectStoreDestination {
                 continue;
             }
             let txn = parsed.id;
-            let key = self.layout.part_key(&txn);
-            if uploads.iter().any(|u| u.key == key) {
-                continue; // still staged
-            }
-            let Some(Ok((handle, location))) = self.read_marker(&txn).await? else {
+            let marker = self.read_marker(&txn).await?;
+            read.insert(txn.clone(), marker.clone());
+            let Some(Ok((handle, location))) = marker else {
                 continue; // gone meanwhile, or unreadable: `staged` reports it
             };
+            if uploads.iter().any(|u| u.upload_id == location.upload_id) {
+                continue; // still staged
+            }
             let Some(checkpoint) = handle.checkpoint() else {
                 continue;
             };
@@ -1214,12 +1230,16 @@ impl ObjectStoreDestination {
             self.record_commit(&handle, &location.key, meta.size, meta.e_tag, None, now_ms)
                 .await?;
         }
-        Ok(())
+        Ok(read)
     }
 
     /// Staged transactions, and keys of uploads under this sink's names
-    /// that are not its transactions.
-    fn scan_staged(&self) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+    /// that are not its transactions. `known` holds markers read just
+    /// before (a marker never changes once written, only goes).
+    fn scan_staged(
+        &self,
+        known: &MarkersRead,
+    ) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
         self.rt.block_on(async {
             let uploads = self.sink_uploads().await?;
             if uploads.is_empty() {
@@ -1247,23 +1267,34 @@ impl ObjectStoreDestination {
                     .filter_map(|u| u.initiated.as_deref().and_then(iso_ms))
                     .max()
                     .unwrap_or(0);
-                let (state, activity) = if markers.iter().any(|m| m == txn.as_str()) {
-                    match self.read_marker(&txn).await? {
-                        Some(Ok((handle, location)))
-                            if uploads.iter().any(|u| u.upload_id == location.upload_id) =>
-                        {
-                            let at = handle.prepared().map_or(initiated, |p| p.prepared_at_ms);
-                            (StagedState::Prepared(handle), at)
-                        }
-                        // The marker names another upload (its own was
-                        // completed or aborted): these are strays.
-                        Some(Ok(_)) | None => (StagedState::Open, initiated),
-                        Some(Err(reason)) => {
-                            (StagedState::PreparedUnreadable { reason }, initiated)
-                        }
+                let marker = if markers.iter().any(|m| m == txn.as_str()) {
+                    match known.get(&txn) {
+                        Some(m) => m.clone(),
+                        None => self.read_marker(&txn).await?,
                     }
                 } else {
-                    (StagedState::Open, initiated)
+                    None
+                };
+                let (state, activity) = match marker {
+                    Some(Ok((handle, location)))
+                        if uploads.iter().any(|u| u.upload_id == location.upload_id) =>
+                    {
+                        let at = handle.prepared().map_or(initiated, |p| p.prepared_at_ms);
+                        (StagedState::Prepared(handle), at)
+                    }
+                    Some(Err(reason)) => (StagedState::PreparedUnreadable { reason }, initiated),
+                    // No marker, or one naming another upload (its own was
+                    // completed or aborted).
+                    other => {
+                        let completed = other.and_then(Result::ok).map(|(_, l)| l);
+                        if self
+                            .abort_strays_of_published(&txn, completed.as_ref(), &uploads)
+                            .await?
+                        {
+                            continue;
+                        }
+                        (StagedState::Open, initiated)
+                    }
                 };
                 out.push(StagedTransaction {
                     transaction: txn,
@@ -1275,6 +1306,54 @@ impl ObjectStoreDestination {
             }
             Ok((out, foreign))
         })
+    }
+
+    /// Uploads left on the key of a transaction whose output is published
+    /// (its marker's upload completed, or its marker gone after its commit
+    /// record): strays of a resent CreateMultipartUpload, which the commit's
+    /// tidying did not remove. They are not a transaction to report (an
+    /// abort of one would find the output and answer "was committed"), so
+    /// they go here; one that cannot go now is tried again by the next
+    /// listing. True when the output is published.
+    async fn abort_strays_of_published(
+        &self,
+        txn: &TransactionId,
+        completed: Option<&UploadLocation>,
+        uploads: &[OpenUpload],
+    ) -> Result<bool, DestinationError> {
+        let key = self.layout.part_key(txn);
+        let Some(meta) = self.head(&key).await? else {
+            return Ok(false);
+        };
+        if let Some(location) = completed {
+            if !Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
+                return Ok(false);
+            }
+        }
+        let key_path = path(&key)?;
+        for u in uploads {
+            match self
+                .store
+                .abort_multipart(&key_path, &MultipartId::from(u.upload_id.clone()))
+                .await
+            {
+                Ok(()) | Err(object_store::Error::NotFound { .. }) => {
+                    log::info!(
+                        "aborted upload {} of s3://{}/{key}: a stray beside transaction {txn}'s \
+                         published output",
+                        u.upload_id,
+                        self.layout.bucket
+                    );
+                }
+                Err(e) => log::warn!(
+                    "could not abort upload {} of s3://{}/{key}, a stray beside transaction \
+                     {txn}'s published output (tried again by the next listing): {e}",
+                    u.upload_id,
+                    self.layout.bucket
+                ),
+            }
+        }
+        Ok(true)
     }
 
     /// Every commit record of this sink, single or folded, each
@@ -1680,8 +1759,8 @@ impl Destination for ObjectStoreDestination {
         // The listing starts a clean-up pass (its aborts and expiries
         // follow) and records unrecorded completions itself.
         self.fence(Fence::Renew, "list staged transactions", None)?;
-        self.rt.block_on(self.record_unrecorded_completions())?;
-        let (staged, foreign) = self.scan_staged()?;
+        let known = self.rt.block_on(self.record_unrecorded_completions())?;
+        let (staged, foreign) = self.scan_staged(&known)?;
         for key in foreign {
             log::warn!(
                 "ignoring the multipart upload of {key}: not a transaction of sink '{}'",

@@ -69,7 +69,7 @@ use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload,
 use twopc_core::destination::{OwnerClaim, OwnerInfo};
 use twopc_core::error::{DestinationError, DestinationErrorKind};
 
-use crate::control::{decode, encode, ControlObject, LeaseRecord};
+use crate::control::{decode, encode, ControlObject, LeaseRecord, MAX_CONTROL_OBJECT};
 
 /// A lease this destination holds.
 #[derive(Clone, Debug)]
@@ -127,10 +127,7 @@ pub(crate) async fn claim(
                     e_tag: got.meta.e_tag.clone(),
                     version: got.meta.version.clone(),
                 };
-                let bytes = got
-                    .bytes()
-                    .await
-                    .map_err(|e| store_err("reading", &key, e))?;
+                let bytes = lease_bytes(got, &key).await?;
                 Some((bytes, version))
             }
             Err(object_store::Error::NotFound { .. }) => None,
@@ -276,6 +273,22 @@ fn taken_over(held: &HeldLease) -> DestinationError {
     )
 }
 
+/// A lease object's bytes, refused unread when it is larger than any
+/// lease: a hostile or misplaced object would otherwise be buffered whole.
+async fn lease_bytes(
+    got: object_store::GetResult,
+    key: &Path,
+) -> Result<bytes::Bytes, DestinationError> {
+    if got.meta.size > MAX_CONTROL_OBJECT as u64 {
+        return Err(DestinationError::corrupt(format!(
+            "the ownership lease {key} has {} bytes, more than any lease of twopc; it is not a \
+             readable lease. Delete it if no job writes this share of the sink now",
+            got.meta.size
+        )));
+    }
+    got.bytes().await.map_err(|e| store_err("reading", key, e))
+}
+
 /// The lease record at `key` as it is now (for the message of a refused
 /// clean-up: who took the share over); `None` when absent or unreadable.
 pub(crate) async fn current(store: &AmazonS3, key: &Path) -> Option<LeaseRecord> {
@@ -293,10 +306,7 @@ pub(crate) async fn read(
         Err(object_store::Error::NotFound { .. }) => return Ok(None),
         Err(e) => return Err(store_err("reading", key, e)),
     };
-    let bytes = got
-        .bytes()
-        .await
-        .map_err(|e| store_err("reading", key, e))?;
+    let bytes = lease_bytes(got, key).await?;
     match decode(&bytes) {
         Ok(ControlObject::Lease(l)) => Ok(Some(l)),
         Ok(_) | Err(_) => Err(DestinationError::corrupt(format!(
@@ -335,7 +345,7 @@ async fn read_own(store: &AmazonS3, key: &Path, ours: &LeaseRecord) -> Option<Up
         e_tag: got.meta.e_tag.clone(),
         version: got.meta.version.clone(),
     };
-    let bytes = got.bytes().await.ok()?;
+    let bytes = lease_bytes(got, key).await.ok()?;
     match decode(&bytes) {
         Ok(ControlObject::Lease(l))
             if l.sink == ours.sink

@@ -59,6 +59,23 @@ pub struct LifecycleRule {
     pub abort_incomplete_days: Option<u64>,
 }
 
+/// After a page of ListMultipartUploads: the markers of the next page,
+/// `None` at the end, or `Err` when the answer cannot be followed: truncated
+/// without markers, or with markers it gave before (a server that cycles
+/// between pages would otherwise be listed for ever).
+fn next_page(
+    seen: &mut std::collections::HashSet<(String, String)>,
+    truncated: bool,
+    key_marker: Option<String>,
+    upload_id_marker: Option<String>,
+) -> Result<Option<(String, String)>, ()> {
+    match (truncated, key_marker, upload_id_marker) {
+        (false, ..) => Ok(None),
+        (true, Some(k), Some(u)) if seen.insert((k.clone(), u.clone())) => Ok(Some((k, u))),
+        (true, ..) => Err(()),
+    }
+}
+
 /// Signed requests to one bucket.
 pub struct S3Api {
     pub(crate) client: HttpClient,
@@ -239,6 +256,7 @@ impl S3Api {
     pub async fn list_multipart_uploads(&self, prefix: &str) -> Result<Vec<OpenUpload>, ApiError> {
         let mut out = Vec::new();
         let mut markers: Option<(String, String)> = None;
+        let mut seen: std::collections::HashSet<(String, String)> = Default::default();
         loop {
             // Keys in alphabetical order, as SigV4's canonical query wants.
             let mut query = String::new();
@@ -269,26 +287,25 @@ impl S3Api {
                 upload_id: u.upload_id,
                 initiated: u.initiated,
             }));
-            match (
+            match next_page(
+                &mut seen,
                 page.is_truncated,
                 page.next_key_marker,
                 page.next_upload_id_marker,
             ) {
-                (true, Some(k), Some(u)) if markers.as_ref() != Some(&(k.clone(), u.clone())) => {
-                    markers = Some((k, u))
-                }
-                (true, ..) => {
+                Ok(Some(next)) => markers = Some(next),
+                Ok(None) => return Ok(out),
+                Err(()) => {
                     return Err(ApiError {
                         status: None,
                         code: None,
                         message: format!(
                             "the ListMultipartUploads answer of bucket {} is truncated without \
-                             a usable next marker",
+                             a usable next marker (none, or one it gave before)",
                             self.bucket
                         ),
                     })
                 }
-                _ => return Ok(out),
             }
         }
     }
@@ -427,6 +444,21 @@ mod tests {
         );
         assert_eq!(rules[1].abort_incomplete_days, None);
         assert!(rules[2].narrowed && rules[2].prefix == "x");
+    }
+
+    #[test]
+    fn a_listing_that_cycles_between_pages_is_refused_not_followed() {
+        let mut seen = Default::default();
+        let page = |k: &str, u: &str| (true, Some(k.to_string()), Some(u.to_string()));
+        let mut next =
+            |(t, k, u): (bool, Option<String>, Option<String>)| next_page(&mut seen, t, k, u);
+        assert_eq!(next(page("a", "1")), Ok(Some(("a".into(), "1".into()))));
+        assert_eq!(next(page("b", "2")), Ok(Some(("b".into(), "2".into()))));
+        // The same key with another upload is a new page.
+        assert_eq!(next(page("b", "3")), Ok(Some(("b".into(), "3".into()))));
+        assert_eq!(next(page("a", "1")), Err(()), "back to the first page");
+        assert_eq!(next((true, None, Some("9".into()))), Err(()));
+        assert_eq!(next((false, None, None)), Ok(None));
     }
 
     #[test]

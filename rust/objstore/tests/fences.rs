@@ -517,3 +517,20 @@ fn an_expiry_tombstone_never_fails_a_commit_and_a_lost_expiry_takes_it_back() {
     assert_eq!(object(&d, 2), Some(lines(&recs2)));
     assert_eq!(names_in(&d, EXPIRED), vec![h.transaction.to_string()]);
 }
+
+/// A lease object larger than any lease (hostile or misplaced) is refused
+/// unread, with what to do, instead of being buffered whole.
+#[test]
+fn an_oversized_lease_object_is_refused_unread() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    let key = d.layout().control(OWNERS, "0");
+    put_raw(&d, &key, &vec![b'x'; (1 << 20) + 1]);
+    let err = d.claim_ownership(&claim(0)).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+    let text = err.to_string();
+    for part in ["more than any lease", "Delete it", &key] {
+        assert!(text.contains(part), "{part:?} missing from: {text}");
+    }
+}

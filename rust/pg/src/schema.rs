@@ -351,7 +351,11 @@ pub(crate) fn check(
 
     let mut traits = TargetTraits::default();
     if let PgMode::Idempotent { key_columns } = &options.mode {
-        check_unique_key(client, &table, oid, key_columns, secrets)?;
+        let nullable: Vec<&String> = key_columns
+            .iter()
+            .filter(|k| !columns.iter().any(|c| &c.name == *k && c.not_null))
+            .collect();
+        check_unique_key(client, &table, oid, key_columns, &nullable, secrets)?;
         let insert_rules: bool = client
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = $1 AND ev_type = '3')",
@@ -659,6 +663,7 @@ fn check_unique_key(
     table: &TableName,
     oid: u32,
     key_columns: &[String],
+    nullable: &[&String],
     secrets: &Secrets,
 ) -> Result<(), StartupError> {
     // The unique indexes INSERT ... ON CONFLICT (key) infers as arbiters:
@@ -675,7 +680,8 @@ fn check_unique_key(
                     i.indimmediate, \
                     coalesce((SELECT c.conname::text FROM pg_constraint c \
                               WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid), \
-                             i.indexrelid::regclass::text) \
+                             i.indexrelid::regclass::text), \
+                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
              FROM pg_index i \
              WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
@@ -700,6 +706,24 @@ fn check_unique_key(
              key (\"ON CONFLICT does not support deferrable unique constraints\"), so every \
              replayed key would fail. Make it checked at once: ALTER TABLE {table} DROP \
              CONSTRAINT {name}, ADD CONSTRAINT {name} UNIQUE ({keys}) (or PRIMARY KEY)"
+        ))
+        .into());
+    }
+    // A unique index counts NULLs as distinct from each other unless it
+    // says NULLS NOT DISTINCT (PostgreSQL 15+; the column is read through
+    // to_jsonb so that older servers answer false): a row whose key is NULL
+    // then never conflicts, so its replay is inserted again, and a batch's
+    // rows with NULL keys are folded into one (found by review).
+    if !nullable.is_empty() && !matching.is_empty() && !matching.iter().any(|r| r.get::<_, bool>(3))
+    {
+        let cols: Vec<String> = nullable.iter().map(|c| quote_ident(c)).collect();
+        let cols = cols.join(", ");
+        return Err(ConfigError::new(format!(
+            "the key of the idempotent mode, ({keys}) of {table}, may be NULL ({cols} without \
+             NOT NULL), and its unique index treats NULLs as distinct: a record with a NULL key \
+             would be written again by every replay, so it cannot be de-duplicated. Make the key \
+             columns NOT NULL (ALTER TABLE {table} ALTER COLUMN ... SET NOT NULL), or on \
+             PostgreSQL 15 or later make the unique index NULLS NOT DISTINCT"
         ))
         .into());
     }

@@ -329,30 +329,57 @@ fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
     let kept: Vec<i64> = kv(&mut f).iter().map(|r| r.0).collect();
     assert_eq!(kept, vec![1, 3, 5, 6]);
 
-    // A key that may be NULL: the last of a batch's NULL-key rows stays.
+    // A key that may be NULL, under an index that counts NULLs as
+    // distinct: a NULL-key record would be inserted again by every replay
+    // (ON CONFLICT never matches it), so the sink refuses to start (found
+    // by review: it folded a batch's NULL-key rows into one, and its
+    // replays added more).
     let mut f = Fixture::with_columns(&url, "kvnull", "k bigint UNIQUE, v text NOT NULL");
     f.opts.columns = vec!["k".into(), "v".into()];
     f.opts.mode = PgMode::Idempotent {
         key_columns: vec!["k".into()],
     };
+    let err = f.open_refused("run1", sink_options(), None);
+    assert!(matches!(err, TwopcError::Config(_)), "{err}");
+    for part in ["may be NULL", "SET NOT NULL", "NULLS NOT DISTINCT", "\"k\""] {
+        assert!(
+            err.to_string().contains(part),
+            "{part:?} missing from: {err}"
+        );
+    }
+
+    // NULLS NOT DISTINCT (PostgreSQL 15+): NULL is a key like any other.
+    let mut f = Fixture::with_columns(
+        &url,
+        "kvnnd",
+        "k bigint UNIQUE NULLS NOT DISTINCT, v text NOT NULL",
+    );
+    f.opts.columns = vec!["k".into(), "v".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    let rows = |f: &mut Fixture| -> Vec<String> {
+        f.admin
+            .query(
+                &format!(
+                    "SELECT coalesce(k::text, 'null') || '=' || v FROM {} ORDER BY k",
+                    f.table
+                ),
+                &[],
+            )
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect()
+    };
     let mut s = f.open("run1");
-    let h = s.begin().unwrap();
-    s.write(&h.transaction, &batch(&["\\N\ta", "1\tb", "\\N\tc"]))
-        .unwrap();
-    let rows: Vec<String> = f
-        .admin
-        .query(
-            &format!(
-                "SELECT coalesce(k::text, 'null') || '=' || v FROM {} ORDER BY k",
-                f.table
-            ),
-            &[],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    assert_eq!(rows, vec!["1=b", "null=c"]);
+    for _replay in 0..2 {
+        let h = s.begin().unwrap();
+        s.write(&h.transaction, &batch(&["\\N\ta", "1\tb", "\\N\tc"]))
+            .unwrap();
+        s.prepare(&h.transaction, 1).unwrap();
+        assert_eq!(rows(&mut f), vec!["1=b", "null=c"]);
+    }
 }
 
 /// An identity column GENERATED ALWAYS as the key is written with the

@@ -16,8 +16,19 @@ use common::*;
 use twopc_core::destination::Destination;
 use twopc_core::handle::{PreparedInfo, TransactionState};
 use twopc_core::records::preview;
-use twopc_core::TwopcError;
+use twopc_core::{FreshStartPolicy, SinkOptions, TwopcError};
 use twopc_pg::CopyFormat;
+
+/// Each case starts a run of its own next to the output of the cases
+/// before it (a start without state under a job id that committed output
+/// is refused: that is a reused job id, not a restart).
+fn open_new_run(f: &Fixture) -> Sink {
+    let options = SinkOptions {
+        fresh_start: FreshStartPolicy::Append,
+        ..sink_options()
+    };
+    open(&f.opts, f.ctx(&unique("run")), options, None).unwrap()
+}
 
 /// Writes `good` in one batch, then `before` good records, `hostile` and one
 /// more good record in a second, on a sink of its own: the second write
@@ -31,7 +42,7 @@ fn refused_at_write(
     column: Option<&str>,
     needle: &str,
 ) -> String {
-    let mut s = f.open("run1");
+    let mut s = open_new_run(f);
     let h = s.begin().unwrap();
     s.write(&h.transaction, &batch_bytes(good)).unwrap();
 
@@ -109,7 +120,7 @@ fn text_records_that_are_not_exactly_one_row_are_refused_at_write() {
         refused_at_write(&mut f, good, before, hostile, *column, needle);
     }
     // Escapes that are data pass.
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     committed(&mut s, &["8\tline\\nbreak \\\\. and tab\\t", "9\t\\N"], 2);
     assert_eq!(f.visible(), vec!["8|line\nbreak \\. and tab\t", "9|<null>"]);
 }
@@ -131,7 +142,7 @@ fn csv_records_that_are_not_exactly_one_row_are_refused_at_write() {
     for (hostile, column, needle) in cases {
         refused_at_write(&mut f, good, before, hostile, *column, needle);
     }
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     committed(
         &mut s,
         &["6,\"\\.\"", "7,\"x\r\ny\"", "8,\"a \"\"q\"\"\""],
@@ -227,7 +238,7 @@ fn values_only_the_server_can_judge_are_refused_at_prepare_by_position() {
     // With the transaction-id field the sink appends to each row: the
     // preview is the record without it.
     f.opts.transaction_id_column = Some("txn".into());
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     let cases: &[(&str, Option<&str>, &[&str])] = &[
         (
             "99999999999999999999\tbig",
@@ -270,7 +281,7 @@ fn values_only_the_server_can_judge_are_refused_at_prepare_by_position() {
 fn a_duplicate_key_is_refused_at_prepare_at_its_second_occurrence() {
     let url = server!();
     let mut f = Fixture::with_columns(&url, "rj_unique", "id bigint PRIMARY KEY, body text");
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     let records = rows_with(25, 21, "3\tagain");
     let msg = refused_at_prepare(
         &mut f,
@@ -292,7 +303,7 @@ fn csv_line_breaks_inside_quotes_do_not_shift_positions() {
     let url = server!();
     let mut f = Fixture::new(&url, "rj_csvpos");
     f.opts.copy_format = CopyFormat::Csv;
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     let mut records: Vec<String> = (0..20)
         .map(|i| format!("{i},\"two\nlines \"\"{i}\"\"\""))
         .collect();
@@ -311,7 +322,7 @@ fn csv_line_breaks_inside_quotes_do_not_shift_positions() {
 fn a_refused_record_no_longer_held_is_shown_as_postgresql_quotes_it() {
     let url = server!();
     let mut f = Fixture::new(&url, "rj_far");
-    let mut s = f.open("run1");
+    let mut s = open_new_run(&f);
     let h = s.begin().unwrap();
     s.write(
         &h.transaction,

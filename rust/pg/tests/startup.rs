@@ -217,7 +217,7 @@ fn idempotent_keys_need_a_unique_index_checked_at_once_on_exactly_their_columns(
     let f = Fixture::with_columns(
         &url,
         "key_include",
-        "k bigint, v text, UNIQUE (k) INCLUDE (v)",
+        "k bigint NOT NULL, v text, UNIQUE (k) INCLUDE (v)",
     );
     let msg = config_error(&idempotent(&f, &["k", "v"]), 1);
     assert!(
@@ -251,7 +251,7 @@ fn idempotent_keys_need_a_unique_index_checked_at_once_on_exactly_their_columns(
         &url,
         "key_deferrable",
         &format!(
-            "k bigint, v text, CONSTRAINT {constraint} UNIQUE (k) DEFERRABLE INITIALLY IMMEDIATE"
+            "k bigint NOT NULL, v text, CONSTRAINT {constraint} UNIQUE (k) DEFERRABLE INITIALLY IMMEDIATE"
         ),
     );
     f.admin

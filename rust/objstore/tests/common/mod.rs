@@ -175,6 +175,14 @@ pub fn uploads(d: &ObjectStoreDestination, seq: u64) -> Vec<String> {
         .collect()
 }
 
+/// Opens another upload on `seq`'s key, as a resent
+/// CreateMultipartUpload leaves one (the client retries it); its id.
+pub fn stray_upload(d: &ObjectStoreDestination, seq: u64) -> String {
+    use object_store::multipart::MultipartStore;
+    let key = object_store::path::Path::parse(d.layout().part_key(&txn(seq))).unwrap();
+    d.block_on(d.store().create_multipart(&key)).unwrap()
+}
+
 pub fn put_raw(d: &ObjectStoreDestination, key: &str, bytes: &[u8]) {
     use object_store::ObjectStoreExt;
     let p = object_store::path::Path::parse(key).unwrap();
