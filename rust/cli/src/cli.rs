@@ -11,7 +11,9 @@ use twopc_core::operator::Decision;
 use twopc_core::{Clock, SinkOptions, SystemClock, TransactionId};
 
 use crate::inspect::{self, InspectOptions};
-use crate::operate::{self, DecideArgs, PgTarget, ReconcileArgs, Target, DEFAULT_PASSWORD_ENV};
+use crate::operate::{
+    self, DecideArgs, DirTarget, PgTarget, ReconcileArgs, Target, DEFAULT_PASSWORD_ENV,
+};
 
 const EXIT_CODES: &str = "\
 Exit codes: 0 done, nothing needs attention; 1 something needs attention (or a
@@ -154,7 +156,33 @@ pub struct ReconcileCli {
     #[arg(long, conflicts_with = "transaction_id_column")]
     pub rows_deleted_by_hand: bool,
     #[command(flatten)]
+    pub dir: DirCli,
+    #[command(flatten)]
     pub pg: PgCli,
+}
+
+/// Options of a directory destination: the names its sink gives its
+/// files, as the sink is configured (`partPrefix`, `partSuffix`).
+#[derive(Args, Debug)]
+pub struct DirCli {
+    /// Prefix of the sink's visible output files.
+    #[arg(long, value_name = "P", default_value = "part")]
+    pub part_prefix: String,
+    /// Suffix of the sink's visible output files, e.g. `.csv`.
+    #[arg(long, value_name = "S", default_value = "")]
+    pub part_suffix: String,
+}
+
+impl DirCli {
+    fn first_set(&self) -> Option<&'static str> {
+        if self.part_prefix != "part" {
+            Some("--part-prefix")
+        } else if !self.part_suffix.is_empty() {
+            Some("--part-suffix")
+        } else {
+            None
+        }
+    }
 }
 
 #[derive(Args, Debug)]
@@ -172,12 +200,14 @@ pub struct DecideCli {
     #[arg(long, value_name = "TXN")]
     pub abort: Option<String>,
     #[command(flatten)]
+    pub dir: DirCli,
+    #[command(flatten)]
     pub pg: PgCli,
 }
 
 impl PgCli {
     /// The destination, refusing PostgreSQL options for a directory.
-    fn target(self, destination: String) -> Result<Target, String> {
+    fn target(self, destination: String, dir: DirCli) -> Result<Target, String> {
         if !Target::is_postgres(&destination) {
             if let Some(flag) = self.first_set() {
                 return Err(format!(
@@ -185,7 +215,18 @@ impl PgCli {
                      is a directory"
                 ));
             }
-            return Ok(Target::Dir(PathBuf::from(destination)));
+            twopc_core::part_names::validate_part_affixes(&dir.part_prefix, &dir.part_suffix)
+                .map_err(|e| format!("--part-prefix/--part-suffix: {}", e.message()))?;
+            return Ok(Target::Dir(DirTarget {
+                dir: PathBuf::from(destination),
+                part_prefix: dir.part_prefix,
+                part_suffix: dir.part_suffix,
+            }));
+        }
+        if let Some(flag) = dir.first_set() {
+            return Err(format!(
+                "{flag} is for a directory destination; a PostgreSQL sink names no files"
+            ));
         }
         Ok(Target::Postgres(self.into_pg(destination)))
     }
@@ -290,7 +331,7 @@ impl ReconcileCli {
             after: self.after_checkpoint,
             apply: self.apply,
             rows_deleted_by_hand: self.rows_deleted_by_hand,
-            target: self.pg.target(self.destination)?,
+            target: self.pg.target(self.destination, self.dir)?,
         })
     }
 }
@@ -315,7 +356,7 @@ impl DecideCli {
             sink: operate::parse_sink(&self.sink)?,
             decision,
             transaction,
-            target: self.pg.target(self.destination)?,
+            target: self.pg.target(self.destination, self.dir)?,
         })
     }
 }

@@ -25,8 +25,16 @@ pub const EXIT_REFUSED: u8 = 3;
 /// Where the output is, and how to open it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
-    Dir(PathBuf),
+    Dir(DirTarget),
     Postgres(PgTarget),
+}
+
+/// A directory destination, with the names its sink gives its files.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DirTarget {
+    pub dir: PathBuf,
+    pub part_prefix: String,
+    pub part_suffix: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -112,8 +120,8 @@ pub fn open(
     needs_table: bool,
 ) -> Result<Box<dyn Destination>, Failed> {
     match target {
-        Target::Dir(dir) => {
-            let dir = absolute(dir)?;
+        Target::Dir(target) => {
+            let dir = absolute(&target.dir)?;
             let control = dir.join(CONTROL_DIR).join(sink.as_str());
             if !control.is_dir() {
                 let sinks = std::fs::read_dir(dir.join(CONTROL_DIR))
@@ -143,12 +151,46 @@ pub fn open(
                     )
                 }));
             }
-            let dest = FsDestination::open(FsOptions::new(&dir), sink)
+            let mut options = FsOptions::new(&dir);
+            options.part_prefix = target.part_prefix.clone();
+            options.part_suffix = target.part_suffix.clone();
+            let dest = FsDestination::open(options, sink)
                 .map_err(|e| failed(format!("cannot open {}: {e}", dir.display())))?;
+            check_file_names(&dest, sink)?;
             Ok(Box::new(dest))
         }
         Target::Postgres(pg) => Ok(Box::new(open_pg(pg, sink, needs_table)?)),
     }
+}
+
+/// The names given must be the sink's: a commit by hand would publish its
+/// file under a name the sink's readers do not look for, and a removal
+/// would take the sink's records for altered ones (found by review). The
+/// sink's own commit records say how it names its files: the latest one,
+/// as the sink is configured now (an earlier configuration may have named
+/// them otherwise).
+fn check_file_names(dest: &FsDestination, sink: &SinkId) -> Result<(), Failed> {
+    let records = dest.commit_records().map_err(|e| {
+        failed(format!(
+            "cannot read the commit records of sink '{sink}': {e}"
+        ))
+    })?;
+    let latest = records
+        .iter()
+        .filter_map(|r| r.file.as_ref().map(|f| (r, f)))
+        .max_by_key(|(r, _)| r.committed_at_ms);
+    if let Some((r, file)) = latest {
+        let ours = dest.part_name(&r.handle.transaction);
+        if file != &ours {
+            return Err(failed(format!(
+                "sink '{sink}' named the output of {} {file}, but these options name it {ours}: \
+                 pass the sink's --part-prefix and --part-suffix (its partPrefix and \
+                 partSuffix)",
+                r.handle.transaction
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub fn open_pg(pg: &PgTarget, sink: &SinkId, needs_table: bool) -> Result<PgDestination, Failed> {
@@ -557,7 +599,7 @@ pub fn shell_word(w: &str) -> String {
 
 fn describe_target(t: &Target) -> String {
     match t {
-        Target::Dir(d) => d.display().to_string(),
+        Target::Dir(d) => d.dir.display().to_string(),
         Target::Postgres(pg) => twopc_pg::redact_url(&pg.url),
     }
 }

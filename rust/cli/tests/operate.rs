@@ -1308,3 +1308,92 @@ fn reconcile_refuses_over_a_decided_commit_until_it_is_finished() {
     assert!(!part(&t.out, &p).exists());
     assert!(part(&t.out, &t.h[2]).exists());
 }
+
+/// A sink that names its files its own way (partPrefix, partSuffix): the
+/// commands must be given its names. Found by review: `decide --commit`
+/// published under the default name, which the sink's readers never look
+/// for, and `reconcile` took every record for an altered one.
+#[test]
+fn decide_and_reconcile_use_the_sinks_own_file_names_and_refuse_others() {
+    let (_dir, out, clock) = output("op-names");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let mut options = twopc_fs::FsOptions::new(&out);
+    options.part_prefix = "orders".into();
+    options.part_suffix = ".csv".into();
+    let dest = twopc_fs::FsDestination::open(options, &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(
+        sink.clone(),
+        twopc_core::RunId::new("run-n").unwrap(),
+        0,
+        1,
+    )
+    .unwrap();
+    let (mut s, _) =
+        twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
+            .unwrap();
+    let first = commit_one(&mut s, &["a"], 1);
+    let p = prepare_one(&mut s, &["b", "c"], 2);
+    let lineage = s.lineage().to_string();
+    drop(s);
+    let named = |h: &TransactionHandle| out.join(format!("orders-{}.csv", h.transaction));
+    assert!(named(&first).exists());
+
+    let decide_with = |extra: &[&str]| {
+        let mut args = vec![
+            "decide",
+            out.to_str().unwrap(),
+            "--sink",
+            "orders",
+            "--commit",
+            p.transaction.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        twopc(&args)
+    };
+    let o = decide_with(&[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    for part in [
+        "--part-prefix",
+        "--part-suffix",
+        &format!("orders-{}.csv", first.transaction),
+    ] {
+        assert!(err.contains(part), "{part:?} missing from: {err}");
+    }
+    assert!(
+        !part(&out, &p).exists(),
+        "nothing published under the default name"
+    );
+    let o = decide_with(&["--part-prefix", "orders", "--part-suffix", ".csv"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(fs::read_to_string(named(&p)).unwrap(), "b\nc\n");
+
+    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
+    let o = reconcile_at(&out, &lineage, "0", &[]);
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    let o = reconcile_at(&out, &lineage, "0", &names);
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    let mut apply = names.to_vec();
+    apply.push("--apply");
+    let o = reconcile_at(&out, &lineage, "0", &apply);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!named(&first).exists() && !named(&p).exists());
+
+    // The names are a directory's; a PostgreSQL sink has none.
+    let o = twopc(&[
+        "decide",
+        "postgres://u@localhost:1/db",
+        "--sink",
+        "orders",
+        "--abort",
+        p.transaction.as_str(),
+        "--part-suffix",
+        ".csv",
+    ]);
+    assert_eq!(o.status.code(), Some(2));
+    assert!(
+        stderr(&o).contains("--part-suffix is for a directory"),
+        "{}",
+        stderr(&o)
+    );
+}

@@ -416,6 +416,22 @@ fn reconcile_postgres_asks_for_the_table_when_the_sink_recorded_none() {
         stderr(&o)
     );
     assert_eq!(pg.count(), 8);
+    // A column the table has but the sink does not fill with transaction
+    // ids: nothing matches, and removing the records alone would hide
+    // output the replay writes again (found by review). Refused, nothing
+    // changed.
+    let o = pg.twopc(
+        "reconcile",
+        &[&rc[..], &["--apply", "--transaction-id-column", "body"]].concat(),
+    );
+    assert_ne!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let err = stderr(&o);
+    assert!(
+        err.contains("is not the one the sink fills") && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(pg.count(), 8);
+    assert_eq!(pg.history(), (2, 0), "both commit records stay");
     // With both: removed.
     let o = pg.twopc(
         "reconcile",

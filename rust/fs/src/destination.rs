@@ -242,8 +242,26 @@ impl FsDestination {
             DestinationError::new(DestinationErrorKind::NotPermitted, e.to_string())
         })?;
         let out_path = options.output_dir.clone();
+        // The directories this creates, outermost last: each one's entry
+        // is made durable in its parent (see `Dir::ensure_dir`).
+        let created: Vec<&Path> = out_path
+            .ancestors()
+            .take_while(|p| !p.as_os_str().is_empty() && !p.exists())
+            .collect();
         std::fs::create_dir_all(&out_path)
             .map_err(io_err("creating output directory", &out_path))?;
+        for dir in created {
+            if let Some(parent) = dir.parent() {
+                let parent = if parent.as_os_str().is_empty() {
+                    Path::new(".")
+                } else {
+                    parent
+                };
+                std::fs::File::open(parent)
+                    .and_then(|f| f.sync_all())
+                    .map_err(io_err("syncing directory", parent))?;
+            }
+        }
         let output = Dir::open_path(&out_path, hook)
             .map_err(io_err("opening output directory", &out_path))?;
         let dirs = SinkDirs::open(&output, sink).map_err(|e| {
@@ -713,6 +731,21 @@ impl FsDestination {
                          after the commit",
                         twopc_core::timefmt::utc(record.committed_at_ms),
                         self.output.child(file).display()
+                    ),
+                });
+            }
+            // Its length too, as a commit that meets a concurrent one's
+            // publication checks it (found by review: a truncated or
+            // replaced file answered "already committed").
+            if let Some(st) = present.filter(|s| s.len != record.data_len) {
+                return Ok(CommitStatus::Missing {
+                    evidence: format!(
+                        "it was committed at {} with {} bytes, but its output {} has {}: it \
+                         was truncated or replaced after the commit",
+                        twopc_core::timefmt::utc(record.committed_at_ms),
+                        record.data_len,
+                        self.output.child(file).display(),
+                        st.len
                     ),
                 });
             }

@@ -141,7 +141,12 @@ impl Dir {
                 Mode::from_raw_mode(DIR_MODE),
             )?)
         }) {
-            Ok(()) => {}
+            // A new directory's entry is durable before anything inside it
+            // counts on it: a prepare syncs what it writes and the
+            // directory it writes in, never that directory's parent, and a
+            // file system may lose a new entry whose parent was not synced
+            // (found by review).
+            Ok(()) => self.sync()?,
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
             Err(e) => return Err(e),
         }

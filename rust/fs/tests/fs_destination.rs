@@ -63,6 +63,54 @@ fn durable_steps(
         .collect()
 }
 
+/// The control directories a first open creates are durable in their
+/// parents before anything is written into them: a prepare syncs its own
+/// files and the staging directory, never `staging/`'s parent. Found by
+/// review.
+#[test]
+fn a_first_open_makes_each_directory_it_creates_durable_in_its_parent() {
+    let t = TempDir::new("open-syncs");
+    let log = Arc::new(StepLog::default());
+    let d = FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    let steps: Vec<(IoStep, std::path::PathBuf)> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(s, t, _)| *t == IoTiming::Before && matches!(s, IoStep::Create | IoStep::DirSync))
+        .map(|(s, _, p)| (*s, p.clone()))
+        .collect();
+    let created: Vec<&std::path::PathBuf> = steps
+        .iter()
+        .filter(|(s, _)| *s == IoStep::Create)
+        .map(|(_, p)| p)
+        .collect();
+    assert!(created.contains(&&d.layout().staging), "{steps:?}");
+    for (i, (step, path)) in steps.iter().enumerate() {
+        if *step == IoStep::Create {
+            assert_eq!(
+                steps.get(i + 1),
+                Some(&(IoStep::DirSync, path.parent().unwrap().to_path_buf())),
+                "{path:?} is synced in its parent at once: {steps:?}"
+            );
+        }
+    }
+    drop(d);
+    // A second open creates nothing and syncs nothing.
+    log.0.lock().unwrap().clear();
+    let _again =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), log.clone()).unwrap();
+    assert!(
+        !log.0
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|(s, _, _)| matches!(s, IoStep::DirSync)),
+        "{:?}",
+        log.0.lock().unwrap()
+    );
+}
+
 /// Each step of a commit is durable before the next depends on it, since a
 /// power loss keeps any subset of what was not synced: the claim (both
 /// directories it changed, so that it cannot come back in `staging/`
@@ -235,6 +283,27 @@ fn a_commit_record_whose_output_is_gone_is_never_already_committed() {
             assert!(evidence.contains("is gone"), "{evidence}")
         }
         other => panic!("{other:?}"),
+    }
+}
+
+#[test]
+fn a_commit_record_whose_output_was_truncated_or_replaced_is_never_already_committed() {
+    for (name, content) in [("truncated", ""), ("replaced", "a longer file\n")] {
+        let t = TempDir::new(name);
+        let mut d = dest(&t.0);
+        let h = stage(&mut d, 1, 3, &["x", "y"]);
+        d.commit(&h, 5).unwrap();
+        fs::write(part(&t.0, 1), content).unwrap();
+        match d.commit(&h, 6).unwrap() {
+            CommitStatus::Missing { evidence } => {
+                assert!(
+                    evidence.contains("truncated or replaced"),
+                    "{name}: {evidence}"
+                );
+                assert!(evidence.contains("with 4 bytes"), "{name}: {evidence}");
+            }
+            other => panic!("{name}: {other:?}"),
+        }
     }
 }
 

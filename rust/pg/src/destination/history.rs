@@ -461,6 +461,7 @@ impl PgDestination {
         delete_record: &str,
     ) -> Result<(u64, RecordRemoved), DestinationError> {
         let txn = committed.transaction.clone();
+        let records = committed.records;
         let cp = to_i64(committed.checkpoint, "checkpoint id")?;
         let seg = self.control_tables.segments.clone();
         let covering = format!(
@@ -493,7 +494,23 @@ impl PgDestination {
                     Some(sql) => t.execute(sql, &[&txn.as_str()])?,
                     None => 0,
                 };
+                // Each record of a transactional commit is one row holding
+                // its transaction id. None while its record is still there
+                // (a repeated retraction finds neither), or more than it
+                // wrote, says the column is not the one the sink fills (a
+                // wrong --transaction-id-column where nothing recorded the
+                // sink's): removing the record alone would hide output the
+                // replay then writes again (found by review). Returning
+                // drops the SQL transaction, which undoes the delete.
+                let wrong_rows = |record_found: bool| {
+                    retract_rows.is_some()
+                        && records > 0
+                        && (rows > records || (rows == 0 && record_found))
+                };
                 if t.execute(delete_record, &[&txn.as_str()])? > 0 {
+                    if wrong_rows(true) {
+                        return Ok(Err(Refusal::Rows(rows)));
+                    }
                     t.commit()?;
                     return Ok(Ok((rows, RecordRemoved::Loose)));
                 }
@@ -503,6 +520,9 @@ impl PgDestination {
                     || t.query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&seg])?
                         .get::<_, bool>(0);
                 if !exists {
+                    if wrong_rows(false) {
+                        return Ok(Err(Refusal::Rows(rows)));
+                    }
                     t.commit()?;
                     return Ok(Ok((rows, RecordRemoved::Nothing)));
                 }
@@ -514,7 +534,7 @@ impl PgDestination {
                     // together.
                     let mut txns = match segments.read(&s) {
                         Ok(txns) => txns,
-                        Err(m) => return Ok(Err(m)),
+                        Err(m) => return Ok(Err(Refusal::Segment(m))),
                     };
                     let before = txns.len();
                     txns.retain(|c| c.transaction != txn);
@@ -533,18 +553,36 @@ impl PgDestination {
                     }
                     removed = RecordRemoved::Folded { id: s.id, emptied };
                 }
+                if wrong_rows(!matches!(removed, RecordRemoved::Nothing)) {
+                    return Ok(Err(Refusal::Rows(rows)));
+                }
                 t.commit()?;
                 Ok(Ok((rows, removed)))
             })?;
         if matches!(outcome, Ok((_, RecordRemoved::Folded { .. }))) {
             self.segments_known = true;
         }
-        outcome.map_err(|m| {
-            self.corrupt(format!(
+        outcome.map_err(|refusal| match refusal {
+            Refusal::Segment(m) => self.corrupt(format!(
                 "{m}. Transaction {txn} (checkpoint {}) was not retracted: its rows and its \
                  commit record stay until the segment is repaired",
                 committed.checkpoint
-            ))
+            )),
+            Refusal::Rows(rows) => DestinationError::new(
+                DestinationErrorKind::Rejected,
+                format!(
+                    "transaction {txn} (checkpoint {}) committed {records} rows, but deleting \
+                     the rows whose {} is its id would remove {rows}: that column is not the \
+                     one the sink fills with transaction ids. Nothing was changed. Pass the \
+                     sink's transactionIdColumn; if its rows were already deleted by hand, use \
+                     --rows-deleted-by-hand instead",
+                    committed.checkpoint,
+                    self.options
+                        .transaction_id_column
+                        .as_deref()
+                        .unwrap_or("transaction id column")
+                ),
+            ),
         })
     }
 
@@ -982,4 +1020,12 @@ fn merge(
         merged += gone.len() as u64;
     }
     Ok(merged)
+}
+
+/// Why a retraction did not happen (its SQL transaction was dropped).
+enum Refusal {
+    /// A history segment does not decode.
+    Segment(String),
+    /// The rows the delete would remove: none, or more than committed.
+    Rows(u64),
 }
