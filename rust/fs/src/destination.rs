@@ -1166,7 +1166,32 @@ impl Destination for FsDestination {
         self.dirs
             .staging
             .sync()
-            .map_err(io_err("syncing directory", self.dirs.staging.path()))
+            .map_err(io_err("syncing directory", self.dirs.staging.path()))?;
+        // The marker went into the directory this writer opened, wherever it
+        // is now: another process's abort or expiry may have claimed it
+        // meanwhile (a superseded attempt, `twopc decide`). Prepared there,
+        // the checkpoint would complete and its commit find it gone, a LOST
+        // stop for what is a failed prepare (found by review).
+        let still_staged = match self.open_txn_dir(&self.dirs.staging, txn.as_str())? {
+            Some(staged) => same_file(&open.dir, PREPARED_FILE, &staged, PREPARED_FILE)
+                .map_err(io_err("reading", &staged.child(PREPARED_FILE)))?,
+            None => false,
+        };
+        if !still_staged {
+            return Err(DestinationError::io(
+                "preparing",
+                &self.dirs.staging.child(txn.as_str()),
+                std::io::Error::new(
+                    std::io::ErrorKind::NotFound,
+                    format!(
+                        "transaction {txn} left the staging area while it was prepared: \
+                         another process claimed it (an abort or expiry). It is not prepared; \
+                         the checkpoint fails and the job goes on from the previous one"
+                    ),
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn commit(

@@ -706,3 +706,54 @@ fn a_commit_that_finds_its_transaction_gone_makes_that_durable_first() {
         .collect();
     assert_eq!(synced, std::slice::from_ref(&layout.staging));
 }
+
+/// Moves the transaction directory away (as another process's abort claims
+/// it) just before the prepare marker is written.
+#[derive(Debug)]
+struct ClaimedDuringPrepare {
+    from: std::path::PathBuf,
+    to: std::path::PathBuf,
+    done: std::sync::Mutex<bool>,
+}
+
+impl twopc_fs::IoFaults for ClaimedDuringPrepare {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        _path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        let mut done = self.done.lock().unwrap();
+        if (step, timing) == (IoStep::Marker, IoTiming::Before) && !*done {
+            *done = true;
+            fs::rename(&self.from, &self.to).unwrap();
+        }
+        None
+    }
+}
+
+/// A transaction claimed by another process (an abort or expiry) while it
+/// is prepared is not prepared: the prepare fails, so its checkpoint fails,
+/// instead of completing and meeting a LOST commit. Found by review.
+#[test]
+fn a_prepare_whose_transaction_is_claimed_meanwhile_fails() {
+    let t = TempDir::new("claimed-prepare");
+    let layout = dest(&t.0).layout();
+    let hook = Arc::new(ClaimedDuringPrepare {
+        from: layout.staging_dir(&txn(1)),
+        to: layout.trash.join("claimed-by-another"),
+        done: Default::default(),
+    });
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), hook.clone()).unwrap();
+    write(&mut d, 1, &["a", "b"]).unwrap();
+    let err = d.prepare(&handle(1, Some(3), &["a", "b"])).unwrap_err();
+    assert!(*hook.done.lock().unwrap(), "the claim happened");
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(err.message.contains("left the staging area"), "{err}");
+
+    // Untouched, the same prepare succeeds.
+    let mut d = dest(&t.0);
+    stage(&mut d, 2, 3, &["c"]);
+    assert_eq!(d.staged().unwrap().len(), 1);
+}
