@@ -11,7 +11,10 @@ import io.twopc.flink.TwopcSinkBuilderBase;
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobmaster.JobResult;
+import org.apache.flink.runtime.minicluster.MiniCluster;
+import org.apache.flink.runtime.minicluster.MiniClusterConfiguration;
 import org.apache.flink.runtime.testutils.InMemoryReporter;
 import org.apache.flink.streaming.api.environment.StreamExecutionEnvironment;
 import org.apache.flink.test.util.MiniClusterWithClientResource;
@@ -26,6 +29,7 @@ import java.nio.charset.StandardCharsets;
 import java.nio.file.Path;
 import java.time.Duration;
 import java.util.List;
+import java.util.concurrent.TimeUnit;
 import java.util.function.Consumer;
 
 import static io.twopc.flink.it.TwopcItSupport.*;
@@ -222,6 +226,56 @@ public class TwopcSinkStartupChecksITCase {
         List<String> records = TwopcOutput.readCommittedRecords(output);
         assertThat(records).as("two complete runs").hasSize((int) (2 * count));
         assertAllOnce("the second run's files", readFiles(output, before), count);
+    }
+
+    /**
+     * A new execution under the job id of one that committed output, without its state: what
+     * application mode with high availability does when redeployed under the same
+     * {@code high-availability.cluster-id} (the job id is derived from it). Found by review: it
+     * was taken for a failover of the earlier execution, so its output did not count as earlier
+     * output (even the default FAIL let the replay through) and that execution's prepared
+     * transactions would have been aborted as its own. Now it stops whatever the policy. The
+     * second execution runs on a cluster of its own: the first one keeps the job id's result and
+     * refuses to run it again.
+     */
+    @Test
+    public void aNewExecutionUnderAJobIdThatCommittedOutputIsRefusedWhateverThePolicy() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        long count = 3_000;
+        JobID fixed = new JobID();
+        StreamExecutionEnvironment first = environment(2, 100, 0, Duration.ofMillis(50));
+        numbersInto(first, count, output);
+        JobGraph firstGraph = first.getStreamGraph().getJobGraph();
+        firstGraph.setJobID(fixed);
+        awaitSuccess(CLUSTER.getClusterClient(),
+                CLUSTER.getClusterClient().submitJob(firstGraph).get(1, TimeUnit.MINUTES));
+        assertExactlyOnce(output, SINK_ID, count);
+        List<Path> before = TwopcOutput.committedFiles(output, "part");
+
+        MiniCluster another = new MiniCluster(new MiniClusterConfiguration.Builder()
+                .setConfiguration(new Configuration())
+                .setNumTaskManagers(1)
+                .setNumSlotsPerTaskManager(4)
+                .build());
+        another.start();
+        try {
+            StreamExecutionEnvironment again = environment(2, 100, RESTART_ATTEMPTS, Duration.ofMillis(50));
+            numbersInto(again, count, output, b -> b.setFreshStartPolicy(FreshStartPolicy.APPEND));
+            JobGraph againGraph = again.getStreamGraph().getJobGraph();
+            againGraph.setJobID(fixed);
+            another.submitJob(againGraph).get(1, TimeUnit.MINUTES);
+            JobResult result = another.requestJobResult(fixed).get(JOB_TIMEOUT.toMillis(), TimeUnit.MILLISECONDS);
+            Throwable failure = failureOf(result);
+            Throwable error = findCause(failure, TwopcFreshStartException.class);
+            assertThat(error).as("TwopcFreshStartException in the cause chain of %s", failure).isNotNull();
+            assertThat(error.getMessage()).contains("under the same Flink job id",
+                    "high-availability.cluster-id", "Nothing was changed");
+        } finally {
+            another.close();
+        }
+        assertThat(TwopcOutput.committedFiles(output, "part")).as("nothing written by the refused execution")
+                .isEqualTo(before);
+        assertExactlyOnce(output, SINK_ID, count);
     }
 
     /** The committed records of the files not in {@code exclude}. */
