@@ -137,13 +137,14 @@ class Results:
                     out.append(ms)
         return out
 
-    def commit_calls(self, case, warm=False):
+    def commit_calls(self, case, warm=False, key="commitCallMicros"):
         """twopc's own part of each commit, in ms: the native commit call (commitCallMicros,
         from the committers' commitDurationMicros histograms, one list per subtask in call
-        order). warm=True leaves out each subtask's first WARMUP_CHECKPOINTS calls."""
+        order), or with key="commitVisibleMicros" its part until the output was visible.
+        warm=True leaves out each subtask's first WARMUP_CHECKPOINTS calls."""
         out = []
         for r in self.ok_runs(case):
-            for calls in r.get("commitCallMicros") or []:
+            for calls in r.get(key) or []:
                 out.extend(us / 1000.0 for us in (calls[WARMUP_CHECKPOINTS:] if warm else calls))
         return out
 
@@ -628,6 +629,25 @@ def main():
     else:
         w("Not recorded in this run.")
     w("")
+    # Until visible: the filesystem destination shows the output (a hard link) before it makes
+    # the commit durable, and tells when (its committers' commitVisibleMicros histogram).
+    vis_rows = []
+    for c in ["twopc-fs", "twopc-fs@100ms", "twopc-fs@10s", "twopc-fs@2.x"]:
+        vis = res.commit_calls(c, key="commitVisibleMicros")
+        if vis:
+            vis_rows.append((LABELS.get(c, c), vis, res.commit_calls(c, warm=True, key="commitVisibleMicros")))
+    if vis_rows:
+        w("The same calls from their start until the output was visible (the filesystem destination "
+          "links the output to its visible name before it makes the commit durable; its committers "
+          "record the time in their `commitVisibleMicros` histogram):")
+        w("")
+        w("| sink | calls | p50 ms | p99 ms | max ms | warm: calls | p50 | p99 | max |")
+        w("|---|---:|---:|---:|---:|---:|---:|---:|---:|")
+        for label, calls, warm in vis_rows:
+            w(f"| {label} | {len(calls)} | {fmt(percentile(calls, 50))} | {fmt(percentile(calls, 99))} | "
+              f"{fmt(max(calls))} | {len(warm)} | {fmt(percentile(warm, 50))} | {fmt(percentile(warm, 99))} | "
+              f"{fmt(max(warm) if warm else None)} |")
+        w("")
 
     for line in object_store_section(res, doc):
         w(line)
@@ -762,9 +782,22 @@ def main():
     p99w = percentile(warm, 99)
     target_row(f"twopc-fs commit latency p99 < 20 ms (1 s checkpoints, warm: checkpoints "
                f"> {WARMUP_CHECKPOINTS} of each run)", p99w, p99w is not None and p99w < 20, f"{p99w} ms")
-    own99 = percentile(own_fs_warm, 99)
-    target_row("twopc-fs own commit (commit call start → output visible) p99 ≤ 2 ms (warm)", own99,
-               own99 is not None and own99 <= 2, f"{fmt(own99)} ms" if own99 is not None else "")
+    # Until visible where the runs recorded it (both Flink lines), else the whole call (an upper
+    # bound: it goes on after the output is visible).
+    vis_120 = res.commit_calls("twopc-fs", warm=True, key="commitVisibleMicros")
+    vis_2x = res.commit_calls("twopc-fs@2.x", warm=True, key="commitVisibleMicros")
+    if vis_120:
+        own99 = percentile(vis_120, 99)
+        own99_2x = percentile(vis_2x, 99) if vis_2x else None
+        worst = max(v for v in [own99, own99_2x] if v is not None)
+        target_row("twopc-fs own commit (commit call start → output visible) p99 ≤ 2 ms (warm)", worst,
+                   worst <= 2, f"{fmt(own99)} ms on 1.20" + (f", {fmt(own99_2x)} ms on 2.x" if own99_2x is not None
+                                                           else ", 2.x not run"))
+    else:
+        own99 = percentile(own_fs_warm, 99)
+        target_row("twopc-fs own commit (commit call start → output visible) p99 ≤ 2 ms (warm)", own99,
+                   own99 is not None and own99 <= 2,
+                   f"{fmt(own99)} ms (the whole call)" if own99 is not None else "")
     fs_warm = res.latencies("filesink", warm=True)
     fs99 = percentile(fs_warm, 99)
     target_row("twopc-fs end-to-end commit latency p99 no worse than FileSink's (warm, 1 s checkpoints)",

@@ -590,12 +590,23 @@ pub trait Destination {
 
     /// The lineage recorded for `run`, if any.
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError>;
+
+    /// When the last commit this destination made showed its output to
+    /// readers, where it can tell (a commit may go on after that, making
+    /// things durable and cleaning up): the commit latency metric's "until
+    /// visible" part. `None` where the destination does not say.
+    fn last_visible_at(&self) -> Option<std::time::Instant> {
+        None
+    }
 }
 
 /// A boxed destination is a destination, so a caller can choose the kind at
 /// run time (the JNI bridge opens a directory or a database by
 /// configuration).
 impl<D: Destination + ?Sized> Destination for Box<D> {
+    fn last_visible_at(&self) -> Option<std::time::Instant> {
+        (**self).last_visible_at()
+    }
     fn begin(&mut self, handle: &TransactionHandle) -> Result<(), DestinationError> {
         (**self).begin(handle)
     }

@@ -214,6 +214,9 @@ pub struct FsDestination {
     /// Pairs of history segments (small, wide) found not to be the
     /// leftovers of an interrupted merge (see `remove_redundant_segments`).
     segments_not_redundant: std::collections::HashSet<(String, String)>,
+    /// When the last commit made its output visible (the commit latency
+    /// metric's "until visible" part).
+    last_visible: Option<std::time::Instant>,
 }
 
 impl FsDestination {
@@ -279,6 +282,7 @@ impl FsDestination {
             open: None,
             owner: Vec::new(),
             segments_not_redundant: Default::default(),
+            last_visible: None,
         };
         dest.remove_leftovers()?;
         Ok(dest)
@@ -605,6 +609,7 @@ impl FsDestination {
             }
         }
         self.publish(claimed, &visible, marker.data_len)?;
+        self.last_visible = Some(std::time::Instant::now());
         remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
         Ok(Some(CommitStatus::Committed))
     }
@@ -709,6 +714,7 @@ impl FsDestination {
                     .is_some()
                 {
                     self.publish(&claimed, file, record.data_len)?;
+                    self.last_visible = Some(std::time::Instant::now());
                 } else {
                     // Published by another commit, which may not have
                     // synced the output directory yet: durable before the
@@ -1295,6 +1301,10 @@ impl Destination for FsDestination {
             return Ok(AbortStatus::WasCommitted);
         }
         Ok(AbortStatus::NotFound)
+    }
+
+    fn last_visible_at(&self) -> Option<std::time::Instant> {
+        self.last_visible
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {

@@ -27,12 +27,23 @@ fn staged_data_is_hidden_and_commit_publishes_one_file() {
         assert_eq!(staged.len(), 1);
         assert_eq!(staged[0].prepared(), Some(&h));
 
+        assert!(d.last_visible_at().is_none(), "{mode:?}");
+        let before = std::time::Instant::now();
         assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+        // The commit says when its output became visible (the metric of
+        // the commit's own latency), inside the call.
+        let visible_at = d.last_visible_at().expect("a publishing commit tells");
+        assert!(visible_at >= before && visible_at <= std::time::Instant::now());
         let files = visible_files(&t.0);
         assert_eq!(files, vec![format!("part-{}", h.transaction)]);
         assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
         assert!(d.staged().unwrap().is_empty());
         assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
+        assert_eq!(
+            d.last_visible_at(),
+            Some(visible_at),
+            "nothing published again"
+        );
         assert_eq!(d.abort(&h.transaction).unwrap(), AbortStatus::NotFound);
         assert_eq!(fs::read_to_string(t.0.join(&files[0])).unwrap(), "a\nb\n");
     }

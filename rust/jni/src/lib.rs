@@ -422,7 +422,14 @@ fn committer_commit(
         c.session.scope(),
         &h.transaction
     )));
+    let started = std::time::Instant::now();
+    c.last_visible_nanos = -1;
     let outcome = c.session.commit(&mut c.dest, &SystemClock, h)?;
+    c.last_visible_nanos = c
+        .dest
+        .last_visible_at()
+        .and_then(|t| t.checked_duration_since(started))
+        .map_or(-1, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
     #[cfg(feature = "failpoints")]
     fail::fail_point!("twopc-commit-after", |_| Err(injected(
         "twopc-commit-after",
@@ -691,6 +698,24 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_preparedAgeMs<'
     env.with_env(|env| -> BridgeResult<jlong> {
         let bytes = args::bytes(env, &handle, "handle")?;
         describe::prepared_age_ms(&bytes, now_ms)
+    })
+    .resolve::<ThrowJava>()
+}
+
+/// `long lastCommitVisibleNanos(long committer)`: from the start of the
+/// committer's last commit call until its output was visible; -1 if the
+/// destination does not tell or that commit published nothing.
+#[no_mangle]
+pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_lastCommitVisibleNanos<'l>(
+    mut env: EnvUnowned<'l>,
+    _class: JClass<'l>,
+    id: jlong,
+) -> jlong {
+    env.with_env(|_env| -> BridgeResult<jlong> {
+        registry::with_native(id, |n| match n {
+            Native::Committer(c) => Ok(c.last_visible_nanos),
+            other => Err(not_a("committer", other, id)),
+        })
     })
     .resolve::<ThrowJava>()
 }

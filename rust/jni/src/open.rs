@@ -104,6 +104,7 @@ pub(crate) fn open(role: Role, args: OpenArgs) -> BridgeResult<i64> {
                 restore.as_ref().map(|r| r.checkpoint),
             ),
             dest,
+            last_visible_nanos: -1,
         })),
     };
     let id = registry::insert(native)?;

@@ -37,6 +37,9 @@ pub(crate) struct WriterEntry {
 pub(crate) struct CommitterEntry {
     pub session: CommitterSession,
     pub dest: AnyDestination,
+    /// Nanoseconds from the start of the last commit call until its output
+    /// was visible, where the destination tells; -1 otherwise.
+    pub last_visible_nanos: i64,
 }
 
 /// What an id names.

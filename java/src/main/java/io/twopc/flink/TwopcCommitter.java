@@ -89,7 +89,9 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
                 // Counted by Flink's committer metrics as already committed.
                 request.signalAlreadyCommitted();
             }
-            metrics.recordCommit(System.nanoTime() - started, preparedAgeMs, outcome,
+            long duration = System.nanoTime() - started;
+            metrics.recordCommitVisible(NativeBridge.lastCommitVisibleNanos(nativeCommitter));
+            metrics.recordCommit(duration, preparedAgeMs, outcome,
                     checkpoint >= 0 && checkpoint <= restoredCheckpointId, checkpoint);
             completed = Math.max(completed, checkpoint);
         }

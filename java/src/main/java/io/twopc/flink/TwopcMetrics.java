@@ -36,6 +36,7 @@ final class TwopcMetrics {
     private final Counter housekeepingFailures;
     private final Histogram commitLatencyMs;
     private final Histogram commitDurationMicros;
+    private final Histogram commitVisibleMicros;
     private volatile long lastCommittedCheckpoint = -1;
     private volatile int pendingTransactions;
     private volatile long lastCommitDurationMs = -1;
@@ -59,6 +60,8 @@ final class TwopcMetrics {
         commitLatencyMs = latency;
         DescriptiveStatisticsHistogram duration = new DescriptiveStatisticsHistogram(500);
         commitDurationMicros = duration;
+        DescriptiveStatisticsHistogram visible = new DescriptiveStatisticsHistogram(500);
+        commitVisibleMicros = visible;
         if (committer) {
             group.gauge("lastCommittedCheckpoint", (Gauge<Long>) () -> lastCommittedCheckpoint);
             group.gauge("pendingTransactions", (Gauge<Integer>) () -> pendingTransactions);
@@ -68,6 +71,9 @@ final class TwopcMetrics {
             // twopc's own part of it: the native commit call, from its start until it returned
             // (the output became visible inside it), apart from Flink's notification path.
             group.histogram("commitDurationMicros", duration);
+            // The part of that call until the output was visible (the call goes on to make the
+            // commit durable and clean up); only where the destination tells (the filesystem).
+            group.histogram("commitVisibleMicros", visible);
         }
     }
 
@@ -99,6 +105,13 @@ final class TwopcMetrics {
 
     void setPendingTransactions(int pending) {
         pendingTransactions = pending;
+    }
+
+    /** A commit's time until its output was visible; negative (not known) is not recorded. */
+    void recordCommitVisible(long visibleNanos) {
+        if (visibleNanos >= 0) {
+            commitVisibleMicros.update(visibleNanos / 1_000);
+        }
     }
 
     void recordCommit(long durationNanos, long preparedAgeMs, int outcome, boolean recovery, long checkpoint) {

@@ -164,16 +164,17 @@ public final class BenchJob {
     }
 
     /**
-     * Every commit call's duration in microseconds, as twopc's committers recorded them, one list
-     * per committer subtask in the order of its calls (the last 500: more than a benchmark run
-     * commits).
+     * The values of one of twopc's commit histograms ({@code commitDurationMicros}: each commit
+     * call's duration; {@code commitVisibleMicros}: its part until the output was visible), in
+     * microseconds, as the committers recorded them, one list per committer subtask in the order
+     * of its calls (the last 500: more than a benchmark run commits).
      */
-    private static List<List<Long>> commitCallMicros(InMemoryReporter metrics) {
+    private static List<List<Long>> commitMicros(InMemoryReporter metrics, String histogram) {
         List<List<Long>> out = new ArrayList<>();
         for (Map.Entry<MetricGroup, Map<String, Metric>> group : metrics.getMetricsByGroup().entrySet()) {
             for (Map.Entry<String, Metric> m : group.getValue().entrySet()) {
                 if (m.getValue() instanceof Histogram
-                        && group.getKey().getMetricIdentifier(m.getKey()).endsWith(".twopc.commitDurationMicros")) {
+                        && group.getKey().getMetricIdentifier(m.getKey()).endsWith(".twopc." + histogram)) {
                     List<Long> calls = new ArrayList<>();
                     for (long v : ((Histogram) m.getValue()).getStatistics().getValues()) {
                         calls.add(v);
@@ -239,9 +240,13 @@ public final class BenchJob {
             result.put("checkpointFailures", new ArrayList<>(failures));
             // Before the cluster closes: closing the metric registry closes the reporter, which
             // drops what it holds.
-            List<List<Long>> calls = commitCallMicros(metrics);
+            List<List<Long>> calls = commitMicros(metrics, "commitDurationMicros");
             if (!calls.isEmpty()) {
                 result.put("commitCallMicros", calls);
+            }
+            List<List<Long>> visible = commitMicros(metrics, "commitVisibleMicros");
+            if (visible.stream().anyMatch(l -> !l.isEmpty())) {
+                result.put("commitVisibleMicros", visible);
             }
         }
         if (watcher != null) {

@@ -208,6 +208,13 @@ public final class NativeBridge {
     public static native int commit(long id, byte[] preparedHandle);
 
     /**
+     * Nanoseconds from the start of the committer's last {@link #commit} call until its output was
+     * visible to readers (the call goes on after that, making the commit durable); -1 where the
+     * destination does not tell or that call published nothing.
+     */
+    public static native long lastCommitVisibleNanos(long id);
+
+    /**
      * Checkpoint {@code checkpointId} completed (call after its commits): housekeeping. Returns
      * {lingering transactions aborted, expired, failures}; failures are logged and tried again at
      * the next checkpoint, never thrown. Only a commit it had to finish can throw.
