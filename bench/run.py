@@ -95,6 +95,8 @@ CASES = [
     # DiscardingSink fed through the byte-writing sinks' serialization schema.
     ("discard-serialized", "discard-serialized", "discard", 1000, False),
     ("twopc-fs", "twopc-fs", "fs", 1000, False),
+    # The same with visible-first commits (CommitOrder.VISIBLE_FIRST, opt-in).
+    ("twopc-fs-vf", "twopc-fs-vf", "fs", 1000, False),
     # The same destination through the SinkFunction shim (Flink 1.20's addSink).
     ("twopc-fs-sinkfunction", "twopc-fs-sinkfunction", "fs", 1000, False),
     ("filesink", "filesink", "filesink", 1000, False),
@@ -121,6 +123,7 @@ CASES = [
     # Flink 2.x: the Sink V2 sinks, the same jar.
     ("discard-serialized@2.x", "discard-serialized", "discard", 1000, False, "2.x"),
     ("twopc-fs@2.x", "twopc-fs", "fs", 1000, False, "2.x"),
+    ("twopc-fs-vf@2.x", "twopc-fs-vf", "fs", 1000, False, "2.x"),
     ("filesink@2.x", "filesink", "filesink", 1000, False, "2.x"),
 ]
 

@@ -382,12 +382,20 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
 
     let mut attention = Vec::new();
     let mut referenced = BTreeSet::new();
+    // Transactions being committed (claimed, or linked by a visible-first
+    // commit): their output may be visible before their record exists.
+    let mut in_commit = BTreeSet::new();
     let mut sinks = Vec::new();
     for inv in &inventories {
         let (report, mut att, mut nts) = analyse_sink(opts, inv)?;
         for c in &inv.committed {
             if let Some(f) = &c.file {
                 referenced.insert(f.clone());
+            }
+        }
+        for st in &inv.staged {
+            if matches!(st.state, StagedState::Committing(_)) {
+                in_commit.insert(st.transaction.to_string());
             }
         }
         attention.append(&mut att);
@@ -413,7 +421,7 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
             Some(v) => v,
             None => visible_part_files(opts)?,
         };
-        unreferenced_among(opts, visible, &referenced)
+        unreferenced_among(opts, visible, &referenced, &in_commit)
     };
     for u in &unreferenced {
         let mut message = format!(
@@ -605,8 +613,9 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
                 Some(sink),
                 format!(
                     "transaction {txn} (checkpoint {}) was claimed for commit, but the commit \
-                     was interrupted before it was recorded and published. Restart the job from \
-                     its latest checkpoint; recovery finishes the commit. Do not remove it",
+                     was interrupted before it was recorded (a visible-first commit may have \
+                     published its output already). Restart the job from its latest checkpoint; \
+                     recovery finishes the commit. Do not remove it or its output",
                     h.checkpoint().unwrap_or_default(),
                 ),
             ))
@@ -1133,10 +1142,14 @@ fn unreferenced_among(
     opts: &InspectOptions,
     visible: Vec<VisibleFile>,
     referenced: &BTreeSet<String>,
+    in_commit: &BTreeSet<String>,
 ) -> Vec<VisibleFile> {
     visible
         .into_iter()
         .filter(|v| !referenced.contains(&v.file))
+        .filter(|v| {
+            !txn_in_part_name(&v.file, &opts.part_prefix).is_some_and(|t| in_commit.contains(&t))
+        })
         .filter_map(|v| match fs::symlink_metadata(opts.output.join(&v.file)) {
             Ok(m) if m.is_file() => Some(VisibleFile {
                 bytes: m.len(),

@@ -327,6 +327,46 @@ fn interrupted_commit_is_explained_and_recovery_finishes_it() {
     assert_eq!(code, 0, "{v:#}");
 }
 
+/// What a power loss can leave of a visible-first commit: the output
+/// linked to its visible name, the claim and the record not yet durable.
+/// Inspect shows the transaction as a decided commit (the link is the
+/// evidence, whatever the file names), never its output as a file no
+/// record references (which it would advise removing), and the restart
+/// from the checkpoint finishes the commit.
+#[test]
+fn a_visible_first_commit_whose_claim_a_power_loss_took_back_is_a_decided_commit() {
+    let (_dir, out, clock) = output("linked");
+    let opts = SinkOptions::default();
+    let mut s = open_visible_first_sink(&out, "orders", "run-a", opts.clone(), &clock);
+    let h = prepare_one(&mut s, &["x", "y"], 1);
+    drop(s);
+    let staging = out.join(format!("_twopc/orders/staging/{}", h.transaction));
+    let visible = out.join(format!("part-{}", h.transaction));
+    fs::hard_link(staging.join("data"), &visible).unwrap();
+
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 1, "{v:#}");
+    assert_eq!(kinds(&v), vec!["commit-unfinished".to_string()], "{v:#}");
+    assert_eq!(v["sinks"][0]["staged"][0]["state"], "committing", "{v:#}");
+    assert_eq!(
+        v["unreferenced_files"].as_array().unwrap().len(),
+        0,
+        "{v:#}"
+    );
+
+    let restore = Restore {
+        states: Vec::new(),
+        checkpoint: 1,
+        known: vec![h.clone()],
+    };
+    let mut s = orders(&out, &clock, opts, Some(&restore));
+    assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+    assert_eq!(fs::read_to_string(&visible).unwrap(), "x\ny\n");
+    assert!(!staging.exists());
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 0, "{v:#}");
+}
+
 #[test]
 fn changed_committed_file_is_flagged() {
     let (_dir, out, clock) = output("changed");
@@ -583,6 +623,14 @@ fn a_folded_history_is_counted_whole_and_read_whole_with_all() {
 /// unfinished, which it is at that moment; that is allowed here.)
 #[test]
 fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
+    for visible_first in [false, true] {
+        inspect_next_to_a_committing_job(visible_first);
+    }
+}
+
+/// A visible-first job shows each commit's output before its record: a
+/// file listed then is found through the transaction's claim.
+fn inspect_next_to_a_committing_job(visible_first: bool) {
     let (_dir, out, clock) = output("inspect-race");
     let opts = SinkOptions {
         history: twopc_core::destination::HistoryPolicy {
@@ -593,7 +641,11 @@ fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
         },
         ..SinkOptions::default()
     };
-    let mut s = orders(&out, &clock, opts, None);
+    let mut s = if visible_first {
+        open_visible_first_sink(&out, "orders", "run-a", opts, &clock)
+    } else {
+        orders(&out, &clock, opts, None)
+    };
     commit_one(&mut s, &["x"], 1);
     s.checkpoint_completed(1).unwrap();
     // The job commits at least CHECKPOINTS checkpoints, and goes on until
@@ -604,10 +656,21 @@ fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
     const RUNS: u64 = 5;
     let done = AtomicBool::new(false);
     let runs = AtomicU64::new(0);
+    // Set when the inspecting side stops, a failed assertion included: the
+    // job must not wait for inspect runs that never come.
+    let inspector_gone = AtomicBool::new(false);
+    struct Gone<'a>(&'a AtomicBool);
+    impl Drop for Gone<'_> {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
     let commits = std::thread::scope(|scope| {
         let job = scope.spawn(|| {
             let mut cp = 1;
-            while cp < CHECKPOINTS || runs.load(Ordering::SeqCst) < RUNS {
+            while cp < CHECKPOINTS
+                || (runs.load(Ordering::SeqCst) < RUNS && !inspector_gone.load(Ordering::SeqCst))
+            {
                 cp += 1;
                 commit_one(&mut s, &["x", "y"], cp);
                 s.checkpoint_completed(cp).unwrap();
@@ -616,13 +679,14 @@ fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
             done.store(true, Ordering::SeqCst);
             cp
         });
+        let _gone = Gone(&inspector_gone);
         while !done.load(Ordering::SeqCst) {
             let run = runs.fetch_add(1, Ordering::SeqCst) + 1;
             let (_, v) = json(&out, &["--all"]);
             let kinds = kinds(&v);
             assert!(
                 !kinds.iter().any(|k| k == "unreferenced-file"),
-                "run {run}: {v:#}"
+                "visible first {visible_first}, run {run}: {v:#}"
             );
             // A commit caught between its record and its publication, and
             // (under heavy load) a history that kept changing while read.
@@ -630,7 +694,7 @@ fn inspect_next_to_a_committing_and_compacting_job_finds_nothing_to_remove() {
                 let p = p.as_str().unwrap();
                 assert!(
                     p.ends_with("which no longer exists") || p.contains("kept changing"),
-                    "run {run}: {p}"
+                    "visible first {visible_first}, run {run}: {p}"
                 );
             }
         }

@@ -38,13 +38,29 @@
 //!    `AlreadyCommitted`, but only if the output is there: a record whose
 //!    output is gone is reported as missing, never as success.
 //! 2. Otherwise claim (or find claimed) `committing/<txn>`, check its
-//!    marker and data length against the handle, write the commit record
-//!    durably (never replacing), publish the data under its visible name
-//!    with a rename that never replaces, and remove the claimed directory
-//!    (moved to `trash/` in one step first, so that a concurrent commit of
-//!    the same transaction never meets it half removed). A file already at
-//!    the visible name that is not this transaction's own output is an
-//!    error naming it. Two commits of one transaction may run at once (a
+//!    marker and data length against the handle, then, in the sink's
+//!    [`CommitOrder`]:
+//!    * durable-first (the default): make the claim durable, write the
+//!      commit record durably (never replacing), publish the data under
+//!      its visible name with a rename that never replaces, sync the
+//!      output directory;
+//!    * visible-first: give the staged data its visible name at once with
+//!      a hard link (never replacing) that keeps the staged name, then make
+//!      the claim durable, write the record, sync the output directory and
+//!      remove the staged name. No flush of the device comes before the
+//!      output is visible, and every state a power loss can leave is
+//!      finished forwards: a claim, a record, or a link of the staged data
+//!      to its visible name (kept without its claim, it lists as
+//!      committing, and an abort or expiry refuses it). On a file system
+//!      without hard links it commits durable-first.
+//!
+//!    Last, remove the claimed directory (moved to `trash/` in one step
+//!    first, so that a concurrent commit of the same transaction never
+//!    meets it half removed). Staged data that already has a name other
+//!    than its visible one (an interrupted visible-first commit under other
+//!    file names) is never published again: the commit stops, naming it.
+//!    A file already at the visible name that is not this transaction's
+//!    own output is an error naming it. Two commits of one transaction may run at once (a
 //!    retry by id racing its first attempt): both answer committed, and
 //!    each looks for the claim before the record, the order in which the
 //!    other creates them (the record is written before the claim goes).
@@ -57,7 +73,7 @@ use std::sync::Arc;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, CommittedTransaction, Compaction, Destination, HistoryPolicy,
     HistoryTally, LineageRecord, LineageSummary, LostNote, OperationRecord, OwnerClaim, Ownership,
-    StagedTransaction,
+    StagedState, StagedTransaction,
 };
 use twopc_core::error::{ConfigError, DestinationError, DestinationErrorKind};
 use twopc_core::handle::TransactionHandle;
@@ -109,6 +125,29 @@ pub enum RecordFormat {
     Raw,
 }
 
+/// When a commit shows its output to readers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum CommitOrder {
+    /// After the decision and the commit record are durable (two to four
+    /// flushes of the device): output readers saw is never taken back,
+    /// whatever fails, and an earlier checkpoint's restore always knows it.
+    #[default]
+    DurableFirst,
+    /// At once, by a hard link of the staged data to its visible name, and
+    /// made durable after (the staged name is kept until then). Readers see
+    /// a commit's output a fraction of a millisecond into the commit
+    /// instead of after the flushes. The price: a power loss (or kernel
+    /// crash) of the host within those flushes can take back output that
+    /// readers already saw. The restore from the latest checkpoint commits
+    /// it again, under the same name with the same content; a restore from
+    /// an *earlier* checkpoint or savepoint after such a power loss cannot
+    /// know that readers saw it, and its replay writes those records again.
+    /// A process crash (`kill -9`) takes nothing back: the links are in
+    /// the kernel's cache. Falls back to `DurableFirst` where the file
+    /// system has no hard links.
+    VisibleFirst,
+}
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FsOptions {
     pub output_dir: std::path::PathBuf,
@@ -117,6 +156,7 @@ pub struct FsOptions {
     pub part_suffix: String,
     pub format: RecordFormat,
     pub io_mode: IoMode,
+    pub commit_order: CommitOrder,
 }
 
 impl FsOptions {
@@ -127,6 +167,7 @@ impl FsOptions {
             part_suffix: String::new(),
             format: RecordFormat::Lines,
             io_mode: IoMode::Auto,
+            commit_order: CommitOrder::DurableFirst,
         }
     }
 
@@ -215,7 +256,7 @@ pub struct FsDestination {
     /// leftovers of an interrupted merge (see `remove_redundant_segments`).
     segments_not_redundant: std::collections::HashSet<(String, String)>,
     /// When the last commit made its output visible (the commit latency
-    /// metric's "until visible" part).
+    /// metric).
     last_visible: Option<std::time::Instant>,
 }
 
@@ -522,6 +563,8 @@ impl FsDestination {
             {
                 return Ok(None);
             }
+            // Durable before it is reported (and noted as lost).
+            self.sync_claim()?;
             return Ok(Some(CommitStatus::Missing {
                 evidence: format!(
                     "it was claimed for commit ({}), but its prepare marker is gone",
@@ -548,8 +591,32 @@ impl FsDestination {
             .stat(DATA_FILE)
             .map_err(io_err("reading size of", &claimed.child(DATA_FILE)))?;
         match data {
-            Some(st) if st.kind == EntryKind::File && st.len == marker.data_len => {}
+            Some(st) if st.kind == EntryKind::File && st.len == marker.data_len => {
+                // A second name that is not the visible one: an interrupted
+                // visible-first commit published it under other file names
+                // (changed since), or a tool linked it. Publishing it again
+                // would show the output twice. Read again before deciding:
+                // a concurrent commit's publication (a link, then the
+                // staged name goes) may be under way.
+                let other_name = st.links > 1 && self.has_another_name(claimed, &visible)?;
+                if other_name {
+                    return Err(DestinationError::corrupt(format!(
+                        "the staged data of {txn}, {}, already has {} names but {} is not one \
+                         of them: an interrupted commit may have published it under other file \
+                         names (was partPrefix or partSuffix changed?). Nothing was published. \
+                         Find the other name with `find {} -samefile {}`: restore the file names \
+                         the sink used when it was published, or remove that name if it is not \
+                         output, and restart",
+                        claimed.child(DATA_FILE).display(),
+                        st.links,
+                        self.output.child(&visible).display(),
+                        self.output.path().display(),
+                        claimed.child(DATA_FILE).display()
+                    )));
+                }
+            }
             Some(st) if st.kind == EntryKind::File => {
+                self.sync_claim()?;
                 return Ok(Some(CommitStatus::Missing {
                     evidence: format!(
                         "its staged data file {} has {} bytes but {} were prepared; it was \
@@ -558,7 +625,7 @@ impl FsDestination {
                         st.len,
                         marker.data_len
                     ),
-                }))
+                }));
             }
             Some(_) => {
                 return Err(self.corrupt(format!(
@@ -571,6 +638,7 @@ impl FsDestination {
                 if self.read_commit_record(&record_name)?.is_some() {
                     return Ok(None);
                 }
+                self.sync_claim()?;
                 return Ok(Some(CommitStatus::Missing {
                     evidence: format!(
                         "its prepare marker exists but its data file {} is gone",
@@ -579,8 +647,25 @@ impl FsDestination {
                 }));
             }
         }
-        // The record, durable before the output is: a crash in between
-        // leaves a decided commit that the next attempt finishes.
+        // Visible first (when configured): a hard link gives the staged
+        // data its visible name and keeps the staged one, so readers see
+        // the output before any flush of the device. Every state a power
+        // loss can leave from here on is finished forwards, never aborted:
+        // the claim, the record and the link each name the decision (see
+        // `published_from_staging` for a link that survived without its
+        // claim). What a power loss can take back is in `CommitOrder`.
+        let linked = self.options.commit_order == CommitOrder::VisibleFirst
+            && self.link_output(claimed, &visible, marker.data_len)?;
+        if linked {
+            self.last_visible = Some(std::time::Instant::now());
+        }
+        // The claim durable before the record that depends on it: a claim
+        // that came back in `staging/` beside a durable record could be
+        // aborted as lingering.
+        self.sync_claim()?;
+        // The record before the staged name goes (or, without hard links,
+        // before the output becomes visible): a crash in between leaves a
+        // decided commit that the next attempt finishes.
         let record = ControlFile::Committed(CommitRecord {
             handle: marker.handle.clone(),
             file: Some(visible.clone()),
@@ -608,10 +693,135 @@ impl FsDestination {
                 ))
             }
         }
-        self.publish(claimed, &visible, marker.data_len)?;
-        self.last_visible = Some(std::time::Instant::now());
+        if linked {
+            // The link durable before the claim goes. The staged name goes
+            // first: a commit of the transaction still holding the claim's
+            // directory open (a retry racing this one) then finds nothing
+            // to link, never a way to publish it again after a retraction.
+            self.sync_dir(&self.output)?;
+            claimed
+                .unlink(DATA_FILE)
+                .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
+        } else {
+            self.publish(claimed, &visible, marker.data_len)?;
+            self.last_visible = Some(std::time::Instant::now());
+        }
         remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
         Ok(Some(CommitStatus::Committed))
+    }
+
+    /// Whether a claimed transaction's data, seen with more than one name,
+    /// has one that is not `visible` (see `finish_claimed`). A concurrent
+    /// commit's link is told apart by reading again: the kernel counts a
+    /// new link a moment before its name can be looked up, and a commit
+    /// removes the staged name once it published. Data gone meanwhile
+    /// answers false: the caller's next steps find that commit's work.
+    fn has_another_name(&self, claimed: &Dir, visible: &str) -> Result<bool, DestinationError> {
+        for _ in 0..20 {
+            let data = claimed
+                .stat(DATA_FILE)
+                .map_err(io_err("reading", &claimed.child(DATA_FILE)))?;
+            let output = self
+                .output
+                .stat(visible)
+                .map_err(io_err("reading", &self.output.child(visible)))?;
+            match (data, output) {
+                (None, _) => return Ok(false),
+                (Some(d), _) if d.links < 2 => return Ok(false),
+                (Some(d), Some(o)) => return Ok(d.inode != o.inode),
+                // Linked a moment ago, or under another name: look again.
+                (Some(_), None) => std::thread::sleep(std::time::Duration::from_millis(1)),
+            }
+        }
+        Ok(true)
+    }
+
+    /// Links a claimed transaction's data to its visible name, keeping the
+    /// staged name; true once the output is there (linked now, by an
+    /// earlier attempt, or published by a concurrent commit), false where
+    /// the file system has no hard links (the caller then publishes by a
+    /// rename after the record). Never replaces anything.
+    fn link_output(
+        &self,
+        claimed: &Dir,
+        visible: &str,
+        data_len: u64,
+    ) -> Result<bool, DestinationError> {
+        let target = self.output.child(visible);
+        match claimed.link_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
+            Ok(linked) => Ok(linked),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                if same_file(claimed, DATA_FILE, &self.output, visible)
+                    .map_err(io_err("reading", &target))?
+                {
+                    // An earlier attempt linked it.
+                    return Ok(true);
+                }
+                if claimed
+                    .stat(DATA_FILE)
+                    .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
+                    .is_none()
+                {
+                    // A concurrent commit finished and removed the staged
+                    // name between the link and the comparison.
+                    self.published_meanwhile(visible, data_len)?;
+                    return Ok(true);
+                }
+                Err(DestinationError::new(
+                    DestinationErrorKind::Corrupt,
+                    format!(
+                        "refusing to publish over {}: a file that is not this transaction's \
+                         output already has its name. Move that file away; the commit is \
+                         decided (claimed), and the next attempt publishes it",
+                        target.display()
+                    ),
+                ))
+            }
+            // A concurrent commit finished it: the staged name is gone.
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                self.published_meanwhile(visible, data_len)?;
+                Ok(true)
+            }
+            Err(e) => Err(DestinationError::io("publishing", &target, e)),
+        }
+    }
+
+    /// Whether a transaction still in `staging/` has its data linked to its
+    /// visible name: a commit claimed and published it, and a power loss
+    /// kept the link but not the claim (the claim is synced after the link).
+    /// Such a transaction is committed forwards, never aborted or expired:
+    /// readers may have seen its output. Cheap for every other transaction:
+    /// its data has one name.
+    fn published_from_staging(&self, txn: &TransactionId) -> Result<bool, DestinationError> {
+        let Some(dir) = self.open_txn_dir(&self.dirs.staging, txn.as_str())? else {
+            return Ok(false);
+        };
+        let Some(data) = dir
+            .stat(DATA_FILE)
+            .map_err(io_err("reading", &dir.child(DATA_FILE)))?
+        else {
+            return Ok(false);
+        };
+        if data.links < 2 {
+            return Ok(false);
+        }
+        let visible = self.part_name(txn);
+        let output = self
+            .output
+            .stat(&visible)
+            .map_err(io_err("reading", &self.output.child(&visible)))?;
+        if output.is_none_or(|o| o.inode != data.inode) {
+            return Ok(false);
+        }
+        // Still in `staging/`: the directory opened above may have been
+        // claimed by a commit since, which links at once (a live commit,
+        // not a leftover).
+        Ok(self
+            .dirs
+            .staging
+            .stat(txn.as_str())
+            .map_err(io_err("reading", &self.dirs.staging.child(txn.as_str())))?
+            .is_some_and(|st| dir.inode().is_ok_and(|ino| st.inode == ino)))
     }
 
     /// Moves a claimed transaction's data to its visible name, never
@@ -1219,28 +1429,22 @@ impl Destination for FsDestination {
                 self.sync_dir(&self.dirs.committed)?;
                 return self.already_committed(handle, &record);
             }
+            // The claim, ours or another commit's (a retry racing its first
+            // attempt, or one interrupted), is the decision; it is made
+            // durable after the output is visible and before the record
+            // that depends on it (`finish_claimed`).
             let claimed = match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
-                Some(d) => {
-                    // Another commit's claim (a retry racing its first
-                    // attempt, or one interrupted): durable before this
-                    // commit writes a record that depends on it.
-                    self.sync_claim()?;
-                    d
-                }
+                Some(d) => d,
                 None => match self.dirs.staging.rename_noreplace(
                     txn.as_str(),
                     &self.dirs.committing,
                     txn.as_str(),
                     IoStep::Claim,
                 ) {
-                    Ok(()) => {
-                        // The claim is the decision: durable before going on.
-                        self.sync_claim()?;
-                        match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
-                            Some(d) => d,
-                            None => continue,
-                        }
-                    }
+                    Ok(()) => match self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
+                        Some(d) => d,
+                        None => continue,
+                    },
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         // Not staged: claimed or committed meanwhile (look
                         // again), or gone. The claim first, then the record:
@@ -1288,6 +1492,9 @@ impl Destination for FsDestination {
     }
 
     fn abort(&mut self, txn: &TransactionId) -> Result<AbortStatus, DestinationError> {
+        if self.published_from_staging(txn)? {
+            return Ok(AbortStatus::WasCommitted);
+        }
         if self.claim_for_removal(txn, |_| Ok(()))? {
             return Ok(AbortStatus::Aborted);
         }
@@ -1308,7 +1515,14 @@ impl Destination for FsDestination {
     }
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
-        let (staged, foreign) = self.scan_staged()?;
+        let (mut staged, foreign) = self.scan_staged()?;
+        for s in &mut staged {
+            if let StagedState::Prepared(h) = &s.state {
+                if self.published_from_staging(&s.transaction)? {
+                    s.state = StagedState::Committing(h.clone());
+                }
+            }
+        }
         for name in foreign {
             log::warn!(
                 "ignoring {name} in the staging area: not a transaction of sink '{}'",
@@ -1391,6 +1605,16 @@ impl Destination for FsDestination {
     }
 
     fn expire(&mut self, txn: &TransactionId, now_ms: u64) -> Result<(), DestinationError> {
+        if self.published_from_staging(txn)? {
+            return Err(DestinationError::new(
+                DestinationErrorKind::Corrupt,
+                format!(
+                    "{txn} was not expired: its output {} is published (a commit was \
+                     interrupted), so it is committed by the next start, never removed",
+                    self.output.child(&self.part_name(txn)).display()
+                ),
+            ));
+        }
         let tombstone = |d: &Self| {
             let dir = &d.dirs.expired;
             match dir.write_atomically(

@@ -61,6 +61,9 @@ pub(crate) struct EntryStat {
     pub kind: EntryKind,
     pub len: u64,
     pub inode: (u64, u64),
+    /// How many names the entry has: more than one for staged data a
+    /// commit has linked to its visible name.
+    pub links: u64,
     pub modified_ms: u64,
 }
 
@@ -251,6 +254,13 @@ impl Dir {
         Ok(Some(bytes))
     }
 
+    /// This directory's own (device, inode), read from its descriptor: it
+    /// follows the directory wherever it was renamed since it was opened.
+    pub(crate) fn inode(&self) -> io::Result<(u64, u64)> {
+        let st = rustix::fs::fstat(&self.fd)?;
+        Ok((st.st_dev, st.st_ino))
+    }
+
     /// Facts about an entry, not following links; `None` if absent.
     pub(crate) fn stat(&self, name: &str) -> io::Result<Option<EntryStat>> {
         check_name(name)?;
@@ -259,6 +269,9 @@ impl Dir {
                 kind: EntryKind::of(FileType::from_raw_mode(st.st_mode)),
                 len: st.st_size as u64,
                 inode: (st.st_dev, st.st_ino),
+                // nlink_t is 32 bits on some targets.
+                #[allow(clippy::unnecessary_cast)]
+                links: st.st_nlink as u64,
                 modified_ms: (st.st_mtime.max(0) as u64) * 1000 + st.st_mtime_nsec / 1_000_000,
             })),
             Err(rustix::io::Errno::NOENT) => Ok(None),
@@ -371,6 +384,35 @@ impl Dir {
             }
             Err(e) => Err(e.into()),
         }
+    }
+
+    /// Gives the file `from` here a second name, `to_name` in `to`, failing
+    /// with `AlreadyExists` if anything has that name (a hard link never
+    /// replaces). `Ok(false)` where the file system has no hard links.
+    pub(crate) fn link_noreplace(
+        &self,
+        from: &str,
+        to: &Dir,
+        to_name: &str,
+        step: IoStep,
+    ) -> io::Result<bool> {
+        check_name(from)?;
+        check_name(to_name)?;
+        if self.faults.lacks_hard_links() {
+            return Ok(false);
+        }
+        self.faults.around(step, &to.child(to_name), || {
+            match rustix::fs::linkat(&self.fd, from, &to.fd, to_name, AtFlags::empty()) {
+                Ok(()) => Ok(true),
+                // No hard links here (FAT, some FUSE and network file
+                // systems answer one of these).
+                Err(rustix::io::Errno::PERM)
+                | Err(rustix::io::Errno::OPNOTSUPP)
+                | Err(rustix::io::Errno::NOSYS)
+                | Err(rustix::io::Errno::MLINK) => Ok(false),
+                Err(e) => Err(e.into()),
+            }
+        })
     }
 
     /// Removes a file (or a link, never its target); false if absent.

@@ -57,6 +57,12 @@ pub trait IoFaults: Send + Sync {
     fn lacks_rename_noreplace(&self) -> bool {
         false
     }
+
+    /// True to act as a file system without hard links: a commit then
+    /// publishes by a rename after its record (the older, slower order).
+    fn lacks_hard_links(&self) -> bool {
+        false
+    }
 }
 
 /// The hook a destination carries; empty in production.
@@ -77,6 +83,10 @@ impl FaultHook {
 
     pub(crate) fn lacks_rename_noreplace(&self) -> bool {
         self.0.as_ref().is_some_and(|f| f.lacks_rename_noreplace())
+    }
+
+    pub(crate) fn lacks_hard_links(&self) -> bool {
+        self.0.as_ref().is_some_and(|f| f.lacks_hard_links())
     }
 
     /// Runs `effect` between the before- and after-checks of `step`.

@@ -5,7 +5,9 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use twopc_core::destination::{LineageRecord, LostNote, OperationRecord, StagedTransaction};
+use twopc_core::destination::{
+    LineageRecord, LostNote, OperationRecord, StagedState, StagedTransaction,
+};
 use twopc_core::error::DestinationError;
 use twopc_core::ids::{SinkId, TransactionId};
 
@@ -230,6 +232,29 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
             output,
         };
         let mut problems = Vec::new();
+        // Staged and claimed transactions before the commit records, the
+        // order a commit creates them in reverse (it writes its record
+        // before it removes its claim): a commit that runs meanwhile is
+        // seen in one or the other, never in neither. A visible-first
+        // commit shows its output before its record, so a file listed
+        // before this inventory is found through one of the two.
+        let staged = match reader.scan_staged(v.staging.as_ref(), v.committing.as_ref()) {
+            Ok((mut s, foreign)) => {
+                problems.extend(
+                    foreign
+                        .into_iter()
+                        .map(|f| format!("{f} is not a transaction of this sink")),
+                );
+                if let Some(staging) = v.staging.as_ref() {
+                    mark_published(&reader, &v.root, staging, &mut s);
+                }
+                s
+            }
+            Err(e) => {
+                problems.push(e.to_string());
+                Vec::new()
+            }
+        };
         let committed = match reader.scan_commit_records(v.committed.as_ref(), |_, _| true) {
             Ok((c, foreign)) => {
                 problems.extend(
@@ -376,20 +401,6 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
                 }
             }
         }
-        let staged = match reader.scan_staged(v.staging.as_ref(), v.committing.as_ref()) {
-            Ok((s, foreign)) => {
-                problems.extend(
-                    foreign
-                        .into_iter()
-                        .map(|f| format!("{f} is not a transaction of this sink")),
-                );
-                s
-            }
-            Err(e) => {
-                problems.push(e.to_string());
-                Vec::new()
-            }
-        };
         let expired = match reader.tombstones(v.expired.as_ref()) {
             Ok(t) => t.into_iter().collect(),
             Err(e) => {
@@ -440,4 +451,45 @@ pub fn inventory_with(output: &Path, depth: Depth) -> Result<Vec<SinkInventory>,
         });
     }
     Ok(out)
+}
+
+/// Lists as committing, as the destination does, a transaction in
+/// `staging/` whose data a visible-first commit already linked to a
+/// visible name and whose claim a power loss took back. Found by inode,
+/// whatever file names the sink uses; the output directory is listed only
+/// when some staged data has a second name.
+fn mark_published(
+    reader: &Reader<'_>,
+    root: &Dir,
+    staging: &Dir,
+    staged: &mut [StagedTransaction],
+) {
+    let mut visible_inodes: Option<std::collections::HashSet<(u64, u64)>> = None;
+    for s in staged.iter_mut() {
+        let StagedState::Prepared(handle) = &s.state else {
+            continue;
+        };
+        let Ok(Some(dir)) = reader.open_txn_dir(staging, s.transaction.as_str()) else {
+            continue;
+        };
+        let Some(data) = dir.stat(names::DATA_FILE).ok().flatten() else {
+            continue;
+        };
+        if data.links < 2 {
+            continue;
+        }
+        let inodes = visible_inodes.get_or_insert_with(|| {
+            root.entries()
+                .unwrap_or_default()
+                .into_iter()
+                .filter(|e| e.kind == EntryKind::File)
+                .filter_map(|e| root.stat(&e.raw_name).ok().flatten())
+                .filter(|st| st.links > 1)
+                .map(|st| st.inode)
+                .collect()
+        });
+        if inodes.contains(&data.inode) {
+            s.state = StagedState::Committing(handle.clone());
+        }
+    }
 }

@@ -27,7 +27,7 @@ mod scan;
 mod staged;
 
 pub use control::{committed_view, decode_control_file, CommitRecord, ControlFile, PreparedMarker};
-pub use destination::{FsDestination, FsOptions, RecordFormat};
+pub use destination::{CommitOrder, FsDestination, FsOptions, RecordFormat};
 pub use faults::{IoFaults, IoStep, IoTiming};
 pub use history::SegmentName;
 pub use inventory::{inventory, inventory_with, Depth, Layout, SinkInventory};

@@ -8,6 +8,7 @@ mod common;
 use std::fs;
 
 use common::*;
+use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
 use twopc_core::destination::{
     AbortStatus, CommitStatus, Destination, LineageRecord, OwnerClaim, Ownership, StagedState,
@@ -138,6 +139,11 @@ fn a_commit_makes_each_step_durable_before_the_next() {
     let layout = d.layout();
     let h = stage(&mut d, 1, 3, &["a", "b"]);
     let steps = durable_steps(&mut d, &log, &h, CommitStatus::Committed);
+    let record = layout.committed.join(twopc_fs::commit_record_name(
+        LineageId(7),
+        3,
+        &h.transaction,
+    ));
     let expected = [
         (
             IoStep::Claim,
@@ -145,14 +151,7 @@ fn a_commit_makes_each_step_durable_before_the_next() {
         ),
         (IoStep::DirSync, layout.staging.clone()),
         (IoStep::DirSync, layout.committing.clone()),
-        (
-            IoStep::CommitRecord,
-            layout.committed.join(twopc_fs::commit_record_name(
-                LineageId(7),
-                3,
-                &h.transaction,
-            )),
-        ),
+        (IoStep::CommitRecord, record.clone()),
         (IoStep::DirSync, layout.committed.clone()),
         (IoStep::Publish, part(&t.0, 1)),
         (IoStep::DirSync, t.0.clone()),
@@ -188,6 +187,103 @@ fn a_commit_makes_each_step_durable_before_the_next() {
         ]
     );
     assert!(!part(&t.0, 1).exists());
+}
+
+/// Visible first: the output is visible before any flush of the device
+/// (the claim, then a hard link to its visible name); then the claim, the
+/// record and the link are made durable, each before the next depends on
+/// it, and the staged name goes before the claim does.
+#[test]
+fn a_visible_first_commit_shows_its_output_before_any_flush() {
+    let t = TempDir::new("visible-first");
+    let log = Arc::new(StepLog::default());
+    let mut d = FsDestination::open_with_faults(visible_first(&t.0), &sink(), log.clone()).unwrap();
+    let layout = d.layout();
+    let h = stage(&mut d, 1, 3, &["a", "b"]);
+    let steps = durable_steps(&mut d, &log, &h, CommitStatus::Committed);
+    let record = layout.committed.join(twopc_fs::commit_record_name(
+        LineageId(7),
+        3,
+        &h.transaction,
+    ));
+    let claimed = layout.committing.join(h.transaction.as_str());
+    let expected = [
+        (IoStep::Claim, claimed.clone()),
+        (IoStep::Publish, part(&t.0, 1)),
+        (IoStep::DirSync, layout.staging.clone()),
+        (IoStep::DirSync, layout.committing.clone()),
+        (IoStep::CommitRecord, record.clone()),
+        (IoStep::DirSync, layout.committed.clone()),
+        (IoStep::DirSync, t.0.clone()),
+    ];
+    assert_eq!(steps, expected);
+    // The staged name went before the claim: the only name left is the
+    // visible one.
+    let removed: Vec<std::path::PathBuf> = log
+        .0
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(s, t, _)| *s == IoStep::Remove && *t == IoTiming::Before)
+        .map(|(_, _, p)| p.clone())
+        .collect();
+    assert_eq!(removed.first(), Some(&claimed.join("data")), "{removed:?}");
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
+    assert_eq!(fs::metadata(part(&t.0, 1)).unwrap().nlink(), 1);
+    assert!(!claimed.exists());
+    assert!(d.staged().unwrap().is_empty());
+    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
+}
+
+/// A step log on a file system without hard links.
+#[derive(Default)]
+struct NoHardLinks(StepLog);
+
+impl twopc_fs::IoFaults for NoHardLinks {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        self.0.inject(step, timing, path)
+    }
+
+    fn lacks_hard_links(&self) -> bool {
+        true
+    }
+}
+
+/// Without hard links the output cannot be visible before the commit is
+/// durable and keep its staged name: a visible-first sink there commits
+/// durable-first (the record, then a rename publishes it).
+#[test]
+fn without_hard_links_a_commit_publishes_by_a_rename_after_its_record() {
+    let t = TempDir::new("no-links");
+    let faults = Arc::new(NoHardLinks::default());
+    let mut d =
+        FsDestination::open_with_faults(visible_first(&t.0), &sink(), faults.clone()).unwrap();
+    let h = stage(&mut d, 1, 3, &["a", "b"]);
+    let steps = durable_steps(&mut d, &faults.0, &h, CommitStatus::Committed);
+    let kinds: Vec<IoStep> = steps.iter().map(|(s, _)| *s).collect();
+    assert_eq!(
+        kinds,
+        [
+            IoStep::Claim,
+            IoStep::DirSync,
+            IoStep::DirSync,
+            IoStep::CommitRecord,
+            IoStep::DirSync,
+            IoStep::Publish,
+            IoStep::DirSync
+        ],
+        "{steps:?}"
+    );
+    assert_eq!(steps[5].1, part(&t.0, 1));
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
+    assert_eq!(fs::metadata(part(&t.0, 1)).unwrap().nlink(), 1);
+    assert!(d.staged().unwrap().is_empty());
+    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
 /// A commit that meets another commit's claim (a retry racing its first
@@ -226,60 +322,100 @@ fn a_commit_that_meets_a_claim_makes_it_durable_before_its_record() {
 }
 
 /// The states a crash can leave a commit in, rebuilt by hand from a
-/// prepared transaction: claimed only; claimed and recorded; recorded and
-/// published but not cleaned up.
+/// prepared transaction: claimed only; claimed and linked to its visible
+/// name; the link kept but the claim lost (a power loss: the claim is
+/// synced after the link); claimed, linked and recorded; recorded, with the
+/// staged name gone, but not cleaned up.
 #[test]
 fn every_interrupted_commit_is_finished_by_the_next_commit_and_never_aborted() {
-    for stop_after in ["claim", "record", "publish"] {
-        let t = TempDir::new("interrupted");
-        let mut d = dest(&t.0);
-        let h = stage(&mut d, 1, 3, &["x"]);
-        let layout = d.layout();
-        let saved = t.0.join("saved");
-        copy_dir(&layout.staging_dir(&h.transaction), &saved);
-        assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
-        let claimed = layout.committing.join(h.transaction.as_str());
-        let record = layout.committed.join(twopc_fs::commit_record_name(
-            LineageId(7),
-            3,
-            &h.transaction,
-        ));
-        let visible = part(&t.0, 1);
-        // Put the state back.
-        copy_dir(&saved, &claimed);
-        match stop_after {
-            "claim" => {
-                fs::remove_file(&record).unwrap();
-                fs::remove_file(&visible).unwrap();
-            }
-            "record" => fs::remove_file(&visible).unwrap(),
-            _ => fs::remove_file(claimed.join("data")).unwrap(),
+    // The leftovers of either order are finished by either (a sink's order
+    // may change between two runs).
+    for order in ["durable-first", "visible-first"] {
+        for stop_after in ["claim", "link", "link-unclaimed", "record", "publish"] {
+            interrupted_commit_is_finished(order, stop_after);
         }
-
-        // It is reported as a decided commit, and nothing aborts it.
-        let staged = d.staged().unwrap();
-        assert!(
-            matches!(&staged[..], [s] if matches!(s.state, StagedState::Committing(_))),
-            "{stop_after}: {staged:?}"
-        );
-        assert_eq!(
-            d.abort(&h.transaction).unwrap(),
-            AbortStatus::WasCommitted,
-            "{stop_after}"
-        );
-        d.expire(&h.transaction, 99).unwrap();
-        assert!(claimed.exists(), "{stop_after}: expiry never removes it");
-
-        let expected = if stop_after == "claim" {
-            CommitStatus::Committed
-        } else {
-            CommitStatus::AlreadyCommitted
-        };
-        assert_eq!(d.commit(&h, 6).unwrap(), expected, "{stop_after}");
-        assert_eq!(fs::read_to_string(&visible).unwrap(), "x\n", "{stop_after}");
-        assert!(!claimed.exists(), "{stop_after}");
-        assert!(d.staged().unwrap().is_empty(), "{stop_after}");
     }
+}
+
+fn interrupted_commit_is_finished(order: &str, stop_after: &str) {
+    let case = format!("{order}, stopped after {stop_after}");
+    let t = TempDir::new("interrupted");
+    let (_, options) = commit_orders(&t.0)
+        .into_iter()
+        .find(|(o, _)| *o == order)
+        .unwrap();
+    let mut d = FsDestination::open(options, &sink()).unwrap();
+    let h = stage(&mut d, 1, 3, &["x"]);
+    let layout = d.layout();
+    let saved = t.0.join("saved");
+    copy_dir(&layout.staging_dir(&h.transaction), &saved);
+    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    let claimed = layout.committing.join(h.transaction.as_str());
+    let record = layout.committed.join(twopc_fs::commit_record_name(
+        LineageId(7),
+        3,
+        &h.transaction,
+    ));
+    let visible = part(&t.0, 1);
+    // Put the state back.
+    let unclaimed = stop_after == "link-unclaimed";
+    let txn_dir = if unclaimed {
+        layout.staging_dir(&h.transaction)
+    } else {
+        claimed.clone()
+    };
+    copy_dir(&saved, &txn_dir);
+    let relink = || {
+        fs::remove_file(&visible).unwrap();
+        fs::hard_link(txn_dir.join("data"), &visible).unwrap();
+    };
+    match stop_after {
+        "claim" => {
+            fs::remove_file(&record).unwrap();
+            fs::remove_file(&visible).unwrap();
+        }
+        "link" | "link-unclaimed" => {
+            fs::remove_file(&record).unwrap();
+            relink();
+        }
+        "record" => relink(),
+        _ => fs::remove_file(claimed.join("data")).unwrap(),
+    }
+
+    // It is reported as a decided commit, and nothing aborts it.
+    let staged = d.staged().unwrap();
+    assert!(
+        matches!(&staged[..], [s] if matches!(s.state, StagedState::Committing(_))),
+        "{case}: {staged:?}"
+    );
+    assert_eq!(
+        d.abort(&h.transaction).unwrap(),
+        AbortStatus::WasCommitted,
+        "{case}"
+    );
+    if unclaimed {
+        // Its output is visible: an expiry refuses, naming it.
+        let e = d.expire(&h.transaction, 99).unwrap_err();
+        assert!(e.message.contains("is published"), "{case}: {e}");
+    } else {
+        d.expire(&h.transaction, 99).unwrap();
+    }
+    assert!(txn_dir.exists(), "{case}: expiry never removes it");
+    if stop_after != "claim" {
+        assert_eq!(fs::read_to_string(&visible).unwrap(), "x\n", "{case}");
+    }
+
+    let expected = if matches!(stop_after, "claim" | "link" | "link-unclaimed") {
+        CommitStatus::Committed
+    } else {
+        CommitStatus::AlreadyCommitted
+    };
+    assert_eq!(d.commit(&h, 6).unwrap(), expected, "{case}");
+    assert_eq!(fs::read_to_string(&visible).unwrap(), "x\n", "{case}");
+    assert_eq!(fs::metadata(&visible).unwrap().nlink(), 1, "{case}");
+    assert!(record.exists(), "{case}");
+    assert!(!txn_dir.exists(), "{case}");
+    assert!(d.staged().unwrap().is_empty(), "{case}");
 }
 
 #[test]

@@ -68,21 +68,81 @@ fn a_linked_control_directory_is_refused_at_open() {
 
 #[test]
 fn an_existing_file_at_the_visible_name_is_never_overwritten() {
-    let t = TempDir::new("occupied");
-    let mut d = dest(&t.0);
-    let h = stage(&mut d, 1, 1, &["ours"]);
-    fs::write(part(&t.0, 1), b"theirs").unwrap();
-    let err = d.commit(&h, 1).unwrap_err();
-    assert!(
-        err.message.contains("refusing to publish over")
-            && err.message.contains(part(&t.0, 1).to_str().unwrap()),
-        "{err}"
-    );
-    assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"theirs");
-    // Once the operator moves it away, the decided commit publishes.
-    fs::rename(part(&t.0, 1), t.0.join("moved")).unwrap();
-    assert_eq!(d.commit(&h, 2).unwrap(), CommitStatus::AlreadyCommitted);
-    assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"ours\n");
+    for (order, options) in commit_orders(&TempDir::new("occupied").0) {
+        let t = TempDir::new("occupied");
+        let options = twopc_fs::FsOptions {
+            output_dir: t.0.clone(),
+            ..options
+        };
+        let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
+        let h = stage(&mut d, 1, 1, &["ours"]);
+        fs::write(part(&t.0, 1), b"theirs").unwrap();
+        let err = d.commit(&h, 1).unwrap_err();
+        assert!(
+            err.message.contains("refusing to publish over")
+                && err.message.contains(part(&t.0, 1).to_str().unwrap()),
+            "{order}: {err}"
+        );
+        assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"theirs", "{order}");
+        // Once the operator moves it away, the decided (claimed) commit
+        // publishes. Durable-first refused after its record, visible-first
+        // before it.
+        fs::rename(part(&t.0, 1), t.0.join("moved")).unwrap();
+        let expected = if order == "visible-first" {
+            assert!(matches!(
+                &d.staged().unwrap()[..],
+                [s] if matches!(s.state, twopc_core::destination::StagedState::Committing(_))
+            ));
+            CommitStatus::Committed
+        } else {
+            CommitStatus::AlreadyCommitted
+        };
+        assert_eq!(d.commit(&h, 2).unwrap(), expected, "{order}");
+        assert_eq!(fs::read(part(&t.0, 1)).unwrap(), b"ours\n", "{order}");
+    }
+}
+
+/// A visible-first commit linked the output under the sink's file names
+/// then, and was interrupted; the sink restarts with other names. The
+/// commit must not publish the same data under a second name (the output
+/// twice): it stops, naming the data and how to find its other name.
+#[test]
+fn staged_data_published_under_other_names_is_never_published_twice() {
+    let t = TempDir::new("renamed");
+    let mut d = twopc_fs::FsDestination::open(visible_first(&t.0), &sink()).unwrap();
+    let h = stage(&mut d, 1, 3, &["x"]);
+    let layout = d.layout();
+    let claimed = layout.committing.join(h.transaction.as_str());
+    // The state the interruption left: claimed, linked as `orders-...`.
+    fs::rename(layout.staging_dir(&h.transaction), &claimed).unwrap();
+    let earlier_name = t.0.join(format!("orders-{}", h.transaction));
+    fs::hard_link(claimed.join("data"), &earlier_name).unwrap();
+    drop(d);
+
+    for (order, options) in commit_orders(&t.0) {
+        let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
+        let err = d.commit(&h, 5).unwrap_err();
+        assert!(
+            err.message.contains("-samefile") && err.message.contains("partPrefix"),
+            "{order}: {err}"
+        );
+        assert!(
+            !part(&t.0, 1).exists(),
+            "{order}: not published a second time"
+        );
+        assert!(claimed.join("data").exists(), "{order}");
+        assert_eq!(fs::read_to_string(&earlier_name).unwrap(), "x\n");
+    }
+    // With its earlier names the sink finishes the commit.
+    let options = twopc_fs::FsOptions {
+        part_prefix: "orders".into(),
+        ..visible_first(&t.0)
+    };
+    let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
+    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::Committed);
+    assert_eq!(fs::read_to_string(&earlier_name).unwrap(), "x\n");
+    assert!(!part(&t.0, 1).exists());
+    assert!(!claimed.exists());
 }
 
 #[test]

@@ -11,7 +11,7 @@ use std::fs;
 use common::*;
 use twopc_core::destination::{AbortStatus, CommitStatus, Destination, LineageRecord};
 use twopc_core::ids::{LineageId, RunId};
-use twopc_fs::{IoMode, IoStep, IoTiming};
+use twopc_fs::{CommitOrder, IoMode, IoStep, IoTiming};
 
 const STEPS: [IoStep; 12] = [
     IoStep::Write,
@@ -39,13 +39,21 @@ fn twice<T, E: std::fmt::Debug>(mut f: impl FnMut() -> Result<T, E>) -> T {
 #[test]
 fn every_step_failing_before_or_after_its_effect_loses_and_duplicates_nothing() {
     let records = ["alpha", "beta", "gamma"];
-    for mode in [IoMode::Buffered, IoMode::Auto] {
+    for (mode, order) in [
+        (IoMode::Buffered, CommitOrder::DurableFirst),
+        (IoMode::Auto, CommitOrder::DurableFirst),
+        (IoMode::Auto, CommitOrder::VisibleFirst),
+    ] {
         for step in STEPS {
             for timing in [IoTiming::Before, IoTiming::After] {
                 for errno in [28 /* ENOSPC */, 5 /* EIO */] {
-                    let case = format!("{mode:?} {step:?} {timing:?} errno {errno}");
+                    let case = format!("{mode:?} {order:?} {step:?} {timing:?} errno {errno}");
                     let t = TempDir::new("faults");
-                    let (mut d, faults) = faulty(&t.0, mode);
+                    let options = twopc_fs::FsOptions {
+                        commit_order: order,
+                        ..options(&t.0, mode)
+                    };
+                    let (mut d, faults) = faulty_with(options);
                     faults.arm(step, timing, errno);
 
                     // Transaction 1: written and prepared, or poisoned and

@@ -71,19 +71,24 @@ impl IoFaults for NoRenameNoreplace {
     }
 }
 
-/// A destination over `dir`, with `RENAME_NOREPLACE` or acting as without.
-fn racer(dir: &Path, fallback: bool) -> FsDestination {
-    if fallback {
-        FsDestination::open_with_faults(
-            FsOptions::new(dir),
-            &sink(),
-            std::sync::Arc::new(NoRenameNoreplace),
-        )
-        .unwrap()
+/// A destination over `dir`, with `RENAME_NOREPLACE` or acting as without,
+/// committing durable-first or visible-first.
+fn racer(dir: &Path, fallback: bool, visible_first: bool) -> FsDestination {
+    let options = if visible_first {
+        common::visible_first(dir)
     } else {
-        dest(dir)
+        FsOptions::new(dir)
+    };
+    if fallback {
+        FsDestination::open_with_faults(options, &sink(), std::sync::Arc::new(NoRenameNoreplace))
+            .unwrap()
+    } else {
+        FsDestination::open(options, &sink()).unwrap()
     }
 }
+
+/// Each race with and without `RENAME_NOREPLACE`, in both commit orders.
+const VARIANTS: [(bool, bool); 4] = [(false, false), (true, false), (false, true), (true, true)];
 
 /// The rounds of a thread race: fewer where the fallback makes each one
 /// slower.
@@ -97,16 +102,16 @@ fn rounds(fallback: bool) -> u64 {
 
 #[test]
 fn commit_and_abort_racing_in_two_threads_decide_once() {
-    for fallback in [false, true] {
-        commit_and_abort_racing_in_two_threads(fallback);
+    for (fallback, visible_first) in VARIANTS {
+        commit_and_abort_racing_in_two_threads(fallback, visible_first);
     }
 }
 
-fn commit_and_abort_racing_in_two_threads(fallback: bool) {
+fn commit_and_abort_racing_in_two_threads(fallback: bool, visible_first: bool) {
     let t = TempDir::fast("race-threads");
     let mut writer = dest(&t.0);
-    let mut committer = racer(&t.0, fallback);
-    let mut aborter = racer(&t.0, fallback);
+    let mut committer = racer(&t.0, fallback, visible_first);
+    let mut aborter = racer(&t.0, fallback, visible_first);
     let (mut commits, mut aborts) = (0, 0);
     for round in 0..rounds(fallback) {
         let h = stage(&mut writer, round, 1, &["r"]);
@@ -134,7 +139,8 @@ fn commit_and_abort_racing_in_two_threads(fallback: bool) {
         }
     }
     eprintln!(
-        "two threads (fallback: {fallback}), {} rounds: commit won {commits}, abort won {aborts}",
+        "two threads (fallback: {fallback}, visible first: {visible_first}), {} rounds: commit \
+         won {commits}, abort won {aborts}",
         rounds(fallback)
     );
     assert!(writer.staged().unwrap().is_empty());
@@ -147,10 +153,16 @@ struct Worker {
 }
 
 impl Worker {
-    fn start(dir: &std::path::Path) -> Worker {
+    /// A worker process committing visible-first or durable-first.
+    fn start(dir: &std::path::Path, visible_first: bool) -> Worker {
         let mut child = Command::new(env!("CARGO_BIN_EXE_twopc-fs-race-worker"))
             .arg(dir)
             .arg(sink().as_str())
+            .arg(if visible_first {
+                "visible-first"
+            } else {
+                "durable-first"
+            })
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -187,8 +199,9 @@ impl Drop for Worker {
 fn commit_and_abort_racing_in_two_processes_decide_once() {
     let t = TempDir::fast("race-processes");
     let mut writer: FsDestination = dest(&t.0);
-    let mut committer = Worker::start(&t.0);
-    let mut aborter = Worker::start(&t.0);
+    // A visible-first commit against a durable-first abort.
+    let mut committer = Worker::start(&t.0, true);
+    let mut aborter = Worker::start(&t.0, false);
     let (mut commits, mut aborts) = (0, 0);
     for round in 0..ROUNDS {
         let h = stage(&mut writer, round, 1, &["r"]);
@@ -237,16 +250,16 @@ fn judge_two_commits(round: u64, dir: &std::path::Path, a: &str, b: &str) {
 
 #[test]
 fn two_commits_of_one_transaction_racing_in_two_threads_both_succeed() {
-    for fallback in [false, true] {
-        two_commits_racing_in_two_threads(fallback);
+    for (fallback, visible_first) in VARIANTS {
+        two_commits_racing_in_two_threads(fallback, visible_first);
     }
 }
 
-fn two_commits_racing_in_two_threads(fallback: bool) {
+fn two_commits_racing_in_two_threads(fallback: bool, visible_first: bool) {
     let t = TempDir::fast("race-commits-threads");
     let mut writer = dest(&t.0);
-    let mut first = racer(&t.0, fallback);
-    let mut second = racer(&t.0, fallback);
+    let mut first = racer(&t.0, fallback, visible_first);
+    let mut second = racer(&t.0, fallback, visible_first);
     for round in 0..rounds(fallback) {
         let h = stage(&mut writer, round, 1, &["r"]);
         let barrier = Barrier::new(2);
@@ -274,8 +287,9 @@ fn two_commits_racing_in_two_threads(fallback: bool) {
 fn two_commits_of_one_transaction_racing_in_two_processes_both_succeed() {
     let t = TempDir::fast("race-commits-processes");
     let mut writer: FsDestination = dest(&t.0);
-    let mut first = Worker::start(&t.0);
-    let mut second = Worker::start(&t.0);
+    // One commit of each order (two versions of a sink, or a changed one).
+    let mut first = Worker::start(&t.0, true);
+    let mut second = Worker::start(&t.0, false);
     for round in 0..ROUNDS {
         let h = stage(&mut writer, round, 1, &["r"]);
         let hex: String = h.encode().iter().map(|b| format!("{b:02x}")).collect();
@@ -296,10 +310,12 @@ fn two_commits_of_one_transaction_racing_in_two_processes_both_succeed() {
 fn a_commit_racing_an_expiry_names_the_expiry_when_it_loses() {
     let t = TempDir::fast("race-expiry");
     let mut writer = dest(&t.0);
-    let mut committer = dest(&t.0);
     let mut expirer = dest(&t.0);
     let (mut commits, mut expiries) = (0, 0);
     for round in 0..ROUNDS / 5 {
+        // Both commit orders, alternating (an expiry must not take a
+        // visible-first commit's link for a leftover).
+        let mut committer = racer(&t.0, false, round % 2 == 1);
         let h = stage(&mut writer, round, 1, &["r"]);
         let barrier = Barrier::new(2);
         let (c, e) = std::thread::scope(|s| {

@@ -23,7 +23,7 @@ use serde::Deserialize;
 use twopc_core::config::{validate_retention, FreshStartPolicy, RetryPolicy, RewindPolicy};
 use twopc_core::error::ConfigError;
 use twopc_core::{Destination, SinkId, SinkOptions, SubtaskContext, TwopcError};
-use twopc_fs::{FsDestination, FsOptions, IoMode, RecordFormat};
+use twopc_fs::{CommitOrder, FsDestination, FsOptions, IoMode, RecordFormat};
 use twopc_objstore::{ObjectStoreDestination, S3Options};
 use twopc_pg::{CopyFormat, Endpoint, Password, PgDestination, PgMode, PgOptions};
 
@@ -120,6 +120,9 @@ struct FsSection {
     part_suffix: String,
     record_format: String,
     io_mode: String,
+    /// Optional: DURABLE_FIRST when absent.
+    #[serde(default)]
+    commit_order: Option<String>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -483,6 +486,17 @@ fn fs_options(f: FsSection) -> Result<FsOptions, ConfigError> {
                 ("BUFFERED", IoMode::Buffered),
             ],
         )?,
+        commit_order: match &f.commit_order {
+            None => CommitOrder::DurableFirst,
+            Some(order) => policy(
+                "commit order",
+                order,
+                &[
+                    ("DURABLE_FIRST", CommitOrder::DurableFirst),
+                    ("VISIBLE_FIRST", CommitOrder::VisibleFirst),
+                ],
+            )?,
+        },
     };
     options.validate()?;
     Ok(options)
@@ -696,6 +710,28 @@ pub(crate) mod tests {
         assert!(c.describe().contains("/tmp/x"));
         let c = SinkConfig::decode(&pg_config(r#","transactionIdColumn":"txn""#)).unwrap();
         assert_eq!(c.options.fresh_start, FreshStartPolicy::Append);
+    }
+
+    #[test]
+    fn a_directory_commit_order_is_optional_and_checked() {
+        let order = |text: &str| match SinkConfig::decode(text).unwrap().destination {
+            DestinationSpec::Filesystem(o) => o.commit_order,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(order(&fs_config("/x")), CommitOrder::DurableFirst);
+        let with = |value: &str| {
+            fs_config("/x").replace(
+                "\"ioMode\":\"AUTO\"",
+                &format!("\"ioMode\":\"AUTO\",\"commitOrder\":\"{value}\""),
+            )
+        };
+        assert_eq!(order(&with("VISIBLE_FIRST")), CommitOrder::VisibleFirst);
+        assert_eq!(order(&with("DURABLE_FIRST")), CommitOrder::DurableFirst);
+        let err = SinkConfig::decode(&with("SOON")).unwrap_err();
+        assert!(
+            err.to_string().contains("commit order") && err.to_string().contains("VISIBLE_FIRST"),
+            "{err}"
+        );
     }
 
     #[test]

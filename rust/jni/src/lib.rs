@@ -392,7 +392,12 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_commit<'l>(
             let outcome = match n {
                 Native::Sink(s) => {
                     let h = args::handle_of(s.scope(), &handle)?;
-                    s.commit(&h)?
+                    let started = std::time::Instant::now();
+                    s.last_visible_nanos = -1;
+                    let outcome = s.commit(&h)?;
+                    s.last_visible_nanos =
+                        visible_after(s.destination().last_visible_at(), started);
+                    outcome
                 }
                 Native::Committer(c) => {
                     let h = args::handle_of(c.session.scope(), &handle)?;
@@ -425,11 +430,7 @@ fn committer_commit(
     let started = std::time::Instant::now();
     c.last_visible_nanos = -1;
     let outcome = c.session.commit(&mut c.dest, &SystemClock, h)?;
-    c.last_visible_nanos = c
-        .dest
-        .last_visible_at()
-        .and_then(|t| t.checked_duration_since(started))
-        .map_or(-1, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX));
+    c.last_visible_nanos = visible_after(c.dest.last_visible_at(), started);
     #[cfg(feature = "failpoints")]
     fail::fail_point!("twopc-commit-after", |_| Err(injected(
         "twopc-commit-after",
@@ -702,9 +703,18 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_preparedAgeMs<'
     .resolve::<ThrowJava>()
 }
 
+/// Nanoseconds from `started` (a commit call's start) until `visible` (when
+/// the destination last showed output), or -1 if that was not during the
+/// call (the commit published nothing) or the destination does not tell.
+fn visible_after(visible: Option<std::time::Instant>, started: std::time::Instant) -> i64 {
+    visible
+        .and_then(|t| t.checked_duration_since(started))
+        .map_or(-1, |d| i64::try_from(d.as_nanos()).unwrap_or(i64::MAX))
+}
+
 /// `long lastCommitVisibleNanos(long committer)`: from the start of the
-/// committer's last commit call until its output was visible; -1 if the
-/// destination does not tell or that commit published nothing.
+/// last commit call of a committer or sink until its output was visible;
+/// -1 if the destination does not tell or that commit published nothing.
 #[no_mangle]
 pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_lastCommitVisibleNanos<'l>(
     mut env: EnvUnowned<'l>,
@@ -714,7 +724,8 @@ pub extern "system" fn Java_io_twopc_flink_internal_NativeBridge_lastCommitVisib
     env.with_env(|_env| -> BridgeResult<jlong> {
         registry::with_native(id, |n| match n {
             Native::Committer(c) => Ok(c.last_visible_nanos),
-            other => Err(not_a("committer", other, id)),
+            Native::Sink(s) => Ok(s.last_visible_nanos),
+            other => Err(not_a("committer or sink", other, id)),
         })
     })
     .resolve::<ThrowJava>()

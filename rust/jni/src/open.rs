@@ -15,7 +15,7 @@ use twopc_core::{
 use crate::args::non_negative;
 use crate::config::SinkConfig;
 use crate::error::{BridgeError, BridgeResult};
-use crate::registry::{self, CommitterEntry, Native, WriterEntry};
+use crate::registry::{self, CommitterEntry, Native, SinkEntry, WriterEntry};
 
 /// What a subtask opens.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -75,8 +75,8 @@ pub(crate) fn open(role: Role, args: OpenArgs) -> BridgeResult<i64> {
     let restore = restore(&ctx, &args)?;
     let mut dest = config.open_destination(&ctx, args.password.clone(), needed_retention_ms)?;
     let native = match role {
-        Role::Sink => Native::Sink(Box::new(
-            SubtaskSink::open(
+        Role::Sink => Native::Sink(Box::new(SinkEntry {
+            sink: SubtaskSink::open(
                 dest,
                 SystemClock,
                 ctx.clone(),
@@ -85,7 +85,8 @@ pub(crate) fn open(role: Role, args: OpenArgs) -> BridgeResult<i64> {
                 None,
             )?
             .0,
-        )),
+            last_visible_nanos: -1,
+        })),
         Role::Writer => {
             let (session, _) = WriterSession::open(
                 &mut dest,

@@ -27,6 +27,29 @@ pub(crate) type AnyDestination = Box<dyn Destination + Send>;
 /// The SinkFunction shim's writer and committer in one.
 pub(crate) type Sink = SubtaskSink<AnyDestination, SystemClock>;
 
+/// The SinkFunction shim's sink, with what the bridge remembers of it.
+/// Dereferences to the sink: the entry points call it as they would the
+/// sink itself.
+pub(crate) struct SinkEntry {
+    pub sink: Sink,
+    /// As [`CommitterEntry::last_visible_nanos`].
+    pub last_visible_nanos: i64,
+}
+
+impl std::ops::Deref for SinkEntry {
+    type Target = Sink;
+
+    fn deref(&self) -> &Sink {
+        &self.sink
+    }
+}
+
+impl std::ops::DerefMut for SinkEntry {
+    fn deref_mut(&mut self) -> &mut Sink {
+        &mut self.sink
+    }
+}
+
 /// A Sink V2 writer and its destination.
 pub(crate) struct WriterEntry {
     pub session: WriterSession,
@@ -45,7 +68,7 @@ pub(crate) struct CommitterEntry {
 /// What an id names.
 pub(crate) enum Native {
     // Boxed: the three differ in size, and an entry lives on the heap anyway.
-    Sink(Box<Sink>),
+    Sink(Box<SinkEntry>),
     Writer(Box<WriterEntry>),
     Committer(Box<CommitterEntry>),
 }

@@ -110,6 +110,27 @@ pub fn try_open_sink(
     SubtaskSink::open(dest, clock.clone(), ctx, options, restore, None)
 }
 
+/// Subtask 0 of 1 of `sink` in `run`, committing visible-first.
+#[allow(dead_code)]
+pub fn open_visible_first_sink(
+    out: &Path,
+    sink: &str,
+    run: &str,
+    options: SinkOptions,
+    clock: &ShiftClock,
+) -> FsSink {
+    let sink = SinkId::new(sink).unwrap();
+    let fs_options = FsOptions {
+        commit_order: twopc_fs::CommitOrder::VisibleFirst,
+        ..FsOptions::new(out)
+    };
+    let dest = FsDestination::open(fs_options, &sink).unwrap();
+    let ctx = SubtaskContext::new(sink, RunId::new(run).unwrap(), 0, 1).unwrap();
+    SubtaskSink::open(dest, clock.clone(), ctx, options, None, None)
+        .unwrap()
+        .0
+}
+
 pub fn batch(records: &[&str]) -> RecordBatchBuf {
     RecordBatchBuf::from_records(records)
 }

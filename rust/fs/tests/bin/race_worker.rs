@@ -1,7 +1,8 @@
 //! Test helper for `tests/races.rs`: one side of a commit/abort race, in a
 //! process of its own. Reads commands from stdin, one per line, runs each
 //! on its own filesystem destination over the directory given as the first
-//! argument, and answers one line per command:
+//! argument (the sink's id second, its commit order third: `durable-first`,
+//! the default, or `visible-first`), and answers one line per command:
 //!
 //! ```text
 //! commit <handle, hex>   ->  Committed | AlreadyCommitted | Missing | error: ...
@@ -13,15 +14,23 @@ use std::io::{BufRead, Write};
 use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
 use twopc_core::ids::{SinkId, TransactionId};
 use twopc_core::TransactionHandle;
-use twopc_fs::{FsDestination, FsOptions};
+use twopc_fs::{CommitOrder, FsDestination, FsOptions};
 
 fn main() {
     let dir = std::env::args()
         .nth(1)
         .expect("usage: race_worker <output dir> <sink>");
     let sink = SinkId::new(std::env::args().nth(2).expect("sink id")).expect("valid sink id");
-    let mut dest =
-        FsDestination::open(FsOptions::new(&dir), &sink).expect("opening the destination");
+    let commit_order = match std::env::args().nth(3).as_deref() {
+        None | Some("durable-first") => CommitOrder::DurableFirst,
+        Some("visible-first") => CommitOrder::VisibleFirst,
+        Some(other) => panic!("unknown commit order {other}"),
+    };
+    let options = FsOptions {
+        commit_order,
+        ..FsOptions::new(&dir)
+    };
+    let mut dest = FsDestination::open(options, &sink).expect("opening the destination");
     let stdin = std::io::stdin();
     let mut out = std::io::stdout().lock();
     for line in stdin.lock().lines() {

@@ -56,6 +56,22 @@ pub fn dest(dir: &Path) -> FsDestination {
     FsDestination::open(FsOptions::new(dir), &sink()).unwrap()
 }
 
+/// Options of a sink whose commits show their output first.
+pub fn visible_first(dir: &Path) -> FsOptions {
+    FsOptions {
+        commit_order: twopc_fs::CommitOrder::VisibleFirst,
+        ..FsOptions::new(dir)
+    }
+}
+
+/// Both commit orders, with a name for assertion messages.
+pub fn commit_orders(dir: &Path) -> [(&'static str, FsOptions); 2] {
+    [
+        ("durable-first", FsOptions::new(dir)),
+        ("visible-first", visible_first(dir)),
+    ]
+}
+
 pub fn txn(seq: u64) -> TransactionId {
     TransactionId::compose(&sink(), 0, 0xabcdef, seq)
 }
@@ -167,8 +183,12 @@ impl IoFaults for OneFault {
 }
 
 pub fn faulty(dir: &Path, mode: IoMode) -> (FsDestination, Arc<OneFault>) {
+    faulty_with(options(dir, mode))
+}
+
+pub fn faulty_with(options: FsOptions) -> (FsDestination, Arc<OneFault>) {
     let faults = Arc::new(OneFault::default());
-    let d = FsDestination::open_with_faults(options(dir, mode), &sink(), faults.clone()).unwrap();
+    let d = FsDestination::open_with_faults(options, &sink(), faults.clone()).unwrap();
     (d, faults)
 }
 

@@ -464,6 +464,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         }
         long durationNanos = System.nanoTime() - start;
         long checkpoint = checkpointOf(transaction);
+        metrics.recordCommitVisible(NativeBridge.lastCommitVisibleNanos(nativeSink));
         metrics.recordCommit(durationNanos, preparedAgeMs, outcome, recovery, checkpoint);
         if (!recovery && checkpoint >= 0) {
             // Flink commits the pending transactions of checkpoints up to a completed one

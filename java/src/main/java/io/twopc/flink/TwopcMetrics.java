@@ -72,7 +72,7 @@ final class TwopcMetrics {
             // (the output became visible inside it), apart from Flink's notification path.
             group.histogram("commitDurationMicros", duration);
             // The part of that call until the output was visible (the call goes on to make the
-            // commit durable and clean up); only where the destination tells (the filesystem).
+            // commit durable and clean up); only where the destination tells (a directory).
             group.histogram("commitVisibleMicros", visible);
         }
     }

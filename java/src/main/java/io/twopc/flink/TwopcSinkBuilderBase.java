@@ -74,6 +74,7 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     String partSuffix = DEFAULT_PART_SUFFIX;
     RecordFormat recordFormat = RecordFormat.LINES;
     IoMode ioMode = IoMode.AUTO;
+    CommitOrder commitOrder = CommitOrder.DURABLE_FIRST;
     int commitMaxAttempts = DEFAULT_COMMIT_MAX_ATTEMPTS;
     Duration commitInitialBackoff = DEFAULT_COMMIT_INITIAL_BACKOFF;
     Duration commitMaxBackoff = DEFAULT_COMMIT_MAX_BACKOFF;
@@ -217,6 +218,16 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     }
 
     /**
+     * When a directory sink's commits show their output: {@link CommitOrder#DURABLE_FIRST} (default)
+     * or {@link CommitOrder#VISIBLE_FIRST} (at once, made durable after; read its documentation for
+     * what a power loss can take back).
+     */
+    public SELF setCommitOrder(CommitOrder order) {
+        this.commitOrder = order;
+        return self();
+    }
+
+    /**
      * Attempts of a commit whose outcome is unknown (a timeout, a lost connection) before the job
      * stops with an unresolved commit (default 5; 1 means no retry). Retries use the same
      * transaction id, so a commit that did land is recognised.
@@ -289,6 +300,10 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
             if (ioMode != null && ioMode != IoMode.AUTO) {
                 problems.add("I/O mode applies to a directory only, not to an object store; remove setIoMode(...)");
             }
+            if (commitOrder != null && commitOrder != CommitOrder.DURABLE_FIRST) {
+                problems.add("commit order applies to a directory only, not to an object store (an object "
+                        + "becomes visible when its upload completes); remove setCommitOrder(...)");
+            }
         } else if (outputDirectory != null && postgres != null) {
             problems.add("both an output directory and a PostgreSQL destination are set; a sink writes to "
                     + "one: call either forDirectory(...) or forPostgres(...)");
@@ -337,6 +352,8 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
                     + "FreshStartPolicy.APPEND or FreshStartPolicy.APPEND_AND_ABORT_PREPARED)", freshStartPolicy},
             {"record format (use RecordFormat.LINES, the default, or RecordFormat.RAW)", recordFormat},
             {"I/O mode (use IoMode.AUTO, the default, IoMode.DIRECT or IoMode.BUFFERED)", ioMode},
+            {"commit order (use CommitOrder.DURABLE_FIRST, the default, or CommitOrder.VISIBLE_FIRST)",
+                    commitOrder},
             {"part prefix", partPrefix},
             {"part suffix (use \"\" for none)", partSuffix}, {"commit initial backoff", commitInitialBackoff},
             {"commit max backoff", commitMaxBackoff}, {"owner wait", ownerWait}, {"lineage wait", lineageWait},
@@ -415,6 +432,10 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
         if (ioMode != null && ioMode != IoMode.AUTO) {
             problems.add("I/O mode applies to forDirectory only, not to " + destination + "; remove "
                     + "setIoMode(...)");
+        }
+        if (commitOrder != null && commitOrder != CommitOrder.DURABLE_FIRST) {
+            problems.add("commit order applies to forDirectory only, not to " + destination + "; remove "
+                    + "setCommitOrder(...)");
         }
         return problems;
     }

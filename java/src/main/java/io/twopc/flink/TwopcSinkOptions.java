@@ -30,6 +30,7 @@ public final class TwopcSinkOptions implements Serializable {
     final String partSuffix;
     final RecordFormat recordFormat;
     final IoMode ioMode;
+    final CommitOrder commitOrder;
     final int batchSize;
     final int batchBytes;
     final long retentionMs;
@@ -66,6 +67,7 @@ public final class TwopcSinkOptions implements Serializable {
         this.partSuffix = b.partSuffix;
         this.recordFormat = b.recordFormat;
         this.ioMode = b.ioMode;
+        this.commitOrder = b.commitOrder;
         this.batchSize = b.batchSize;
         this.batchBytes = b.batchBytes;
         this.retentionMs = millis(b.retention);
@@ -193,7 +195,8 @@ public final class TwopcSinkOptions implements Serializable {
                     .put("partPrefix", partPrefix)
                     .put("partSuffix", partSuffix)
                     .put("recordFormat", recordFormat.name())
-                    .put("ioMode", ioMode.name());
+                    .put("ioMode", ioMode.name())
+                    .put("commitOrder", commitOrder.name());
         } else {
             PostgresDestination p = postgres;
             destination = Json.object().put("type", "postgres");
@@ -234,7 +237,7 @@ public final class TwopcSinkOptions implements Serializable {
                 : objectStore != null ? objectStore + " (parts " + partPrefix + "-*" + partSuffix + ", "
                         + recordFormat + ")"
                 : outputDirectory + " (parts " + partPrefix + "-*" + partSuffix + ", " + recordFormat
-                        + ", I/O " + ioMode + ")";
+                        + ", I/O " + ioMode + ", commit " + commitOrder + ")";
         return "sink '" + sinkId + "' -> " + destination
                 + " (batches of " + batchSize + " records / " + batchBytes + " bytes"
                 + ", retention " + Durations.format(retentionMs)

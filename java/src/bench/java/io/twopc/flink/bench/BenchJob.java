@@ -285,7 +285,7 @@ public final class BenchJob {
      */
     static List<String> committedRecords(String sink, Path dir, Sinks.Target target) throws IOException {
         List<String> names = new ArrayList<>();
-        if (sink.equals("twopc-fs")) {
+        if (sink.equals("twopc-fs") || sink.equals("twopc-fs-vf")) {
             Path committed = dir.resolve("_twopc").resolve(Sinks.SINK_ID).resolve("committed");
             try (DirectoryStream<Path> entries = Files.newDirectoryStream(committed)) {
                 for (Path p : entries) {

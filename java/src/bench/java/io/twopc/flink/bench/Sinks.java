@@ -1,5 +1,6 @@
 package io.twopc.flink.bench;
 
+import io.twopc.flink.CommitOrder;
 import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.TwopcSink;
 
@@ -100,6 +101,7 @@ final class Sinks {
             case "discard-serialized":
                 return new Target(false);
             case "twopc-fs":
+            case "twopc-fs-vf":
             case "twopc-fs-sinkfunction":
             case "filesink":
                 return new Target(true);
@@ -200,6 +202,16 @@ final class Sinks {
                                 .build())
                         .uid("sink").name("twopc-fs");
                 break;
+            case "twopc-fs-vf":
+                // The same, with commits that show their output before they are durable.
+                stream.sinkTo(TwopcSink.<String>builder()
+                                .forDirectory(dir)
+                                .setSinkId(SINK_ID)
+                                .setSerializationSchema(new SimpleStringSchema())
+                                .setCommitOrder(CommitOrder.VISIBLE_FIRST)
+                                .build())
+                        .uid("sink").name("twopc-fs-vf");
+                break;
             case "filesink":
                 // Row format, the same encoder (the string's bytes and a newline), the same flat
                 // directory and the same file rolling (one file per subtask and checkpoint).
@@ -252,6 +264,7 @@ final class Sinks {
             case "discard-serialized":
                 return "ok: nothing to check";
             case "twopc-fs":
+            case "twopc-fs-vf":
             case "twopc-fs-sinkfunction":
             case "filesink":
                 return verifyFiles(dir, records);

@@ -150,6 +150,13 @@ public final class TwopcConnectorOptions {
             .defaultValue("auto")
             .withDescription("Directory tables: how staged data is written: 'auto', 'direct' or 'buffered'.");
 
+    public static final ConfigOption<String> COMMIT_ORDER = ConfigOptions.key("sink.commit-order")
+            .stringType()
+            .defaultValue("durable-first")
+            .withDescription("Directory tables: when a commit shows its output: 'durable-first' (after the "
+                    + "commit is synced to the device) or 'visible-first' (at once, synced after: a power "
+                    + "loss within those milliseconds can take back output readers saw; see CommitOrder).");
+
     // ------------------------------------------------------------------ object-store tables ('path' = 's3://...')
 
     public static final ConfigOption<String> S3_ENDPOINT = ConfigOptions.key("s3.endpoint")

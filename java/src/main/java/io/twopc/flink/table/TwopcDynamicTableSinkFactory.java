@@ -1,6 +1,7 @@
 package io.twopc.flink.table;
 
 import io.twopc.flink.FreshStartPolicy;
+import io.twopc.flink.CommitOrder;
 import io.twopc.flink.IoMode;
 import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.PostgresCopyFormat;
@@ -56,8 +57,8 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
 
     /** Options only a directory table takes. */
     static final List<ConfigOption<?>> DIRECTORY_OPTIONS =
-            Arrays.asList(PATH, FORMAT, PART_PREFIX, PART_SUFFIX, RECORD_FORMAT, IO_MODE, S3_ENDPOINT, S3_REGION,
-                    S3_PATH_STYLE_ACCESS, S3_ALLOW_HTTP, S3_PROFILE, S3_PART_SIZE, SAVEPOINT_RETENTION);
+            Arrays.asList(PATH, FORMAT, PART_PREFIX, PART_SUFFIX, RECORD_FORMAT, IO_MODE, COMMIT_ORDER, S3_ENDPOINT,
+                    S3_REGION, S3_PATH_STYLE_ACCESS, S3_ALLOW_HTTP, S3_PROFILE, S3_PART_SIZE, SAVEPOINT_RETENTION);
 
     /** Options of a 'path' table that only an object store ('s3://...') takes. */
     static final List<ConfigOption<?>> OBJECT_STORE_OPTIONS = Arrays.asList(S3_ENDPOINT, S3_REGION,
@@ -213,6 +214,8 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                 options.get(RECORD_FORMAT), "lines", "raw").toUpperCase(Locale.ROOT));
         IoMode ioMode = IoMode.valueOf(parseChoice(table, IO_MODE, options.get(IO_MODE), "auto", "direct",
                 "buffered").toUpperCase(Locale.ROOT));
+        CommitOrder commitOrder = CommitOrder.valueOf(parseChoice(table, COMMIT_ORDER, options.get(COMMIT_ORDER),
+                "durable-first", "visible-first").toUpperCase(Locale.ROOT).replace('-', '_'));
         if (ObjectStoreDestination.isObjectStoreUrl(path)) {
             ObjectStoreDestination store = ObjectStoreDestination.s3(path)
                     .endpoint(options.getOptional(S3_ENDPOINT).orElse(null))
@@ -226,13 +229,15 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                     .setPartPrefix(prefix)
                     .setPartSuffix(suffix)
                     .setRecordFormat(recordFormat)
-                    .setIoMode(ioMode);
+                    .setIoMode(ioMode)
+                    .setCommitOrder(commitOrder);
         }
         return b -> b.forDirectory(path)
                 .setPartPrefix(prefix)
                 .setPartSuffix(suffix)
                 .setRecordFormat(recordFormat)
-                .setIoMode(ioMode);
+                .setIoMode(ioMode)
+                .setCommitOrder(commitOrder);
     }
 
     /** The object-store options set on a table whose 'path' is a directory: a mistake, refused. */
@@ -420,6 +425,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
             {"passwordFromEnvironment(...)", "'password-env'"},
             {"transactionIdColumn", "'sink.transaction-id-column'"},
             {"setIoMode(...)", "'sink.io-mode'"},
+            {"setCommitOrder(...)", "'sink.commit-order'"},
             {"partSize(" + ObjectStoreDestination.DEFAULT_PART_SIZE + ")", "'s3.part-size' = '8mb'"},
             {"allowHttp(true)", "'s3.allow-http' = 'true'"},
             {"PostgreSQL URL", "'url'"},

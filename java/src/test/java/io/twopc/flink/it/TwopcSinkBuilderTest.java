@@ -1,6 +1,7 @@
 package io.twopc.flink.it;
 
 import io.twopc.flink.CsvRowSchema;
+import io.twopc.flink.CommitOrder;
 import io.twopc.flink.IoMode;
 import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.PostgresCopyFormat;
@@ -123,10 +124,13 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().forObjectStore(store))).contains("are both set");
         assertThat(problemOf(noDirectory.forObjectStore(store).setIoMode(IoMode.DIRECT)))
                 .contains("I/O mode applies to a directory only");
+        assertThat(problemOf(noDirectory.forObjectStore(store).setCommitOrder(CommitOrder.VISIBLE_FIRST)))
+                .contains("commit order applies to a directory only", "setCommitOrder");
         // Settings that mean something to an object store pass into its configuration.
         TwopcSink<String> sink = noDirectory.forObjectStore(store.endpoint("http://127.0.0.1:9000").allowHttp(true)
                         .pathStyleAccess(true).region("eu-west-1").savepointRetention(Duration.ofDays(30)))
                 .setIoMode(IoMode.AUTO)
+                .setCommitOrder(CommitOrder.DURABLE_FIRST)
                 .setPartSuffix(".csv")
                 .build();
         assertThat(sink.getOptions().toConfigJson()).contains("\"pathStyle\":true", "\"allowHttp\":true",
@@ -170,6 +174,11 @@ public class TwopcSinkBuilderTest {
         assertThat(problemOf(valid().setRewindPolicy(null))).contains("RewindPolicy.REPLACE_RANGE");
         assertThat(problemOf(valid().setFreshStartPolicy(null))).contains("FreshStartPolicy.ABORT_PREPARED");
         assertThat(problemOf(valid().setRecordFormat(null))).contains("RecordFormat.RAW");
+        assertThat(problemOf(valid().setCommitOrder(null))).contains("CommitOrder.VISIBLE_FIRST");
+        // A directory takes either order, and the configuration carries it to the native side.
+        assertThat(valid().setCommitOrder(CommitOrder.VISIBLE_FIRST).build().getOptions().toConfigJson())
+                .contains("\"commitOrder\":\"VISIBLE_FIRST\"");
+        assertThat(valid().build().getOptions().toConfigJson()).contains("\"commitOrder\":\"DURABLE_FIRST\"");
         assertThat(problemOf(valid().setCommitRetryBackoff(Duration.ofSeconds(2), Duration.ofSeconds(1))))
                 .contains("the initial commit back-off (2s) exceeds the maximum back-off (1s)");
         assertThat(problemOf(valid().setTimeoutWarningRatio(1.5))).contains("must be in [0, 1]");
@@ -211,6 +220,8 @@ public class TwopcSinkBuilderTest {
     public void postgresSettingsAreCheckedByBuild() {
         assertThat(problemOfPostgres(validPostgres().forDirectory("/data/out")))
                 .contains("both an output directory and a PostgreSQL destination");
+        assertThat(problemOfPostgres(validPostgres().setCommitOrder(CommitOrder.VISIBLE_FIRST)))
+                .contains("commit order applies to forDirectory only", "setCommitOrder");
         assertThat(problemOfPostgres(validPostgres().setPartSuffix(".csv")))
                 .contains("part suffix applies to forDirectory only", "remove setPartSuffix");
         assertThat(problemOfPostgres(validPostgres().setRecordFormat(RecordFormat.RAW)))

@@ -137,6 +137,8 @@ public class TwopcTableOptionsTest {
                 .contains("'fail', 'abort-prepared', 'append', 'append-and-abort-prepared'");
         assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.io-mode' = 'fast'"))
                 .contains("'sink.io-mode' = 'fast' is not one of 'auto', 'direct', 'buffered'");
+        assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.commit-order' = 'fast'"))
+                .contains("'sink.commit-order' = 'fast' is not one of 'durable-first', 'visible-first'");
         assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.retention' = 'forever'"))
                 .contains("sink.retention");
         assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'sink.batch-bytes' = '3 gb'"))
@@ -145,7 +147,7 @@ public class TwopcTableOptionsTest {
                 .contains("sink.lineage-wait");
         TableEnvironment tEnv = environment();
         tEnv.executeSql("CREATE TABLE w (a INT) WITH ('connector' = 'twopc'" + dir() + ", 'format' = 'csv', "
-                + "'sink.lineage-wait' = '15 s', 'sink.owner-wait' = '1 s')");
+                + "'sink.lineage-wait' = '15 s', 'sink.owner-wait' = '1 s', 'sink.commit-order' = 'visible-first')");
         assertThat(tEnv.explainSql("INSERT INTO w VALUES (1)")).contains("default_catalog.default_database.w");
     }
 
@@ -171,6 +173,9 @@ public class TwopcTableOptionsTest {
         assertThat(refusal("a INT", store + ", 'sink.io-mode' = 'direct'"))
                 .contains("the options cannot work", "remove 'sink.io-mode'")
                 .doesNotContain("setIoMode");
+        assertThat(refusal("a INT", store + ", 'sink.commit-order' = 'visible-first'"))
+                .contains("the options cannot work", "remove 'sink.commit-order'")
+                .doesNotContain("setCommitOrder");
         assertThat(refusal("a INT", store + ", 's3.part-size' = '1 mb'"))
                 .contains("the options cannot work", "'s3.part-size' = '8mb' is the default")
                 .doesNotContain("partSize(");
