@@ -349,9 +349,11 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
         twopc_fs::Depth::Summary
     };
     // The visible files are listed before the records are read: a commit
-    // writes its record before it publishes its file, so a file published
-    // while inspect runs is referenced by the records read below. (Listed
-    // after, such a file would be reported as no record's, to be removed.)
+    // writes its record before it publishes its file (a visible-first one
+    // before it removes its claim, which is read before the records), so a
+    // file published while inspect runs is referenced by the records or the
+    // claims read below. (Listed after, such a file would be reported as no
+    // record's, to be removed.)
     // Not listed when the check will not be made: a summary of a history
     // with segments (their records are not read).
     let visible_before = if depth == twopc_fs::Depth::Full || !any_history_segments(out) {
@@ -603,7 +605,13 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             duration(opts.retention_ms)
         );
         let staging_dir = match &s.state {
-            StagedState::Committing(_) => layout.committing.join(s.transaction.as_str()),
+            // A visible-first commit's link whose claim a power loss took
+            // back is still in `staging/`.
+            StagedState::Committing(_)
+                if layout.committing.join(s.transaction.as_str()).exists() =>
+            {
+                layout.committing.join(s.transaction.as_str())
+            }
             _ => layout.staging_dir(&s.transaction),
         };
         let finding = if let (Some(h), None) = (claimed, record) {
@@ -1144,13 +1152,24 @@ fn unreferenced_among(
     referenced: &BTreeSet<String>,
     in_commit: &BTreeSet<String>,
 ) -> Vec<VisibleFile> {
+    use std::os::unix::fs::MetadataExt;
     visible
         .into_iter()
         .filter(|v| !referenced.contains(&v.file))
-        .filter(|v| {
-            !txn_in_part_name(&v.file, &opts.part_prefix).is_some_and(|t| in_commit.contains(&t))
-        })
         .filter_map(|v| match fs::symlink_metadata(opts.output.join(&v.file)) {
+            // The output of a transaction being committed (a visible-first
+            // commit shows it before its record), unless the claim's data is
+            // another file: then this one is what blocks the commit, and is
+            // reported. A commit that finished meanwhile left no data.
+            Ok(m)
+                if txn_in_part_name(&v.file, &opts.part_prefix)
+                    .filter(|t| in_commit.contains(t))
+                    .is_some_and(|t| {
+                        staged_data_inode(&opts.output, &t).is_none_or(|i| i == (m.dev(), m.ino()))
+                    }) =>
+            {
+                None
+            }
             Ok(m) if m.is_file() => Some(VisibleFile {
                 bytes: m.len(),
                 ..v
@@ -1158,6 +1177,24 @@ fn unreferenced_among(
             _ => None,
         })
         .collect()
+}
+
+/// The (device, inode) of a transaction's staged or claimed data file, if
+/// it still has one.
+fn staged_data_inode(out: &Path, txn: &str) -> Option<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let sink = txn.split('.').next()?;
+    ["committing", "staging"].iter().find_map(|area| {
+        fs::symlink_metadata(
+            out.join(CONTROL_DIR)
+                .join(sink)
+                .join(area)
+                .join(txn)
+                .join("data"),
+        )
+        .ok()
+        .map(|m| (m.dev(), m.ino()))
+    })
 }
 
 /// Visible `<prefix>-*` files in the output directory.

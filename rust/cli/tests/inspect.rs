@@ -367,6 +367,35 @@ fn a_visible_first_commit_whose_claim_a_power_loss_took_back_is_a_decided_commit
     assert_eq!(code, 0, "{v:#}");
 }
 
+/// A foreign file at the visible name blocks a visible-first commit (it is
+/// claimed, not recorded): inspect reports that file, which the commit's
+/// error says to move away, instead of taking it for the commit's output.
+#[test]
+fn a_foreign_file_blocking_a_claimed_commit_is_reported() {
+    let (_dir, out, clock) = output("blocked");
+    let mut s = open_visible_first_sink(&out, "orders", "run-a", SinkOptions::default(), &clock);
+    let h = prepare_one(&mut s, &["x"], 1);
+    let visible = out.join(format!("part-{}", h.transaction));
+    fs::write(&visible, "not ours\n").unwrap();
+    let err = s.commit(&h).unwrap_err();
+    assert!(
+        err.to_string().contains("refusing to publish over"),
+        "{err}"
+    );
+    drop(s);
+    let (code, v) = json(&out, &["--all"]);
+    assert_eq!(code, 1, "{v:#}");
+    assert!(
+        kinds(&v).contains(&"unreferenced-file".to_string()),
+        "{v:#}"
+    );
+    assert_eq!(
+        v["unreferenced_files"][0]["file"],
+        format!("part-{}", h.transaction),
+        "{v:#}"
+    );
+}
+
 #[test]
 fn changed_committed_file_is_flagged() {
     let (_dir, out, clock) = output("changed");

@@ -7,7 +7,7 @@
 //! sync waits behind.
 //!
 //!     cargo run --release -p twopc-fs --example commit-steps -- \
-//!         [--dir DIR] [--transactions N] [--records N] [--load]
+//!         [--dir DIR] [--transactions N] [--records N] [--load] [--visible-first]
 //!
 //! A benchmark (it prints figures), not a test; `bench/notes.md` quotes it.
 
@@ -43,6 +43,7 @@ struct Args {
     transactions: u64,
     records: usize,
     load: bool,
+    visible_first: bool,
 }
 
 fn parse_args() -> Args {
@@ -51,6 +52,7 @@ fn parse_args() -> Args {
         transactions: 200,
         records: 1000,
         load: false,
+        visible_first: false,
     };
     let mut it = std::env::args().skip(1);
     while let Some(arg) = it.next() {
@@ -62,9 +64,10 @@ fn parse_args() -> Args {
             }
             "--records" => args.records = value("--records").parse().expect("a count"),
             "--load" => args.load = true,
+            "--visible-first" => args.visible_first = true,
             other => panic!(
                 "unknown argument {other}; usage: commit-steps [--dir DIR] [--transactions N] \
-                 [--records N] [--load]"
+                 [--records N] [--load] [--visible-first]"
             ),
         }
     }
@@ -164,7 +167,15 @@ fn main() {
     std::fs::create_dir_all(&out).expect("the output directory");
     let sink = SinkId::new("steps").expect("a valid sink id");
     let clock = Arc::new(StepClock::default());
-    let mut dest = FsDestination::open_with_faults(FsOptions::new(&out), &sink, clock.clone())
+    let options = FsOptions {
+        commit_order: if args.visible_first {
+            twopc_fs::CommitOrder::VisibleFirst
+        } else {
+            twopc_fs::CommitOrder::DurableFirst
+        },
+        ..FsOptions::new(&out)
+    };
+    let mut dest = FsDestination::open_with_faults(options, &sink, clock.clone())
         .expect("the destination opens");
 
     let stop = Arc::new(AtomicBool::new(false));

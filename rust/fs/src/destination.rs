@@ -258,6 +258,8 @@ pub struct FsDestination {
     /// When the last commit made its output visible (the commit latency
     /// metric).
     last_visible: Option<std::time::Instant>,
+    /// Whether the fallback to durable-first (no hard links) was logged.
+    warned_no_hard_links: bool,
 }
 
 impl FsDestination {
@@ -324,6 +326,7 @@ impl FsDestination {
             owner: Vec::new(),
             segments_not_redundant: Default::default(),
             last_visible: None,
+            warned_no_hard_links: false,
         };
         dest.remove_leftovers()?;
         Ok(dest)
@@ -598,20 +601,25 @@ impl FsDestination {
                 // would show the output twice. Read again before deciding:
                 // a concurrent commit's publication (a link, then the
                 // staged name goes) may be under way.
-                let other_name = st.links > 1 && self.has_another_name(claimed, &visible)?;
-                if other_name {
+                let other = if st.links > 1 {
+                    self.another_name(claimed, &visible)?
+                } else {
+                    None
+                };
+                if let Some(other) = other {
                     return Err(DestinationError::corrupt(format!(
-                        "the staged data of {txn}, {}, already has {} names but {} is not one \
-                         of them: an interrupted commit may have published it under other file \
-                         names (was partPrefix or partSuffix changed?). Nothing was published. \
-                         Find the other name with `find {} -samefile {}`: restore the file names \
-                         the sink used when it was published, or remove that name if it is not \
-                         output, and restart",
+                        "the staged data of {txn}, {}, is already visible as {}, not under the \
+                         name its commit gives it now, {}: an interrupted visible-first commit \
+                         published it under other file names (was partPrefix or partSuffix \
+                         changed?), or a reader renamed its output. Nothing was published again \
+                         (that would show its records twice). Restart with the file names the \
+                         sink used then; or rename {} back to {} and restart: the commit then \
+                         finishes",
                         claimed.child(DATA_FILE).display(),
-                        st.links,
+                        self.output.child(&other).display(),
                         self.output.child(&visible).display(),
-                        self.output.path().display(),
-                        claimed.child(DATA_FILE).display()
+                        other,
+                        visible,
                     )));
                 }
             }
@@ -654,11 +662,24 @@ impl FsDestination {
         // the claim, the record and the link each name the decision (see
         // `published_from_staging` for a link that survived without its
         // claim). What a power loss can take back is in `CommitOrder`.
-        let linked = self.options.commit_order == CommitOrder::VisibleFirst
-            && self.link_output(claimed, &visible, marker.data_len)?;
-        if linked {
+        let link = if self.options.commit_order == CommitOrder::VisibleFirst {
+            self.link_output(claimed, &visible, marker.data_len)?
+        } else {
+            Link::NotTried
+        };
+        if link == Link::Made {
             self.last_visible = Some(std::time::Instant::now());
         }
+        if link == Link::Unsupported && !self.warned_no_hard_links {
+            self.warned_no_hard_links = true;
+            log::warn!(
+                "sink '{}': {} has no hard links; commits there are durable-first, not \
+                 visible-first as configured",
+                self.sink,
+                self.output.path().display()
+            );
+        }
+        let linked = matches!(link, Link::Made | Link::There);
         // The claim durable before the record that depends on it: a claim
         // that came back in `staging/` beside a durable record could be
         // aborted as lingering.
@@ -710,13 +731,19 @@ impl FsDestination {
         Ok(Some(CommitStatus::Committed))
     }
 
-    /// Whether a claimed transaction's data, seen with more than one name,
-    /// has one that is not `visible` (see `finish_claimed`). A concurrent
-    /// commit's link is told apart by reading again: the kernel counts a
-    /// new link a moment before its name can be looked up, and a commit
-    /// removes the staged name once it published. Data gone meanwhile
-    /// answers false: the caller's next steps find that commit's work.
-    fn has_another_name(&self, claimed: &Dir, visible: &str) -> Result<bool, DestinationError> {
+    /// The name in the output directory, other than `visible`, that a
+    /// claimed transaction's data (seen with more than one name) also has,
+    /// if any (see `finish_claimed`). A concurrent commit's link is told
+    /// apart by reading again: the kernel counts a new link a moment before
+    /// its name can be looked up, and a commit removes the staged name once
+    /// it published. A second name outside the output directory (a
+    /// hard-link snapshot of the tree, say) publishes nothing and is no
+    /// reason to stop.
+    fn another_name(
+        &self,
+        claimed: &Dir,
+        visible: &str,
+    ) -> Result<Option<String>, DestinationError> {
         for _ in 0..20 {
             let data = claimed
                 .stat(DATA_FILE)
@@ -726,36 +753,66 @@ impl FsDestination {
                 .stat(visible)
                 .map_err(io_err("reading", &self.output.child(visible)))?;
             match (data, output) {
-                (None, _) => return Ok(false),
-                (Some(d), _) if d.links < 2 => return Ok(false),
-                (Some(d), Some(o)) => return Ok(d.inode != o.inode),
+                (None, _) => return Ok(None),
+                (Some(d), _) if d.links < 2 => return Ok(None),
+                (Some(d), Some(o)) if d.inode == o.inode => return Ok(None),
+                // Another file at the visible name: the link refuses it.
+                (Some(_), Some(_)) => return Ok(None),
                 // Linked a moment ago, or under another name: look again.
                 (Some(_), None) => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
         }
-        Ok(true)
+        let Some(data) = claimed
+            .stat(DATA_FILE)
+            .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
+        else {
+            return Ok(None);
+        };
+        Ok(self
+            .output_names_of(data.inode)?
+            .into_iter()
+            .find(|n| n != visible))
+    }
+
+    /// The names in the output directory of the file `inode`. Lists the
+    /// whole directory: only for the rare data with a second name.
+    fn output_names_of(&self, inode: (u64, u64)) -> Result<Vec<String>, DestinationError> {
+        let entries = self
+            .output
+            .entries()
+            .map_err(io_err("listing", self.output.path()))?;
+        Ok(entries
+            .into_iter()
+            .filter(|e| e.kind == EntryKind::File)
+            .filter(|e| {
+                self.output
+                    .stat(&e.raw_name)
+                    .ok()
+                    .flatten()
+                    .is_some_and(|st| st.inode == inode)
+            })
+            .map(|e| e.raw_name)
+            .collect())
     }
 
     /// Links a claimed transaction's data to its visible name, keeping the
-    /// staged name; true once the output is there (linked now, by an
-    /// earlier attempt, or published by a concurrent commit), false where
-    /// the file system has no hard links (the caller then publishes by a
-    /// rename after the record). Never replaces anything.
+    /// staged name (see [`Link`]). Never replaces anything.
     fn link_output(
         &self,
         claimed: &Dir,
         visible: &str,
         data_len: u64,
-    ) -> Result<bool, DestinationError> {
+    ) -> Result<Link, DestinationError> {
         let target = self.output.child(visible);
         match claimed.link_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
-            Ok(linked) => Ok(linked),
+            Ok(true) => Ok(Link::Made),
+            Ok(false) => Ok(Link::Unsupported),
             Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
                 if same_file(claimed, DATA_FILE, &self.output, visible)
                     .map_err(io_err("reading", &target))?
                 {
                     // An earlier attempt linked it.
-                    return Ok(true);
+                    return Ok(Link::There);
                 }
                 if claimed
                     .stat(DATA_FILE)
@@ -765,8 +822,10 @@ impl FsDestination {
                     // A concurrent commit finished and removed the staged
                     // name between the link and the comparison.
                     self.published_meanwhile(visible, data_len)?;
-                    return Ok(true);
+                    return Ok(Link::There);
                 }
+                // The claim durable before the refusal says it is decided.
+                self.sync_claim()?;
                 Err(DestinationError::new(
                     DestinationErrorKind::Corrupt,
                     format!(
@@ -780,7 +839,7 @@ impl FsDestination {
             // A concurrent commit finished it: the staged name is gone.
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 self.published_meanwhile(visible, data_len)?;
-                Ok(true)
+                Ok(Link::There)
             }
             Err(e) => Err(DestinationError::io("publishing", &target, e)),
         }
@@ -810,7 +869,11 @@ impl FsDestination {
             .output
             .stat(&visible)
             .map_err(io_err("reading", &self.output.child(&visible)))?;
-        if output.is_none_or(|o| o.inode != data.inode) {
+        // Under its visible name, or (file names changed since) another
+        // name in the output directory.
+        if output.is_none_or(|o| o.inode != data.inode)
+            && self.output_names_of(data.inode)?.is_empty()
+        {
             return Ok(false);
         }
         // Still in `staging/`: the directory opened above may have been
@@ -1009,6 +1072,21 @@ impl FsDestination {
             )),
         }
     }
+}
+
+/// What a visible-first commit's link did.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Link {
+    /// Durable-first: no link was tried.
+    NotTried,
+    /// Linked by this call: visible from now.
+    Made,
+    /// Visible already: linked by an earlier attempt, or published by a
+    /// concurrent commit.
+    There,
+    /// The file system has no hard links: the caller publishes by a rename
+    /// after the record (durable-first).
+    Unsupported,
 }
 
 /// Scratch files older than this were left by a writer that died during an

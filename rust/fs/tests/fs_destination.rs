@@ -235,6 +235,73 @@ fn a_visible_first_commit_shows_its_output_before_any_flush() {
     assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
+/// Fails the first directory sync of one directory, once.
+struct FailSyncOf(std::path::PathBuf, std::sync::atomic::AtomicBool);
+
+impl twopc_fs::IoFaults for FailSyncOf {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        (step == IoStep::DirSync
+            && timing == IoTiming::Before
+            && path == self.0
+            && !self.1.swap(true, std::sync::atomic::Ordering::SeqCst))
+        .then(|| std::io::Error::from_raw_os_error(5))
+    }
+}
+
+/// A visible-first commit that fails after its output became visible (a
+/// sync of the claim, or of the output directory, fails): its retry
+/// finishes it, the output once and whole, and nothing is aborted.
+#[test]
+fn a_visible_first_commit_failing_after_its_link_is_finished_by_its_retry() {
+    for which in ["committing", "output"] {
+        let t = TempDir::new("vf-sync-fails");
+        let layout = twopc_fs::Layout::new(&t.0, &sink());
+        let target = if which == "committing" {
+            layout.committing.clone()
+        } else {
+            t.0.clone()
+        };
+        // Opened once without faults: the first open syncs the directories
+        // it creates.
+        drop(FsDestination::open(visible_first(&t.0), &sink()).unwrap());
+        let faults = Arc::new(FailSyncOf(target, Default::default()));
+        let mut d = FsDestination::open_with_faults(visible_first(&t.0), &sink(), faults).unwrap();
+        let h = stage(&mut d, 1, 3, &["a", "b"]);
+        let err = d.commit(&h, 5).unwrap_err();
+        assert!(err.message.contains("syncing directory"), "{which}: {err}");
+        // Visible already, and a decided commit: never aborted.
+        assert_eq!(
+            fs::read_to_string(part(&t.0, 1)).unwrap(),
+            "a\nb\n",
+            "{which}"
+        );
+        assert_eq!(
+            d.abort(&h.transaction).unwrap(),
+            AbortStatus::WasCommitted,
+            "{which}"
+        );
+        let expected = if which == "committing" {
+            CommitStatus::Committed
+        } else {
+            CommitStatus::AlreadyCommitted
+        };
+        assert_eq!(d.commit(&h, 6).unwrap(), expected, "{which}");
+        assert_eq!(visible_files(&t.0), vec![format!("part-{}", h.transaction)]);
+        assert_eq!(
+            fs::read_to_string(part(&t.0, 1)).unwrap(),
+            "a\nb\n",
+            "{which}"
+        );
+        assert_eq!(fs::metadata(part(&t.0, 1)).unwrap().nlink(), 1, "{which}");
+        assert!(d.staged().unwrap().is_empty(), "{which}");
+    }
+}
+
 /// A step log on a file system without hard links.
 #[derive(Default)]
 struct NoHardLinks(StepLog);

@@ -123,7 +123,8 @@ fn staged_data_published_under_other_names_is_never_published_twice() {
         let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
         let err = d.commit(&h, 5).unwrap_err();
         assert!(
-            err.message.contains("-samefile") && err.message.contains("partPrefix"),
+            err.message.contains(earlier_name.to_str().unwrap())
+                && err.message.contains("partPrefix"),
             "{order}: {err}"
         );
         assert!(
@@ -429,4 +430,70 @@ fn a_forged_record_cannot_make_a_retraction_delete_another_sinks_output() {
     assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
     assert!(err.to_string().contains("Nothing was removed"), "{err}");
     assert!(victim.exists(), "the other sink's output is untouched");
+}
+
+/// A second name of staged data outside the output directory (a hard-link
+/// snapshot of the tree, a backup) publishes nothing: commits in either
+/// order go on, and publish once.
+#[test]
+fn a_hard_link_to_staged_data_outside_the_output_directory_blocks_nothing() {
+    for (order, _) in commit_orders(&TempDir::new("snapshot").0) {
+        let t = TempDir::new("snapshot");
+        let options = commit_orders(&t.0)
+            .into_iter()
+            .find(|(o, _)| *o == order)
+            .unwrap()
+            .1;
+        let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
+        let h = stage(&mut d, 1, 3, &["x"]);
+        let snapshot = TempDir::new("snapshot-copy");
+        let copy = snapshot.0.join("data");
+        fs::hard_link(d.layout().staging_dir(&h.transaction).join("data"), &copy).unwrap();
+        assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed, "{order}");
+        assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "x\n", "{order}");
+        assert_eq!(fs::read_to_string(&copy).unwrap(), "x\n", "{order}");
+    }
+}
+
+/// A visible-first link kept by a power loss without its claim, under file
+/// names changed since: found by its inode, so the transaction lists as a
+/// decided commit and an abort refuses it (it would leave the output
+/// visible with no record); its commit stops, naming the other name.
+#[test]
+fn a_leftover_link_under_other_file_names_is_never_aborted() {
+    let t = TempDir::new("leftover-renamed");
+    let mut d = twopc_fs::FsDestination::open(visible_first(&t.0), &sink()).unwrap();
+    let h = stage(&mut d, 1, 3, &["x"]);
+    let earlier_name = t.0.join(format!("orders-{}", h.transaction));
+    let staged = d.layout().staging_dir(&h.transaction);
+    fs::hard_link(staged.join("data"), &earlier_name).unwrap();
+    drop(d);
+    for (order, options) in commit_orders(&t.0) {
+        let mut d = twopc_fs::FsDestination::open(options, &sink()).unwrap();
+        assert!(
+            matches!(
+                &d.staged().unwrap()[..],
+                [s] if matches!(s.state, twopc_core::destination::StagedState::Committing(_))
+            ),
+            "{order}"
+        );
+        assert_eq!(
+            d.abort(&h.transaction).unwrap(),
+            twopc_core::destination::AbortStatus::WasCommitted,
+            "{order}"
+        );
+        assert!(staged.join("data").exists(), "{order}");
+        let err = d.commit(&h, 5).unwrap_err();
+        assert!(
+            err.message.contains(earlier_name.to_str().unwrap()),
+            "{order}: {err}"
+        );
+        assert!(!part(&t.0, 1).exists(), "{order}");
+        // The claim the refused commit made stays: a decided commit.
+        let claimed =
+            t.0.join(format!("_twopc/clicks/committing/{}", h.transaction));
+        if claimed.exists() {
+            fs::rename(&claimed, &staged).unwrap();
+        }
+    }
 }

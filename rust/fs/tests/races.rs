@@ -197,13 +197,20 @@ impl Drop for Worker {
 
 #[test]
 fn commit_and_abort_racing_in_two_processes_decide_once() {
+    // Durable-first on both sides, then a visible-first commit against a
+    // durable-first abort (two versions of a sink, or a changed one).
+    for committer_visible_first in [false, true] {
+        commit_and_abort_racing_in_two_processes(committer_visible_first);
+    }
+}
+
+fn commit_and_abort_racing_in_two_processes(committer_visible_first: bool) {
     let t = TempDir::fast("race-processes");
     let mut writer: FsDestination = dest(&t.0);
-    // A visible-first commit against a durable-first abort.
-    let mut committer = Worker::start(&t.0, true);
+    let mut committer = Worker::start(&t.0, committer_visible_first);
     let mut aborter = Worker::start(&t.0, false);
     let (mut commits, mut aborts) = (0, 0);
-    for round in 0..ROUNDS {
+    for round in 0..ROUNDS / 2 {
         let h = stage(&mut writer, round, 1, &["r"]);
         let hex: String = h.encode().iter().map(|b| format!("{b:02x}")).collect();
         // Both commands go out before either answer is read.
@@ -224,7 +231,11 @@ fn commit_and_abort_racing_in_two_processes_decide_once() {
             aborts += 1;
         }
     }
-    eprintln!("two processes, {ROUNDS} rounds: commit won {commits}, abort won {aborts}");
+    eprintln!(
+        "two processes (visible-first commit: {committer_visible_first}), {} rounds: commit won \
+         {commits}, abort won {aborts}",
+        ROUNDS / 2
+    );
     assert!(writer.staged().unwrap().is_empty());
 }
 
@@ -285,12 +296,18 @@ fn two_commits_racing_in_two_threads(fallback: bool, visible_first: bool) {
 
 #[test]
 fn two_commits_of_one_transaction_racing_in_two_processes_both_succeed() {
+    // Both durable-first, then one of each order.
+    for first_visible_first in [false, true] {
+        two_commits_racing_in_two_processes(first_visible_first);
+    }
+}
+
+fn two_commits_racing_in_two_processes(first_visible_first: bool) {
     let t = TempDir::fast("race-commits-processes");
     let mut writer: FsDestination = dest(&t.0);
-    // One commit of each order (two versions of a sink, or a changed one).
-    let mut first = Worker::start(&t.0, true);
+    let mut first = Worker::start(&t.0, first_visible_first);
     let mut second = Worker::start(&t.0, false);
-    for round in 0..ROUNDS {
+    for round in 0..ROUNDS / 2 {
         let h = stage(&mut writer, round, 1, &["r"]);
         let hex: String = h.encode().iter().map(|b| format!("{b:02x}")).collect();
         first.send(&format!("commit {hex}"));
