@@ -215,9 +215,9 @@ fn main() {
         dest.commit(&prepared, 1).expect("commit");
         commits.push(start.elapsed().as_secs_f64() * 1e3);
         let events = std::mem::take(&mut *clock.0.lock().unwrap_or_else(|e| e.into_inner()));
-        // The output is visible once the publication's rename has been
-        // made; what follows it (that directory's sync, removing the
-        // claim) only makes the commit durable and tidy.
+        // The output is visible once the publication (a rename, or with
+        // --visible-first a link) has been made; what follows only makes
+        // the commit durable and tidy.
         let published = events
             .iter()
             .find(|(step, timing, _)| *step == IoStep::Publish && *timing == IoTiming::After)

@@ -607,20 +607,7 @@ impl FsDestination {
                     None
                 };
                 if let Some(other) = other {
-                    return Err(DestinationError::corrupt(format!(
-                        "the staged data of {txn}, {}, is already visible as {}, not under the \
-                         name its commit gives it now, {}: an interrupted visible-first commit \
-                         published it under other file names (was partPrefix or partSuffix \
-                         changed?), or a reader renamed its output. Nothing was published again \
-                         (that would show its records twice). Restart with the file names the \
-                         sink used then; or rename {} back to {} and restart: the commit then \
-                         finishes",
-                        claimed.child(DATA_FILE).display(),
-                        self.output.child(&other).display(),
-                        self.output.child(&visible).display(),
-                        other,
-                        visible,
-                    )));
+                    return Err(self.published_elsewhere(txn, claimed, &other, &visible));
                 }
             }
             Some(st) if st.kind == EntryKind::File => {
@@ -723,12 +710,33 @@ impl FsDestination {
             claimed
                 .unlink(DATA_FILE)
                 .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
-        } else {
-            self.publish(claimed, &visible, marker.data_len)?;
+        } else if self.publish(claimed, &visible, marker.data_len)? {
             self.last_visible = Some(std::time::Instant::now());
         }
         remove_claimed(&self.dirs.committing, &self.dirs.trash, txn)?;
         Ok(Some(CommitStatus::Committed))
+    }
+
+    /// The refusal to publish staged data already visible as `other` (see
+    /// `another_name`).
+    fn published_elsewhere(
+        &self,
+        txn: &TransactionId,
+        claimed: &Dir,
+        other: &str,
+        visible: &str,
+    ) -> DestinationError {
+        DestinationError::corrupt(format!(
+            "the staged data of {txn}, {}, is already visible as {}, not under the name its \
+             commit gives it now, {}: an interrupted visible-first commit published it under \
+             other file names (was partPrefix or partSuffix changed?), or a reader renamed its \
+             output. Nothing was published again (that would show its records twice). Restart \
+             with the file names the sink used then; or rename {other} back to {visible} and \
+             restart: the commit then finishes",
+            claimed.child(DATA_FILE).display(),
+            self.output.child(other).display(),
+            self.output.child(visible).display(),
+        ))
     }
 
     /// The name in the output directory, other than `visible`, that a
@@ -756,8 +764,10 @@ impl FsDestination {
                 (None, _) => return Ok(None),
                 (Some(d), _) if d.links < 2 => return Ok(None),
                 (Some(d), Some(o)) if d.inode == o.inode => return Ok(None),
-                // Another file at the visible name: the link refuses it.
-                (Some(_), Some(_)) => return Ok(None),
+                // Another file at the visible name (which the publication
+                // refuses): whether the data is visible elsewhere is what
+                // the listing below tells.
+                (Some(_), Some(_)) => break,
                 // Linked a moment ago, or under another name: look again.
                 (Some(_), None) => std::thread::sleep(std::time::Duration::from_millis(1)),
             }
@@ -888,51 +898,60 @@ impl FsDestination {
     }
 
     /// Moves a claimed transaction's data to its visible name, never
-    /// replacing anything there.
-    fn publish(&self, claimed: &Dir, visible: &str, data_len: u64) -> Result<(), DestinationError> {
+    /// replacing anything there; true if this call made it visible (false:
+    /// it was already, by a link or a concurrent commit).
+    fn publish(
+        &self,
+        claimed: &Dir,
+        visible: &str,
+        data_len: u64,
+    ) -> Result<bool, DestinationError> {
         let target = self.output.child(visible);
-        match claimed.rename_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
-            Ok(()) => {}
-            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
-                let ours = same_file(claimed, DATA_FILE, &self.output, visible)
-                    .map_err(io_err("reading", &target))?;
-                let staged_gone = !ours
-                    && claimed
-                        .stat(DATA_FILE)
-                        .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
-                        .is_none();
-                if staged_gone {
-                    // A concurrent commit linked it to its visible name and
-                    // removed the staged name (the link-based publish)
-                    // before the comparison: not a foreign file.
-                    return self.published_meanwhile(visible, data_len);
-                }
-                if !ours {
-                    return Err(DestinationError::new(
-                        DestinationErrorKind::Corrupt,
-                        format!(
+        let renamed =
+            match claimed.rename_noreplace(DATA_FILE, &self.output, visible, IoStep::Publish) {
+                Ok(()) => true,
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                    let ours = same_file(claimed, DATA_FILE, &self.output, visible)
+                        .map_err(io_err("reading", &target))?;
+                    let staged_gone = !ours
+                        && claimed
+                            .stat(DATA_FILE)
+                            .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
+                            .is_none();
+                    if staged_gone {
+                        // A concurrent commit linked it to its visible name and
+                        // removed the staged name (the link-based publish)
+                        // before the comparison: not a foreign file.
+                        return self.published_meanwhile(visible, data_len).map(|()| false);
+                    }
+                    if !ours {
+                        return Err(DestinationError::new(
+                            DestinationErrorKind::Corrupt,
+                            format!(
                             "refusing to publish over {}: a file that is not this transaction's \
                              output already has its name. Move that file away; the commit is \
                              decided and recorded, and the next attempt publishes it",
                             target.display()
                         ),
-                    ));
+                        ));
+                    }
+                    // A link-based publish was interrupted after the link: the
+                    // data is published, its old name goes.
+                    claimed
+                        .unlink(DATA_FILE)
+                        .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
+                    false
                 }
-                // A link-based publish was interrupted after the link: the
-                // data is published, its old name goes.
-                claimed
-                    .unlink(DATA_FILE)
-                    .map_err(io_err("removing", &claimed.child(DATA_FILE)))?;
-            }
-            // A concurrent commit published it.
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return self.published_meanwhile(visible, data_len)
-            }
-            Err(e) => return Err(DestinationError::io("publishing", &target, e)),
-        }
+                // A concurrent commit published it.
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                    return self.published_meanwhile(visible, data_len).map(|()| false)
+                }
+                Err(e) => return Err(DestinationError::io("publishing", &target, e)),
+            };
         self.output
             .sync()
-            .map_err(io_err("syncing directory", self.output.path()))
+            .map_err(io_err("syncing directory", self.output.path()))?;
+        Ok(renamed)
     }
 
     /// Makes a claim for commit durable: the directory it left and the one
@@ -981,13 +1000,21 @@ impl FsDestination {
         let txn = &handle.transaction;
         if let Some(claimed) = self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
             if let Some(file) = &record.file {
-                if claimed
+                if let Some(data) = claimed
                     .stat(DATA_FILE)
                     .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
-                    .is_some()
                 {
-                    self.publish(&claimed, file, record.data_len)?;
-                    self.last_visible = Some(std::time::Instant::now());
+                    // Visible under another name already (a reader renamed
+                    // it while a visible-first commit was finishing): never
+                    // a second copy.
+                    if data.links > 1 {
+                        if let Some(other) = self.another_name(&claimed, file)? {
+                            return Err(self.published_elsewhere(txn, &claimed, &other, file));
+                        }
+                    }
+                    if self.publish(&claimed, file, record.data_len)? {
+                        self.last_visible = Some(std::time::Instant::now());
+                    }
                 } else {
                     // Published by another commit, which may not have
                     // synced the output directory yet: durable before the

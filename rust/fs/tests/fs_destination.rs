@@ -290,7 +290,11 @@ fn a_visible_first_commit_failing_after_its_link_is_finished_by_its_retry() {
         } else {
             CommitStatus::AlreadyCommitted
         };
+        let visible_at = d.last_visible_at().expect("the first attempt linked it");
         assert_eq!(d.commit(&h, 6).unwrap(), expected, "{which}");
+        // The retry found it visible: the time it became visible stays the
+        // first attempt's.
+        assert_eq!(d.last_visible_at(), Some(visible_at), "{which}");
         assert_eq!(visible_files(&t.0), vec![format!("part-{}", h.transaction)]);
         assert_eq!(
             fs::read_to_string(part(&t.0, 1)).unwrap(),
@@ -810,14 +814,6 @@ fn direct_mode_is_an_error_only_where_the_file_system_refuses_direct_io() {
             (result, granted) => panic!("O_DIRECT granted: {granted}, write: {result:?}"),
         }
         let _ = fs::remove_dir_all(&dir);
-    }
-}
-
-fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
-    fs::create_dir_all(to).unwrap();
-    for e in fs::read_dir(from).unwrap() {
-        let e = e.unwrap();
-        fs::copy(e.path(), to.join(e.file_name())).unwrap();
     }
 }
 

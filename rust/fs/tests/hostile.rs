@@ -497,3 +497,33 @@ fn a_leftover_link_under_other_file_names_is_never_aborted() {
         }
     }
 }
+
+/// A visible-first commit recorded but interrupted before its staged name
+/// went; a reader renamed the output meanwhile. The retry must not publish
+/// the staged data a second time under the visible name: it stops, naming
+/// the other name, and finishes once the file is renamed back.
+#[test]
+fn a_recorded_commit_whose_output_a_reader_renamed_is_never_published_twice() {
+    let t = TempDir::new("renamed-after-record");
+    let mut d = twopc_fs::FsDestination::open(visible_first(&t.0), &sink()).unwrap();
+    let h = stage(&mut d, 1, 3, &["x"]);
+    let layout = d.layout();
+    let saved = t.0.join("saved");
+    copy_dir(&layout.staging_dir(&h.transaction), &saved);
+    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    // Back to: recorded, the claim still holding the staged name, linked.
+    let claimed = layout.committing.join(h.transaction.as_str());
+    copy_dir(&saved, &claimed);
+    fs::remove_file(part(&t.0, 1)).unwrap();
+    fs::hard_link(claimed.join("data"), part(&t.0, 1)).unwrap();
+    let renamed = t.0.join(format!("part-{}.done", h.transaction));
+    fs::rename(part(&t.0, 1), &renamed).unwrap();
+
+    let err = d.commit(&h, 6).unwrap_err();
+    assert!(err.message.contains(renamed.to_str().unwrap()), "{err}");
+    assert!(!part(&t.0, 1).exists(), "never a second copy");
+    fs::rename(&renamed, part(&t.0, 1)).unwrap();
+    assert_eq!(d.commit(&h, 7).unwrap(), CommitStatus::AlreadyCommitted);
+    assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "x\n");
+    assert!(!claimed.exists());
+}

@@ -205,3 +205,13 @@ impl IoFaults for StepLog {
         None
     }
 }
+
+/// Copies the files of a directory (a transaction's) to another.
+#[allow(dead_code)]
+pub fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for e in std::fs::read_dir(from).unwrap() {
+        let e = e.unwrap();
+        std::fs::copy(e.path(), to.join(e.file_name())).unwrap();
+    }
+}
