@@ -170,14 +170,7 @@ fn a_commit_makes_each_step_durable_before_the_next() {
     let committed = d.committed_after(LineageId(7), 0).unwrap();
     log.0.lock().unwrap().clear();
     d.retract(&committed[0]).unwrap();
-    let synced: Vec<std::path::PathBuf> = log
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(s, t, _)| *s == IoStep::DirSync && *t == IoTiming::Before)
-        .map(|(_, _, p)| p.clone())
-        .collect();
+    let synced = log.paths_of(IoStep::DirSync);
     assert_eq!(
         synced[..3],
         [
@@ -219,14 +212,7 @@ fn a_visible_first_commit_shows_its_output_before_any_flush() {
     assert_eq!(steps, expected);
     // The staged name went before the claim: the only name left is the
     // visible one.
-    let removed: Vec<std::path::PathBuf> = log
-        .0
-        .lock()
-        .unwrap()
-        .iter()
-        .filter(|(s, t, _)| *s == IoStep::Remove && *t == IoTiming::Before)
-        .map(|(_, _, p)| p.clone())
-        .collect();
+    let removed = log.paths_of(IoStep::Remove);
     assert_eq!(removed.first(), Some(&claimed.join("data")), "{removed:?}");
     assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\nb\n");
     assert_eq!(fs::metadata(part(&t.0, 1)).unwrap().nlink(), 1);

@@ -196,6 +196,21 @@ pub fn faulty_with(options: FsOptions) -> (FsDestination, Arc<OneFault>) {
 #[derive(Default)]
 pub struct StepLog(pub Mutex<Vec<(IoStep, IoTiming, PathBuf)>>);
 
+impl StepLog {
+    /// The paths of every `step` taken so far, in order (each once: its
+    /// `Before` event).
+    #[allow(dead_code)]
+    pub fn paths_of(&self, step: IoStep) -> Vec<PathBuf> {
+        self.0
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(s, t, _)| *s == step && *t == IoTiming::Before)
+            .map(|(_, _, p)| p.clone())
+            .collect()
+    }
+}
+
 impl IoFaults for StepLog {
     fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<io::Error> {
         self.0
