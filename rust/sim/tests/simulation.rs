@@ -7,7 +7,11 @@
 //! temporary directory, and against the real object store destination in
 //! a bucket of the local S3 server (moto), crashing at every step of the
 //! protocol. After every schedule the invariants in `sim/invariants.rs`
-//! are checked.
+//! are checked. Half the filesystem schedules commit visible-first (the
+//! output linked before the commit is synced), with the steps only a
+//! commit takes failing more often, so that the states such a commit
+//! leaves when it is cut short are met by recovery; the scenarios run
+//! against the filesystem in both commit orders.
 //!
 //! Each schedule drives one of the sink's two Flink topologies, drawn from
 //! its seed (half each): the SinkFunction shim's (one `SubtaskSink` per
@@ -58,7 +62,7 @@ use sim::faults::SharedFaults;
 use sim::job::SimulatedJob;
 use sim::rng::Rng;
 use sim::scenarios::{Scenario, Verdict};
-use sim::schedule::{CommitRetry, CrashPoint, Schedule, Target, Topology};
+use sim::schedule::{CommitRetry, CrashPoint, Schedule, Target, Topology, VISIBLE_FIRST_LABEL};
 use sim::trace::{install_core_logger, Trace};
 
 const DEFAULT_MEMORY_SCHEDULES: u64 = 10_000;
@@ -91,6 +95,10 @@ const SCENARIO_DIR_BASE: u64 = u64::MAX / 2;
 /// The same for the object store's scenarios (apart from the others, whose
 /// numbers also fix their live draws).
 const OBJ_SCENARIO_BASE: u64 = SCENARIO_DIR_BASE + 1_000_000;
+/// How much likelier a commit's I/O steps fail in visible-first schedules.
+const VISIBLE_FIRST_COMMIT_IO_WEIGHT: f64 = 20.0;
+/// The same for the filesystem's scenarios with visible-first commits.
+const VISIBLE_FIRST_SCENARIO_BASE: u64 = SCENARIO_DIR_BASE + 2_000_000;
 
 fn env_u64(name: &str) -> Option<u64> {
     let value = std::env::var(name).ok()?;
@@ -127,18 +135,39 @@ fn run_schedule(seed: u64, trace_on: bool) -> (Result<(), String>, Coverage) {
     run(Schedule::generate(seed, target), target, seed, trace_on)
 }
 
+/// A destination a scenario is played against; the filesystem once in
+/// each commit order.
+#[derive(Clone, Copy)]
+struct ScenarioTarget {
+    target: Target,
+    visible_first: bool,
+}
+
+impl ScenarioTarget {
+    fn label(self) -> &'static str {
+        if self.visible_first {
+            "fs (visible-first)"
+        } else {
+            self.target.label()
+        }
+    }
+}
+
 /// Runs scenario `index` against one destination.
 fn run_scenario(
     index: usize,
     scenario: &Scenario,
-    target: Target,
+    on: ScenarioTarget,
     trace_on: bool,
 ) -> (Result<(), String>, Coverage) {
-    let tag = match target {
+    let tag = match on.target {
         Target::Obj => OBJ_SCENARIO_BASE + index as u64,
-        _ => SCENARIO_DIR_BASE + 2 * index as u64 + u64::from(target == Target::Fs),
+        Target::Fs if on.visible_first => VISIBLE_FIRST_SCENARIO_BASE + index as u64,
+        _ => SCENARIO_DIR_BASE + 2 * index as u64 + u64::from(on.target == Target::Fs),
     };
-    run(scenario.schedule.clone(), target, tag, trace_on)
+    let mut schedule = scenario.schedule.clone();
+    schedule.visible_first = on.visible_first;
+    run(schedule, on.target, tag, trace_on)
 }
 
 /// The local S3 server's endpoint; `None` when it is not set.
@@ -148,12 +177,20 @@ fn s3_endpoint() -> Option<String> {
         .filter(|e| !e.trim().is_empty())
 }
 
-/// The destinations scenarios run against: the object store too when its
-/// server is there.
-fn scenario_targets() -> Vec<Target> {
-    let mut targets = vec![Target::Memory, Target::Fs];
+/// The destinations scenarios run against: the filesystem in both commit
+/// orders, the object store too when its server is there.
+fn scenario_targets() -> Vec<ScenarioTarget> {
+    let on = |target, visible_first| ScenarioTarget {
+        target,
+        visible_first,
+    };
+    let mut targets = vec![
+        on(Target::Memory, false),
+        on(Target::Fs, false),
+        on(Target::Fs, true),
+    ];
     if s3_endpoint().is_some() {
-        targets.push(Target::Obj);
+        targets.push(on(Target::Obj, false));
     }
     targets
 }
@@ -177,6 +214,12 @@ fn run(
             trace_on,
         ),
     };
+    if schedule.visible_first {
+        // A visible-first commit's own states (linked but not recorded,
+        // recorded but its staged name still there) come from its steps
+        // failing: make those likelier.
+        faults.lock().commit_io_weight = VISIBLE_FIRST_COMMIT_IO_WEIGHT;
+    }
     let sink = SinkId::new("sim").expect("valid sink id");
     let outcome = catch_unwind(AssertUnwindSafe(|| {
         if target == Target::Obj {
@@ -194,7 +237,13 @@ fn run(
             let now = SystemTime::now()
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |d| d.as_millis() as u64);
-            let backend = FsBackend::new(sink, faults.clone(), seed, schedule.buffered_io);
+            let backend = FsBackend::new(
+                sink,
+                faults.clone(),
+                seed,
+                schedule.buffered_io,
+                schedule.visible_first,
+            );
             let clock = ManualClock::new(now, None);
             SimulatedJob::new(schedule, backend, clock, faults, rng, trace).run()
         } else {
@@ -271,7 +320,7 @@ fn run_seeds(
 /// Plays every scenario against every destination in `targets`; returns
 /// the failures (a scenario whose verdict did not come, with what came
 /// instead).
-fn scenarios(targets: &[Target]) -> Vec<String> {
+fn scenarios(targets: &[ScenarioTarget]) -> Vec<String> {
     let mut failed = Vec::new();
     for (i, scenario) in sim::scenarios::all().iter().enumerate() {
         for &target in targets {
@@ -375,6 +424,28 @@ fn required_coverage(memory: &Coverage, real: &[(&str, &Coverage)]) -> Vec<Strin
             if c.get(Section::Schedules, topology.label()) == 0 {
                 missing.push(format!("{name}: '{}'", topology.label()));
             }
+        }
+    }
+    // Visible-first commits: schedules in that order, and in them a commit
+    // cut short after its output became visible (the link made, its
+    // answer lost), which recovery must finish forwards.
+    if let Some(&(name, fs)) = real.iter().find(|(name, _)| *name == "fs") {
+        if fs.get(Section::Schedules, VISIBLE_FIRST_LABEL) == 0 {
+            missing.push(format!("{name}: '{VISIBLE_FIRST_LABEL}'"));
+        }
+        let cut_after_link = ["ENOSPC", "EIO"]
+            .iter()
+            .map(|e| {
+                fs.get(
+                    Section::FaultInjected,
+                    &format!("visible-first: I/O Publish After {e}"),
+                )
+            })
+            .sum::<u64>();
+        if cut_after_link == 0 {
+            missing.push(format!(
+                "{name}: a visible-first commit whose link's answer was lost"
+            ));
         }
     }
     missing

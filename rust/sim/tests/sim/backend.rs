@@ -9,7 +9,7 @@ use std::sync::Arc;
 use twopc_core::destination::{CommittedTransaction, StagedState};
 use twopc_core::memory::{MemoryDestination, MemoryStore};
 use twopc_core::{CheckpointId, Destination, LineageId, SinkId, TransactionId};
-use twopc_fs::{committed_view, FsDestination, FsOptions, IoMode, Layout};
+use twopc_fs::{committed_view, CommitOrder, FsDestination, FsOptions, IoMode, Layout};
 
 use twopc_objstore::{CredentialSource, Credentials, ObjectStoreDestination, S3Options, Secret};
 
@@ -114,10 +114,17 @@ pub struct FsBackend {
     sink: SinkId,
     faults: SharedFaults,
     io_mode: IoMode,
+    commit_order: CommitOrder,
 }
 
 impl FsBackend {
-    pub fn new(sink: SinkId, faults: SharedFaults, seed: u64, buffered: bool) -> Self {
+    pub fn new(
+        sink: SinkId,
+        faults: SharedFaults,
+        seed: u64,
+        buffered: bool,
+        visible_first: bool,
+    ) -> Self {
         let dir = std::env::temp_dir().join(format!("twopc-sim-{}-{seed}", std::process::id()));
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).expect("creating the simulation's temporary directory");
@@ -130,6 +137,11 @@ impl FsBackend {
             } else {
                 IoMode::Auto
             },
+            commit_order: if visible_first {
+                CommitOrder::VisibleFirst
+            } else {
+                CommitOrder::DurableFirst
+            },
         }
     }
 
@@ -140,6 +152,7 @@ impl FsBackend {
     fn options(&self) -> FsOptions {
         FsOptions {
             io_mode: self.io_mode,
+            commit_order: self.commit_order,
             ..FsOptions::new(&self.dir)
         }
     }

@@ -39,6 +39,11 @@ pub struct FaultPlan {
     /// The current (run, attempt) and its calls so far per operation.
     at: (u32, u32),
     calls: BTreeMap<Operation, u32>,
+    /// How many times likelier than other I/O steps the steps only a commit
+    /// takes (publishing, the commit record) fail: 1 unless the
+    /// schedule wants the states a commit cut short leaves, which the few
+    /// commit steps among many listings and writes would rarely reach.
+    pub commit_io_weight: f64,
 }
 
 /// The plan is consulted from inside the store's lock, hence a mutex.
@@ -58,6 +63,7 @@ impl SharedFaults {
             script: Vec::new(),
             at: (0, 0),
             calls: BTreeMap::new(),
+            commit_io_weight: 1.0,
         })))
     }
 
@@ -123,7 +129,11 @@ impl FaultPlan {
     /// before or after its effect, with ENOSPC or EIO. Shares the budget of
     /// the call-level faults.
     pub fn decide_io(&mut self, step: IoStep) -> Option<(IoTiming, i32)> {
-        if !self.enabled || self.budget == 0 || !self.rng.chance(self.rate) {
+        let rate = match step {
+            IoStep::Publish | IoStep::CommitRecord => (self.rate * self.commit_io_weight).min(1.0),
+            _ => self.rate,
+        };
+        if !self.enabled || self.budget == 0 || !self.rng.chance(rate) {
             return None;
         }
         self.budget -= 1;

@@ -30,7 +30,9 @@ use super::coverage::{Coverage, Section};
 use super::faults::SharedFaults;
 use super::invariants;
 use super::rng::Rng;
-use super::schedule::{Chaos, CrashPoint, Mutant, OperatorAction, Schedule, Topology};
+use super::schedule::{
+    Chaos, CrashPoint, Mutant, OperatorAction, Schedule, Topology, VISIBLE_FIRST_LABEL,
+};
 use super::source::Source;
 use super::trace::Trace;
 
@@ -256,9 +258,19 @@ impl<B: Backend> SimulatedJob<B> {
         );
         self.coverage
             .bump(Section::Schedules, self.schedule.topology.label());
+        if self.schedule.visible_first {
+            self.coverage.bump(Section::Schedules, VISIBLE_FIRST_LABEL);
+        }
         let result = self.drive();
         let injected = self.faults.lock().injected.clone();
         for (what, n) in injected {
+            // The I/O faults of visible-first schedules once more on their
+            // own, so that the run can tell those states were reached in
+            // that order too.
+            if self.schedule.visible_first && what.starts_with("I/O ") {
+                self.coverage
+                    .add(Section::FaultInjected, format!("visible-first: {what}"), n);
+            }
             self.coverage.add(Section::FaultInjected, what, n);
         }
         (result, self.coverage)

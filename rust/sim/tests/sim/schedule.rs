@@ -260,6 +260,9 @@ impl Target {
     }
 }
 
+/// The coverage row of the filesystem schedules that commit visible-first.
+pub const VISIBLE_FIRST_LABEL: &str = "visible-first commits (filesystem)";
+
 /// The shape of one schedule, drawn from its seed.
 #[derive(Clone, Debug)]
 pub struct Schedule {
@@ -310,6 +313,11 @@ pub struct Schedule {
     /// two), so that rewinds, repeated commits and recovery meet folded
     /// records.
     pub compact_history: bool,
+    /// Filesystem only: commits show the output by a hard link before the
+    /// commit is synced (`CommitOrder::VisibleFirst`), so that every state
+    /// a crash or an I/O fault leaves in that order is finished by the
+    /// recovery the protocol runs.
+    pub visible_first: bool,
     /// Set for a scripted scenario: every rate above is zero and the
     /// script decides instead.
     pub script: Option<Script>,
@@ -377,6 +385,7 @@ impl Schedule {
             intruder_budget: 0,
             buffered_io: false,
             compact_history: false,
+            visible_first: false,
             script: None,
             topology: Topology::SinkFunction,
         };
@@ -444,6 +453,8 @@ impl Schedule {
         }
         // Drawn last of all, so that every shape above stays the same.
         s.compact_history = fs && r.chance(0.5);
+        // After it, for the same reason.
+        s.visible_first = fs && r.chance(0.5);
         s
     }
 
@@ -485,6 +496,7 @@ impl Schedule {
             intruder_budget: 0,
             buffered_io: false,
             compact_history: false,
+            visible_first: false,
             script: Some(script),
             topology: Topology::SinkFunction,
         }
@@ -571,6 +583,10 @@ impl Schedule {
             self.buffered_io,
         ) + if self.compact_history {
             ", history compacted at every chance"
+        } else {
+            ""
+        } + if self.visible_first {
+            ", visible-first commits"
         } else {
             ""
         }
