@@ -14,7 +14,10 @@
 use crate::clock::Clock;
 use crate::config::RetryPolicy;
 use crate::destination::{AbortStatus, CommitStatus, Destination};
-use crate::error::{LostTransaction, SinkScope, TwopcError, UnresolvedCommit};
+use crate::error::{
+    DestinationError, DestinationErrorKind, LostTransaction, SinkScope, TwopcError,
+    UnresolvedCommit,
+};
 use crate::handle::TransactionHandle;
 use crate::ids::TransactionId;
 
@@ -70,7 +73,14 @@ impl Committer {
             attempt += 1;
             match self.commit_attempt(dest, clock.now_ms(), handle, attempt)? {
                 CommitStep::Done(outcome) => return Ok(outcome),
-                CommitStep::RetryAfter { wait_ms, .. } => clock.sleep_ms(wait_ms),
+                CommitStep::RetryAfter { wait_ms, error } => {
+                    if !Self::back_off(clock, wait_ms) {
+                        return Err(self.given_up(
+                            handle,
+                            DestinationError::new(DestinationErrorKind::Io, error),
+                        ));
+                    }
+                }
             }
         }
     }
@@ -169,6 +179,10 @@ impl Committer {
                 log::error!("{err}");
                 Err(err)
             }
+            // Checked before the retry budget: a commit given up because
+            // the task is being cancelled is not unresolved, and must not
+            // stop the job.
+            Err(e) if crate::interrupt::requested() => Err(self.given_up(handle, e)),
             Err(e) if attempt >= self.retry.max_attempts => {
                 let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
                     scope: self.scope.clone(),
@@ -197,6 +211,43 @@ impl Committer {
                     error: e.to_string(),
                 })
             }
+        }
+    }
+
+    /// The error of a commit given up because the caller asked for it (see
+    /// [`crate::interrupt`]): never fatal, so the restart's recovery
+    /// commits the transaction again by id.
+    pub fn given_up(&self, handle: &TransactionHandle, cause: DestinationError) -> TwopcError {
+        TwopcError::Destination {
+            scope: self.scope.clone(),
+            action: "committing",
+            transaction: handle.transaction.clone(),
+            consequence: "The commit was given up because the task is being cancelled; its \
+                          transaction stays in the completed checkpoint's state, and the recovery \
+                          after the restart commits it again by id.",
+            source: DestinationError::new(
+                cause.kind,
+                format!("{} (last error: {cause})", crate::interrupt::INTERRUPTED),
+            ),
+        }
+    }
+
+    /// Waits `wait_ms` before the next attempt of a commit, in slices, so
+    /// that a caller who gives up the call (see [`crate::interrupt`]) is
+    /// heard within a fraction of a second. False if it gave up.
+    pub fn back_off<C: Clock + ?Sized>(clock: &C, wait_ms: u64) -> bool {
+        const SLICE_MS: u64 = 100;
+        let mut left = wait_ms;
+        loop {
+            if crate::interrupt::requested() {
+                return false;
+            }
+            if left == 0 {
+                return true;
+            }
+            let step = left.min(SLICE_MS);
+            clock.sleep_ms(step);
+            left -= step;
         }
     }
 

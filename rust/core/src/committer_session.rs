@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::committer::{CommitOutcome, CommitStep, Committer};
 use crate::config::{SinkOptions, SubtaskContext};
 use crate::destination::{Compaction, Destination, OwnerClaim};
-use crate::error::{SinkScope, TwopcError};
+use crate::error::{DestinationError, DestinationErrorKind, SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, TransactionId};
 use crate::recovery::{self, Expiry, Keep};
@@ -139,8 +139,10 @@ impl CommitterSession {
         loop {
             match self.commit_attempt(dest, clock, handle, attempt)? {
                 CommitStep::Done(outcome) => return Ok(outcome),
-                CommitStep::RetryAfter { wait_ms, .. } => {
-                    clock.sleep_ms(wait_ms);
+                CommitStep::RetryAfter { wait_ms, error } => {
+                    if !Committer::back_off(clock, wait_ms) {
+                        return Err(self.committer.given_up(handle, interrupted(error)));
+                    }
                     attempt += 1;
                 }
             }
@@ -180,8 +182,10 @@ impl CommitterSession {
                 .commit_attempt(dest, clock.now_ms(), handle, attempt)?
             {
                 CommitStep::Done(outcome) => break outcome,
-                CommitStep::RetryAfter { wait_ms, .. } if self.is_recovery(handle) => {
-                    clock.sleep_ms(wait_ms);
+                CommitStep::RetryAfter { wait_ms, error } if self.is_recovery(handle) => {
+                    if !Committer::back_off(clock, wait_ms) {
+                        return Err(self.committer.given_up(handle, interrupted(error)));
+                    }
                     attempt += 1;
                 }
                 retry => return Ok(retry),
@@ -446,4 +450,9 @@ impl CommitterSession {
             .map(|skipped| format!("{scan} {}", skipped.describe(&self.ctx)))
             .collect()
     }
+}
+
+/// The last attempt's error, as the cause of a commit given up.
+fn interrupted(last_error: String) -> DestinationError {
+    DestinationError::new(DestinationErrorKind::Io, last_error)
 }

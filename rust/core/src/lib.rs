@@ -18,6 +18,7 @@ pub mod fencing_scenarios;
 pub mod handle;
 pub mod history;
 pub mod ids;
+pub mod interrupt;
 #[cfg(feature = "testing")]
 pub mod memory;
 pub mod operator;

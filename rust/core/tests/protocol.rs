@@ -3,7 +3,7 @@
 
 use std::cell::Cell;
 
-use twopc_core::committer::{AbortOutcome, CommitOutcome};
+use twopc_core::committer::{AbortOutcome, CommitOutcome, Committer};
 use twopc_core::config::{
     FreshStartPolicy, RetryPolicy, RewindPolicy, SinkOptions, SubtaskContext,
 };
@@ -13,6 +13,7 @@ use twopc_core::fencing_scenarios::{
     assert_shares_left_to_attempt_2, prepared_by, zombie_told_late, AttemptParts,
 };
 use twopc_core::ids::{RunId, SinkId, TransactionId};
+use twopc_core::interrupt;
 use twopc_core::memory::{Fault, MemoryDestination, MemoryStore, Operation};
 use twopc_core::records::{BatchParts, RecordBatchBuf};
 use twopc_core::{
@@ -156,6 +157,77 @@ fn commit_still_unknown_after_retries_stops_the_job() {
     // Nothing was lost: the staged data is still there for the next attempt.
     store.clear_faults();
     assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
+}
+
+/// Flink cancels a task by interrupting its thread, and kills the
+/// TaskManager when the task has not stopped within its cancellation
+/// timeout: a commit that keeps failing is given up as soon as the caller
+/// asks (`twopc_core::interrupt`), before its retries run out, and never as
+/// an unresolved commit (that would stop the job). Nothing is lost: the
+/// next attempt commits the transaction by id.
+#[test]
+fn a_commit_given_up_by_a_cancelled_task_is_not_unresolved_and_loses_nothing() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a"], 5);
+    store.set_faults(|op, _| {
+        if op == Operation::Commit {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    let started = clock.now_ms();
+    let err = interrupt::with_check(|| true, || sink.commit(&h)).unwrap_err();
+    assert!(!err.is_fatal(), "{err}");
+    assert!(!matches!(err, TwopcError::CommitUnresolved(_)), "{err}");
+    let msg = err.to_string();
+    assert!(msg.contains("interrupted"), "{msg}");
+    assert!(msg.contains(h.transaction.as_str()), "{msg}");
+    assert!(msg.contains("commits it again by id"), "{msg}");
+    assert_eq!(clock.now_ms(), started, "no back-off was waited out");
+    assert!(visible(&store).is_empty());
+    // A commit that does not wait is never given up, whatever the check says.
+    store.clear_faults();
+    assert_eq!(
+        interrupt::with_check(|| true, || sink.commit(&h)).unwrap(),
+        CommitOutcome::Committed
+    );
+    assert_eq!(visible(&store), vec!["a"]);
+}
+
+/// The back-off between commit attempts hears a caller who gives up within
+/// a slice, not at its end.
+#[test]
+fn a_commit_back_off_is_cut_short_when_the_call_is_given_up() {
+    let slept = std::rc::Rc::new(Cell::new(0u64));
+    struct SleepCounter(std::rc::Rc<Cell<u64>>);
+    impl Clock for SleepCounter {
+        fn now_ms(&self) -> u64 {
+            self.0.get()
+        }
+        fn sleep_ms(&self, ms: u64) {
+            self.0.set(self.0.get() + ms);
+        }
+    }
+    let clock = SleepCounter(slept.clone());
+    let seen = slept.clone();
+    let waited_out = interrupt::with_check(
+        move || seen.get() >= 300,
+        || Committer::back_off(&clock, 60_000),
+    );
+    assert!(!waited_out);
+    assert!(
+        (300..1_000).contains(&slept.get()),
+        "given up {} ms into a 60 s back-off",
+        slept.get()
+    );
+    slept.set(0);
+    assert!(interrupt::with_check(
+        || false,
+        || Committer::back_off(&clock, 250)
+    ));
+    assert_eq!(slept.get(), 250, "waited out in full");
 }
 
 #[test]

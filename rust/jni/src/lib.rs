@@ -26,6 +26,7 @@ pub mod config;
 mod describe;
 mod error;
 mod failpoints;
+mod interrupt;
 mod logging;
 mod open;
 mod pin;
@@ -183,7 +184,7 @@ macro_rules! open_entry_point {
                     &writer_states,
                     &known_handles,
                 )?;
-                open::open($role, a)
+                interrupt::checked(|| open::open($role, a))
             })
             .resolve::<ThrowJava>()
         }

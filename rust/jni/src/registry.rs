@@ -137,7 +137,8 @@ pub(crate) fn insert(native: Native) -> BridgeResult<i64> {
     Ok(id)
 }
 
-/// Runs `f` on the object `id`, holding its lock.
+/// Runs `f` on the object `id`, holding its lock, with the calling
+/// thread's interrupt as the core's interrupt check (`crate::interrupt`).
 pub(crate) fn with_native<R>(
     id: i64,
     f: impl FnOnce(&mut Native) -> BridgeResult<R>,
@@ -152,7 +153,7 @@ pub(crate) fn with_native<R>(
              error (Rust panic) part way through; close it and restart from the last checkpoint"
         ))
     })?;
-    f(&mut sink)
+    crate::interrupt::checked(|| f(&mut sink))
 }
 
 /// Removes the sink `id`. A call still running on it (another thread) keeps

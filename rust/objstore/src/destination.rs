@@ -345,6 +345,40 @@ impl ObjectStoreDestination {
         self.rt.block_on(f)
     }
 
+    /// Runs a call's requests on this destination's runtime to their end,
+    /// unless the caller gives the call up meanwhile (the task is being
+    /// cancelled: see `twopc_core::interrupt`). A request in flight then
+    /// has an unknown outcome, which the protocol resolves as it does a
+    /// lost response; without this, a bucket that went away would hold a
+    /// cancelled task for the client's whole retry time, longer than Flink
+    /// waits before it kills the TaskManager.
+    fn wait<T>(
+        &self,
+        call: impl std::future::Future<Output = Result<T, DestinationError>>,
+    ) -> Result<T, DestinationError> {
+        const POLL: std::time::Duration = std::time::Duration::from_millis(100);
+        self.rt.block_on(async {
+            let mut call = std::pin::pin!(call);
+            loop {
+                match tokio::time::timeout(POLL, &mut call).await {
+                    Ok(result) => return result,
+                    Err(_still_waiting) if twopc_core::interrupt::requested() => {
+                        return Err(DestinationError::new(
+                            DestinationErrorKind::Io,
+                            format!(
+                                "{} (sink '{}', bucket {})",
+                                twopc_core::interrupt::INTERRUPTED,
+                                self.layout.sink,
+                                self.layout.bucket
+                            ),
+                        ));
+                    }
+                    Err(_still_waiting) => {}
+                }
+            }
+        })
+    }
+
     /// The underlying store (tests and tools).
     pub fn store(&self) -> &AmazonS3 {
         &self.store
@@ -353,16 +387,18 @@ impl ObjectStoreDestination {
     /// Reads the bucket's lifecycle configuration and refuses a rule that
     /// aborts this sink's uploads before `needed_ms` (see `retention`).
     pub fn check_lifecycle(&mut self, needed_ms: u64) -> Result<(), DestinationError> {
-        let rules = self.rt.block_on(self.api.lifecycle_rules()).map_err(|e| {
-            DestinationError::new(
-                DestinationErrorKind::Io,
-                format!(
-                    "sink '{}': reading the lifecycle configuration of bucket {} (to check that \
-                     no rule aborts prepared uploads too soon): {e}. Grant \
-                     s3:GetLifecycleConfiguration to the sink's credentials",
-                    self.layout.sink, self.layout.bucket
-                ),
-            )
+        let rules = self.wait(async {
+            self.api.lifecycle_rules().await.map_err(|e| {
+                DestinationError::new(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "sink '{}': reading the lifecycle configuration of bucket {} (to check \
+                         that no rule aborts prepared uploads too soon): {e}. Grant \
+                         s3:GetLifecycleConfiguration to the sink's credentials",
+                        self.layout.sink, self.layout.bucket
+                    ),
+                )
+            })
         })?;
         if let Some(why) = crate::retention::refusal(
             &rules.unwrap_or_default(),
@@ -1028,7 +1064,12 @@ impl ObjectStoreDestination {
         txn: Option<&TransactionId>,
     ) -> DestinationError {
         let ours = &held.record;
-        let now_held = match self.rt.block_on(lease::current(&self.store, &held.key)) {
+        // Only for the message: a call given up meanwhile names no holder.
+        let now_held = self
+            .wait(async { Ok(lease::current(&self.store, &held.key).await) })
+            .ok()
+            .flatten();
+        let now_held = match now_held {
             Some(l) => format!(
                 "attempt {} of run {} ({}, since {})",
                 l.attempt,
@@ -1197,8 +1238,13 @@ impl ObjectStoreDestination {
             let txn = parsed.id;
             let marker = self.read_marker(&txn).await?;
             read.insert(txn.clone(), marker.clone());
-            let Some(Ok((handle, location))) = marker else {
-                continue; // gone meanwhile, or unreadable: `staged` reports it
+            let (handle, location) = match marker {
+                None => continue, // gone meanwhile
+                Some(Ok(read)) => read,
+                Some(Err(why)) => {
+                    self.check_unreadable_marker(&txn, &why, &uploads).await?;
+                    continue;
+                }
             };
             if uploads.iter().any(|u| u.upload_id == location.upload_id) {
                 continue; // still staged
@@ -1233,6 +1279,50 @@ impl ObjectStoreDestination {
         Ok(read)
     }
 
+    /// A prepare marker that cannot be read, met while looking for
+    /// completions without their record. While its transaction's upload is
+    /// open, `staged` reports it. Without an open upload and without
+    /// output, it is an abort's leftover and hides nothing. Without an
+    /// open upload but with output, the transaction was completed, and
+    /// only the marker could tell whether its commit was recorded: an
+    /// unrecorded one would be missed by the rewind check of a restore
+    /// (whose replay would write its records a second time) and by a fresh
+    /// start's check. So this stops every reader, naming the marker, until
+    /// an operator has looked (found by review).
+    async fn check_unreadable_marker(
+        &self,
+        txn: &TransactionId,
+        why: &str,
+        uploads: &[OpenUpload],
+    ) -> Result<(), DestinationError> {
+        if uploads
+            .iter()
+            .any(|u| self.layout.txn_of_part_key(&u.key).as_ref() == Some(txn))
+        {
+            return Ok(());
+        }
+        let part = self.layout.part_key(txn);
+        if self.head(&part).await?.is_none() {
+            return Ok(());
+        }
+        Err(DestinationError::new(
+            DestinationErrorKind::Corrupt,
+            format!(
+                "{why}. Transaction {txn}'s upload is no longer open and its output \
+                 s3://{bucket}/{part} exists, so it was committed, but whether its commit was \
+                 recorded can only be read from that marker; without a record, a restore of a \
+                 checkpoint before it would write its records a second time. Nothing was changed. \
+                 Delete the damaged marker s3://{bucket}/{marker} and restore the job from its \
+                 latest checkpoint, which replays none of {txn}'s records (and records its \
+                 commit if it belongs to that checkpoint). Before restoring an earlier \
+                 checkpoint instead, make sure with `twopc inspect` (it works again once the \
+                 marker is gone) that {txn} has a commit record, or remove its output too",
+                bucket = self.layout.bucket,
+                marker = self.layout.control(PREPARED, txn.as_str()),
+            ),
+        ))
+    }
+
     /// Staged transactions, and keys of uploads under this sink's names
     /// that are not its transactions. `known` holds markers read just
     /// before (a marker never changes once written, only goes).
@@ -1240,7 +1330,7 @@ impl ObjectStoreDestination {
         &self,
         known: &MarkersRead,
     ) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
-        self.rt.block_on(async {
+        self.wait(async {
             let uploads = self.sink_uploads().await?;
             if uploads.is_empty() {
                 return Ok((Vec::new(), Vec::new())); // nothing staged: no marker matters
@@ -1359,7 +1449,7 @@ impl ObjectStoreDestination {
     /// Every commit record of this sink, single or folded, each
     /// transaction once (tests, tools and the crash simulation).
     pub fn all_commit_records(&self) -> Result<Vec<CommitRecord>, DestinationError> {
-        self.rt.block_on(self.all_records(|_, _| true, |_| true))
+        self.wait(self.all_records(|_, _| true, |_| true))
     }
 
     /// The live history segments (as the index lists them) and the name of
@@ -1368,7 +1458,7 @@ impl ObjectStoreDestination {
     pub fn history_segments(
         &self,
     ) -> Result<(Vec<crate::history::SegmentName>, Vec<String>), DestinationError> {
-        self.rt.block_on(self.segments_and_objects())
+        self.wait(self.segments_and_objects())
     }
 
     fn removal(&mut self, txn: &TransactionId) -> Result<Removal, DestinationError> {
@@ -1377,7 +1467,7 @@ impl ObjectStoreDestination {
             .take_if(|o| &o.txn == txn)
             .map(|o| o.upload_id.clone());
         let key = self.layout.part_key(txn);
-        self.rt.block_on(async {
+        self.wait(async {
             // The uploads first, the object after: an upload completed
             // before the listing shows as the object below, one completed
             // after it fails our abort and shows there too. (An object with
@@ -1601,7 +1691,7 @@ impl Destination for ObjectStoreDestination {
         // was never prepared (see the crate docs). Overwrite, not create: a
         // PUT retried inside the client must not fail on its own first try.
         let marker_key = self.layout.control(PREPARED, txn.as_str());
-        let written = self.rt.block_on(self.put(
+        let written = self.wait(self.put(
             &marker_key,
             encode(&ControlObject::Prepared(marker)),
             PutMode::Overwrite,
@@ -1638,7 +1728,7 @@ impl Destination for ObjectStoreDestination {
             .ok_or_else(|| self.corrupt(format!("commit of {txn} without a prepared state")))?;
         self.keep_leases()?;
         let name = names::commit_record_name(handle.lineage, checkpoint, txn);
-        self.rt.block_on(async {
+        self.wait(async {
             if let Some(record) = self.read_commit_record(&name).await? {
                 return self.already_committed(&record).await;
             }
@@ -1759,7 +1849,7 @@ impl Destination for ObjectStoreDestination {
         // The listing starts a clean-up pass (its aborts and expiries
         // follow) and records unrecorded completions itself.
         self.fence(Fence::Renew, "list staged transactions", None)?;
-        let known = self.rt.block_on(self.record_unrecorded_completions())?;
+        let known = self.wait(self.record_unrecorded_completions())?;
         let (staged, foreign) = self.scan_staged(&known)?;
         for key in foreign {
             log::warn!(
@@ -1777,7 +1867,7 @@ impl Destination for ObjectStoreDestination {
     ) -> Result<Vec<CommittedTransaction>, DestinationError> {
         // The listing a rewind check retracts from.
         self.fence(Fence::Renew, "list committed transactions", None)?;
-        self.rt.block_on(self.record_unrecorded_completions())?;
+        self.wait(self.record_unrecorded_completions())?;
         Ok(self
             .rt
             .block_on(self.records_after(lineage, checkpoint))?
@@ -1794,7 +1884,7 @@ impl Destination for ObjectStoreDestination {
             &committed.transaction,
         );
         let ours = self.layout.part_key(&committed.transaction);
-        self.rt.block_on(async {
+        self.wait(async {
             // Single or folded; none when retracted already (a folded copy
             // may still be on its way out: `retract_folded` sees to it).
             if let Some(record) = self.read_commit_record(&name).await? {
@@ -1841,18 +1931,15 @@ impl Destination for ObjectStoreDestination {
         // after its own looks, so it says "expired" however the two race
         // (see the crate docs for a crash between the steps).
         let tombstone = self.layout.control(EXPIRED, txn.as_str());
-        let created = self.rt.block_on(self.put(
-            &tombstone,
-            now_ms.to_string().into_bytes(),
-            PutMode::Create,
-        ))?;
+        let created =
+            self.wait(self.put(&tombstone, now_ms.to_string().into_bytes(), PutMode::Create))?;
         if matches!(self.removal(txn)?, Removal::Published) && created {
             // A commit won: it was not expired, and a later loss of the
             // object must not be blamed on retention cleanup. Only our own
             // tombstone goes: an earlier expiry's may explain another
             // removal. A failure leaves a note that nothing reads while
             // the object is there.
-            if let Err(e) = self.rt.block_on(self.delete(&tombstone)) {
+            if let Err(e) = self.wait(self.delete(&tombstone)) {
                 log::warn!(
                     "sink '{}': {e} (the tombstone of an expiry that lost to a commit of {txn})",
                     self.layout.sink
@@ -1864,7 +1951,7 @@ impl Destination for ObjectStoreDestination {
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         let key = path(&self.layout.control(OWNERS, &claim.subtask.to_string()))?;
-        match self.rt.block_on(lease::claim(
+        match self.wait(lease::claim(
             &self.store,
             key,
             claim,
@@ -1941,10 +2028,10 @@ impl Destination for ObjectStoreDestination {
     }
 
     fn lineages(&mut self) -> Result<Vec<LineageSummary>, DestinationError> {
-        self.rt.block_on(self.record_unrecorded_completions())?;
+        self.wait(self.record_unrecorded_completions())?;
         // Counts from the names of single records and segments; records are
         // read only for each lineage's latest checkpoint.
-        let latest = self.rt.block_on(self.lineage_view())?;
+        let latest = self.wait(self.lineage_view())?;
         let records = self.lineage_records()?;
         let mut out = Vec::new();
         for (lineage, (count, last, latest)) in latest {
@@ -1964,11 +2051,11 @@ impl Destination for ObjectStoreDestination {
     fn compact_history(&mut self, policy: &HistoryPolicy) -> Result<Compaction, DestinationError> {
         self.fence(Fence::Renew, "compact the commit history", None)?;
         let policy = crate::history::effective(policy, &self.layout);
-        self.rt.block_on(self.compact(&policy))
+        self.wait(self.compact(&policy))
     }
 
     fn history_tallies(&mut self) -> Result<Vec<HistoryTally>, DestinationError> {
-        self.rt.block_on(self.tallies())
+        self.wait(self.tallies())
     }
 
     fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
@@ -1994,11 +2081,8 @@ impl Destination for ObjectStoreDestination {
         let recorded = match self.run_lineage(run)? {
             Some(l) => Some(l),
             None => {
-                let created = self.rt.block_on(self.put(
-                    &key,
-                    lineage.to_string().into_bytes(),
-                    PutMode::Create,
-                ))?;
+                let created =
+                    self.wait(self.put(&key, lineage.to_string().into_bytes(), PutMode::Create))?;
                 if created {
                     return Ok(());
                 }
@@ -2016,7 +2100,7 @@ impl Destination for ObjectStoreDestination {
 
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         let key = self.layout.control(RUNS, run.as_str());
-        let Some(bytes) = self.rt.block_on(self.get_small(&key, 64))? else {
+        let Some(bytes) = self.wait(self.get_small(&key, 64))? else {
             return Ok(None);
         };
         let text = String::from_utf8_lossy(&bytes);
@@ -2031,7 +2115,7 @@ impl ObjectStoreDestination {
     /// by name, oldest name first. Unreadable ones are skipped with a
     /// warning (tools show what they can).
     fn read_notes(&self, area: &str) -> Result<Vec<(String, String)>, DestinationError> {
-        self.rt.block_on(async {
+        self.wait(async {
             let mut out = Vec::new();
             for name in self.names_in(area).await? {
                 let key = self.layout.control(area, &name);
@@ -2049,7 +2133,7 @@ impl ObjectStoreDestination {
 
     /// Every lineage record, checked against its name.
     fn lineage_records(&self) -> Result<Vec<LineageRecord>, DestinationError> {
-        self.rt.block_on(async {
+        self.wait(async {
             let mut out = Vec::new();
             for name in self.names_in(LINEAGES).await? {
                 let Some(lineage) = LineageId::parse(&name) else {

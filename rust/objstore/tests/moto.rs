@@ -200,6 +200,65 @@ fn a_completion_whose_record_was_never_written_is_recorded_by_the_next_reader() 
     }
 }
 
+/// A damaged prepare marker of a completed upload whose record was never
+/// written: only the marker could say whether the commit was recorded, so
+/// every reader that checks for such completions stops and names it, instead
+/// of passing over output that a rewind check must see (found by review:
+/// `committed_after` answered nothing, and a restore of an older checkpoint
+/// would have replayed the records). A damaged marker of an aborted
+/// transaction (no upload, no output) hides nothing and stops nothing.
+#[test]
+fn a_damaged_marker_of_a_completion_without_its_record_stops_every_reader() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let (mut d, faults) = open_faulty(&o);
+    let recs = records(5, 10, 2);
+    let h = stage(&mut d, 1, 3, &recs);
+    faults.arm(S3Call::PutObject, FaultAction::FailBefore("crash".into()));
+    assert!(d.commit(&h, 10).is_err());
+    drop(d);
+    let mut d = open(&o);
+    let marker = d.layout().control(PREPARED, h.transaction.as_str());
+    put_raw(&d, &marker, &[0xff; 40]);
+    let errors = [
+        d.committed_after(LineageId(7), 0).map(|_| ()).unwrap_err(),
+        d.lineages().map(|_| ()).unwrap_err(),
+        d.staged().map(|_| ()).unwrap_err(),
+    ];
+    for err in errors {
+        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
+        assert!(err.message.contains(&marker), "names the marker: {err}");
+        assert!(err.message.contains(h.transaction.as_str()), "{err}");
+        assert!(
+            err.message.contains("latest checkpoint"),
+            "says what to do: {err}"
+        );
+    }
+    assert_eq!(object(&d, 1), Some(lines(&recs)), "the output is untouched");
+    assert!(
+        head(&d, &marker).is_some(),
+        "the marker is kept for the operator"
+    );
+    // The way out the error names: the marker goes, the restore of the latest
+    // checkpoint commits the transaction again, which finds its output and
+    // records it.
+    delete_raw(&d, &marker);
+    assert_eq!(d.commit(&h, 12).unwrap(), CommitStatus::Committed);
+    assert_eq!(object(&d, 1), Some(lines(&recs)), "once");
+    assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
+
+    // An aborted transaction's damaged marker: no upload, no output.
+    let aborted = stage(&mut d, 2, 4, &recs);
+    assert_eq!(d.abort(&aborted.transaction).unwrap(), AbortStatus::Aborted);
+    put_raw(
+        &d,
+        &d.layout().control(PREPARED, aborted.transaction.as_str()),
+        &[0xff; 40],
+    );
+    assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
+    assert!(d.staged().unwrap().is_empty());
+}
+
 #[test]
 fn a_stray_upload_left_beside_committed_output_is_not_an_open_transaction() {
     let endpoint = server!();
@@ -899,5 +958,38 @@ fn a_forged_record_cannot_make_a_retraction_delete_another_sinks_object() {
     assert!(
         head(&d, &victim).is_some(),
         "the other sink's object is untouched"
+    );
+}
+
+/// A bucket that went away mid-call (an endpoint that takes connections and
+/// never answers) holds a call for the client's whole timeout; a caller who
+/// gives the call up (Flink cancelling the task: `twopc_core::interrupt`)
+/// gets an error within a fraction of a second instead. Needs no S3 server.
+#[test]
+fn a_call_waiting_on_a_silent_endpoint_is_given_up_when_the_caller_asks() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = listener.local_addr().unwrap();
+    std::thread::spawn(move || {
+        let mut held = Vec::new();
+        for connection in listener.incoming() {
+            held.push(connection);
+        }
+    });
+    let mut o = options(&format!("http://{addr}"));
+    o.request_timeout_ms = 60_000;
+    o.retry_timeout_ms = 120_000;
+    let mut d = ObjectStoreDestination::open(o, &sink()).unwrap();
+    let started = std::time::Instant::now();
+    let err = twopc_core::interrupt::with_check(
+        move || started.elapsed() >= Duration::from_millis(300),
+        || d.staged(),
+    )
+    .unwrap_err();
+    let waited = started.elapsed();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(err.message.contains("interrupted"), "{err}");
+    assert!(
+        waited < Duration::from_secs(5),
+        "given up after {waited:?}, not at the client's timeout"
     );
 }

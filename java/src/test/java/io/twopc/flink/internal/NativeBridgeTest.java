@@ -11,12 +11,16 @@ import static org.assertj.core.api.Assertions.assertThat;
 import static org.assertj.core.api.Assertions.assertThatThrownBy;
 import static org.assertj.core.api.Assertions.catchThrowable;
 
+import io.twopc.flink.ObjectStoreDestination;
 import io.twopc.flink.TwopcConfigException;
 import io.twopc.flink.TwopcException;
 import io.twopc.flink.TwopcLostTransactionException;
+import io.twopc.flink.TwopcSink;
 import io.twopc.flink.TwopcStateException;
 
 import java.io.File;
+import java.net.InetAddress;
+import java.net.ServerSocket;
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.file.Files;
@@ -25,8 +29,10 @@ import java.nio.file.Paths;
 import java.util.Arrays;
 import java.util.Comparator;
 import java.util.List;
+import java.util.concurrent.atomic.AtomicReference;
 import java.util.stream.Stream;
 
+import org.apache.flink.api.common.serialization.SimpleStringSchema;
 import org.apache.flink.shaded.jackson2.com.fasterxml.jackson.databind.JsonNode;
 import org.junit.Rule;
 import org.junit.Test;
@@ -374,6 +380,49 @@ public class NativeBridgeTest {
                         new byte[0][], new byte[][] {new byte[] {1}}))
                 .isExactlyInstanceOf(IllegalArgumentException.class)
                 .hasMessageContaining("without a restored checkpoint id");
+    }
+
+    /**
+     * Flink cancels a task by interrupting its thread, and kills the TaskManager when the task has
+     * not stopped within {@code task.cancellation.timeout}. A native call waiting on an object store
+     * that went away (here an endpoint that takes connections and never answers, with the client's
+     * timeouts far longer than the test) ends soon after its thread is interrupted, with an error
+     * that says so, and leaves the interrupt flag set for Flink.
+     */
+    @Test
+    public void aCallWaitingOnASilentObjectStoreEndsWhenItsThreadIsInterrupted() throws Exception {
+        try (ServerSocket silent = new ServerSocket(0, 50, InetAddress.getLoopbackAddress())) {
+            String config = TwopcSink.<String>builder()
+                    .setSinkId("orders")
+                    .setSerializationSchema(new SimpleStringSchema())
+                    .forObjectStore(ObjectStoreDestination.s3("s3://silent-bucket/out")
+                            .endpoint("http://127.0.0.1:" + silent.getLocalPort())
+                            .pathStyleAccess(true)
+                            .allowHttp(true))
+                    .build()
+                    .getOptions()
+                    .toConfigJson();
+            AtomicReference<Throwable> thrown = new AtomicReference<>();
+            AtomicReference<Boolean> flagAfter = new AtomicReference<>();
+            Thread caller = new Thread(() -> {
+                try {
+                    long writer = NativeBridge.openWriter(config, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null,
+                            -1L, new byte[0][], new byte[0][]);
+                    NativeBridge.close(writer);
+                } catch (Throwable t) {
+                    thrown.set(t);
+                }
+                flagAfter.set(Thread.currentThread().isInterrupted());
+            }, "silent-object-store-caller");
+            caller.start();
+            Thread.sleep(1_000);
+            assertThat(caller.isAlive()).as("the open waits on the silent endpoint (it ended with %s)", thrown.get()).isTrue();
+            caller.interrupt();
+            caller.join(10_000);
+            assertThat(caller.isAlive()).as("still waiting 10 s after the interrupt").isFalse();
+            assertThat(thrown.get()).isInstanceOf(TwopcException.class).hasMessageContaining("interrupted");
+            assertThat(flagAfter.get()).as("the interrupt flag, left for Flink").isTrue();
+        }
     }
 
     @Test
