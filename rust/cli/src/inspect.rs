@@ -512,13 +512,17 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
         });
     }
     let mut committed_total = committed.len();
-    let mut committed_records: u64 = committed.iter().map(|c| c.records).sum();
+    let mut committed_records: u64 = committed
+        .iter()
+        .map(|c| c.records)
+        .fold(0, u64::saturating_add);
     let mut lineages = summarise(&committed);
     if !inv.full {
         // The folded history, from the segments' names.
         for seg in &inv.segments {
-            committed_total += seg.transactions as usize;
-            committed_records += seg.records;
+            committed_total = committed_total
+                .saturating_add(usize::try_from(seg.transactions).unwrap_or(usize::MAX));
+            committed_records = committed_records.saturating_add(seg.records);
             add_folded(&mut lineages, seg);
         }
     }
@@ -845,7 +849,7 @@ fn lost_findings(
     }
     for ((lineage, cp), notes) in &lost_at {
         let lineage_id = twopc_core::LineageId(*lineage);
-        let lost_records: u64 = notes.iter().map(|n| n.records).sum();
+        let lost_records: u64 = notes.iter().map(|n| n.records).fold(0, u64::saturating_add);
         let names: Vec<String> = notes
             .iter()
             .map(|n| {
@@ -1043,15 +1047,15 @@ fn add_folded(lineages: &mut Vec<LineageEntry>, seg: &twopc_fs::SegmentName) {
         }
     };
     let l = &mut lineages[at];
-    l.transactions += seg.transactions;
-    l.records += seg.records;
+    l.transactions = l.transactions.saturating_add(seg.transactions);
+    l.records = l.records.saturating_add(seg.records);
     l.first_checkpoint = l.first_checkpoint.min(seg.first);
     l.last_checkpoint = l.last_checkpoint.max(seg.last);
     let run = seg.run.to_string();
     match l.runs.iter_mut().find(|r| r.run == run) {
         Some(r) => {
-            r.transactions += seg.transactions;
-            r.records += seg.records;
+            r.transactions = r.transactions.saturating_add(seg.transactions);
+            r.records = r.records.saturating_add(seg.records);
             r.first_checkpoint = r.first_checkpoint.min(seg.first);
             r.last_checkpoint = r.last_checkpoint.max(seg.last);
         }
@@ -1086,8 +1090,11 @@ fn summarise_tallies(tallies: &[twopc_core::destination::HistoryTally]) -> Vec<L
             runs.sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
             LineageEntry {
                 lineage,
-                transactions: runs.iter().map(|r| r.transactions).sum(),
-                records: runs.iter().map(|r| r.records).sum(),
+                transactions: runs
+                    .iter()
+                    .map(|r| r.transactions)
+                    .fold(0, u64::saturating_add),
+                records: runs.iter().map(|r| r.records).fold(0, u64::saturating_add),
                 first_checkpoint: runs.iter().map(|r| r.first_checkpoint).min().unwrap_or(0),
                 last_checkpoint: runs.iter().map(|r| r.last_checkpoint).max().unwrap_or(0),
                 runs,
@@ -1112,7 +1119,7 @@ fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
                 last_checkpoint: c.checkpoint,
             });
         e.transactions += 1;
-        e.records += c.records;
+        e.records = e.records.saturating_add(c.records);
         e.first_checkpoint = e.first_checkpoint.min(c.checkpoint);
         e.last_checkpoint = e.last_checkpoint.max(c.checkpoint);
     }
@@ -1122,8 +1129,11 @@ fn summarise(committed: &[CommittedEntry]) -> Vec<LineageEntry> {
             runs.sort_by_key(|r| (r.first_checkpoint, r.last_checkpoint));
             LineageEntry {
                 lineage: lineage.to_string(),
-                transactions: runs.iter().map(|r| r.transactions).sum(),
-                records: runs.iter().map(|r| r.records).sum(),
+                transactions: runs
+                    .iter()
+                    .map(|r| r.transactions)
+                    .fold(0, u64::saturating_add),
+                records: runs.iter().map(|r| r.records).fold(0, u64::saturating_add),
                 first_checkpoint: runs.iter().map(|r| r.first_checkpoint).min().unwrap_or(0),
                 last_checkpoint: runs.iter().map(|r| r.last_checkpoint).max().unwrap_or(0),
                 runs,
@@ -1349,7 +1359,7 @@ pub fn inspect_destination(
         let lineage = u64::from_str_radix(&c.lineage, 16).unwrap_or_default();
         let e = checkpoints.entry((lineage, c.checkpoint)).or_default();
         e.0 += 1;
-        e.1 += c.records;
+        e.1 = e.1.saturating_add(c.records);
     }
     let reference_run = opts.run.clone().or_else(|| {
         staged_all
@@ -1471,7 +1481,10 @@ pub fn inspect_destination(
     let (committed_total, committed_records, summary) = if opts.limit.is_none() {
         (
             committed.len(),
-            committed.iter().map(|c| c.records).sum(),
+            committed
+                .iter()
+                .map(|c| c.records)
+                .fold(0, u64::saturating_add),
             summarise(&committed),
         )
     } else {
@@ -1479,8 +1492,14 @@ pub fn inspect_destination(
             .history_tallies()
             .map_err(fail("summing the committed history"))?;
         (
-            tallies.iter().map(|t| t.transactions as usize).sum(),
-            tallies.iter().map(|t| t.records).sum(),
+            tallies
+                .iter()
+                .map(|t| usize::try_from(t.transactions).unwrap_or(usize::MAX))
+                .fold(0, usize::saturating_add),
+            tallies
+                .iter()
+                .map(|t| t.records)
+                .fold(0, u64::saturating_add),
             summarise_tallies(&tallies),
         )
     };

@@ -384,8 +384,8 @@ impl HistoryTally {
             .find(|t| t.lineage == part.lineage && t.run == part.run)
         {
             Some(t) => {
-                t.transactions += part.transactions;
-                t.records += part.records;
+                t.transactions = t.transactions.saturating_add(part.transactions);
+                t.records = t.records.saturating_add(part.records);
                 t.first_checkpoint = t.first_checkpoint.min(part.first_checkpoint);
                 t.last_checkpoint = t.last_checkpoint.max(part.last_checkpoint);
             }
@@ -799,7 +799,7 @@ mod tally_tests {
             lineage: LineageId(3),
             run: RunId::new(run).unwrap(),
             transactions,
-            records: 10 * transactions,
+            records: transactions.saturating_mul(10),
             first_checkpoint: first,
             last_checkpoint: last,
         }
@@ -813,5 +813,16 @@ mod tally_tests {
         HistoryTally::add(&mut tallies, part("a", 2, 2, 3));
         HistoryTally::add(&mut tallies, part("a", 1, 20, 20));
         assert_eq!(tallies, vec![part("a", 8, 2, 20), part("b", 1, 3, 3)]);
+    }
+
+    #[test]
+    fn counts_from_hostile_segment_names_saturate_instead_of_overflowing() {
+        // Segment names are read back from the destination: two claiming
+        // u64::MAX transactions must not panic (debug) or wrap (release).
+        let mut tallies = Vec::new();
+        HistoryTally::add(&mut tallies, part("a", u64::MAX, 1, 1));
+        HistoryTally::add(&mut tallies, part("a", u64::MAX, 2, 2));
+        assert_eq!(tallies[0].transactions, u64::MAX);
+        assert_eq!(tallies[0].records, u64::MAX);
     }
 }

@@ -216,7 +216,7 @@ impl SegmentName {
             records: records
                 .iter()
                 .map(|r| r.as_ref().prepared().map_or(0, |p| p.records))
-                .sum(),
+                .fold(0, u64::saturating_add),
             nonce: 0,
             run: first.run.clone(),
         }

@@ -171,7 +171,10 @@ pub struct ReconcilePlan {
 
 impl ReconcilePlan {
     pub fn records(&self) -> u64 {
-        self.transactions.iter().map(|c| c.records).sum()
+        self.transactions
+            .iter()
+            .map(|c| c.records)
+            .fold(0, u64::saturating_add)
     }
 }
 

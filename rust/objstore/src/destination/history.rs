@@ -510,7 +510,7 @@ impl ObjectStoreDestination {
             }
             for s in at.iter().flat_map(|a| a.index.segments.iter()) {
                 let e = by.entry(s.lineage).or_insert((0, s.last));
-                e.0 += s.transactions;
+                e.0 = e.0.saturating_add(s.transactions);
                 e.1 = e.1.max(s.last);
             }
             let mut out = BTreeMap::new();
