@@ -69,6 +69,10 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
     public void commit(Collection<CommitRequest<TwopcCommittable>> requests) {
         long completed = -1;
         boolean endOfInput = false;
+        // Prepared transactions handed over for this completed checkpoint and not committed yet:
+        // above zero for as long as a commit keeps retrying (a destination that went away).
+        int pending = requests.size();
+        metrics.setPendingTransactions(pending);
         for (CommitRequest<TwopcCommittable> request : requests) {
             byte[] handle = request.getCommittable().handle();
             long checkpoint = checkpointOf(handle);
@@ -94,6 +98,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             metrics.recordCommit(duration, preparedAgeMs, outcome,
                     checkpoint >= 0 && checkpoint <= restoredCheckpointId, checkpoint);
             completed = Math.max(completed, checkpoint);
+            metrics.setPendingTransactions(--pending);
         }
         if (completed >= 0) {
             long[] report;

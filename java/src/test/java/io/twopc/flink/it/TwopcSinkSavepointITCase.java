@@ -113,6 +113,34 @@ public class TwopcSinkSavepointITCase {
         assertExactlyOnce(output, SINK_ID, count);
     }
 
+    @Test
+    public void anAbortThatFailsAtTheCloseOfAStopWithSavepointDoesNotFailTheStop()
+            throws Exception {
+        // After the savepoint, close aborts each subtask's open transaction, whose records are in
+        // no checkpoint. A failed abort loses nothing (what it staged stays invisible, and the
+        // next start aborts it as lingering), so it must not turn the stop into a failed job
+        // (the SinkFunction shim's close threw it: "failed during stopping").
+        Path output = tmp.newFolder("out").toPath();
+        Path savepoints = tmp.newFolder("savepoints").toPath();
+        long count = 40_000;
+        JobID first = submit(client(), numbersJob(2, count, 5, output, RewindPolicy.FAIL), null);
+        waitUntil("5000 records are committed", Duration.ofMinutes(1), () -> committedRecordCount(output) >= 5_000);
+        String savepoint;
+        configureFailPoints("twopc-abort-before=return");
+        try {
+            savepoint = stopWithSavepoint(first, savepoints);
+        } finally {
+            clearFailPoints();
+        }
+        List<String> records = TwopcOutput.readCommittedRecords(output);
+        assertThat(records).as("records committed so far").doesNotHaveDuplicates();
+
+        JobID second = submit(client(), numbersJob(2, count, 5, output, RewindPolicy.FAIL), savepoint);
+        awaitSuccess(client(), second);
+
+        assertExactlyOnce(output, SINK_ID, count);
+    }
+
     // 7 ---------------------------------------------------------------------------------------
 
     @Test
