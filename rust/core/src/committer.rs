@@ -225,8 +225,11 @@ impl Committer {
             consequence: "The commit was given up because the task is being cancelled; its \
                           transaction stays in the completed checkpoint's state, and the recovery \
                           after the restart commits it again by id.",
+            // Io whatever the cause was: a kind such as NotPermitted would
+            // make the error fatal, and a cancelled task must not stop the
+            // job.
             source: DestinationError::new(
-                cause.kind,
+                DestinationErrorKind::Io,
                 format!("{} (last error: {cause})", crate::interrupt::INTERRUPTED),
             ),
         }

@@ -356,27 +356,37 @@ impl ObjectStoreDestination {
         &self,
         call: impl std::future::Future<Output = Result<T, DestinationError>>,
     ) -> Result<T, DestinationError> {
+        self.wait_or_give_up(call)
+            .unwrap_or_else(|| Err(self.given_up()))
+    }
+
+    /// [`Self::wait`] for a call whose errors are not yet the
+    /// destination's: `None` when the caller gave it up.
+    fn wait_or_give_up<F: std::future::Future>(&self, call: F) -> Option<F::Output> {
         const POLL: std::time::Duration = std::time::Duration::from_millis(100);
         self.rt.block_on(async {
             let mut call = std::pin::pin!(call);
             loop {
                 match tokio::time::timeout(POLL, &mut call).await {
-                    Ok(result) => return result,
-                    Err(_still_waiting) if twopc_core::interrupt::requested() => {
-                        return Err(DestinationError::new(
-                            DestinationErrorKind::Io,
-                            format!(
-                                "{} (sink '{}', bucket {})",
-                                twopc_core::interrupt::INTERRUPTED,
-                                self.layout.sink,
-                                self.layout.bucket
-                            ),
-                        ));
-                    }
+                    Ok(result) => return Some(result),
+                    Err(_still_waiting) if twopc_core::interrupt::requested() => return None,
                     Err(_still_waiting) => {}
                 }
             }
         })
+    }
+
+    /// The error of a call given up (see [`Self::wait`]).
+    fn given_up(&self) -> DestinationError {
+        DestinationError::new(
+            DestinationErrorKind::Io,
+            format!(
+                "{} (sink '{}', bucket {})",
+                twopc_core::interrupt::INTERRUPTED,
+                self.layout.sink,
+                self.layout.bucket
+            ),
+        )
     }
 
     /// The underlying store (tests and tools).
@@ -923,8 +933,7 @@ impl ObjectStoreDestination {
             .collect();
         for i in due {
             let mut held = self.leases[i].clone();
-            self.rt
-                .block_on(lease::rewrite(&self.store, &mut held, lease_ms, now, false))?;
+            self.wait(lease::rewrite(&self.store, &mut held, lease_ms, now, false))?;
             self.leases[i] = held;
         }
         Ok(())
@@ -961,10 +970,7 @@ impl ObjectStoreDestination {
         let lease_ms = self.options.lease_ms;
         for i in 0..self.leases.len() {
             let mut held = self.leases[i].clone();
-            match self
-                .rt
-                .block_on(lease::rewrite(&self.store, &mut held, lease_ms, now, false))
-            {
+            match self.wait(lease::rewrite(&self.store, &mut held, lease_ms, now, false)) {
                 Ok(()) => self.leases[i] = held,
                 Err(e) if e.kind == DestinationErrorKind::NotPermitted => {
                     return Err(self.fenced_out(&held, doing, txn))
@@ -1013,19 +1019,16 @@ impl ObjectStoreDestination {
         }
         self.watch_checked.remove(&share);
         let key = path(&self.layout.control(OWNERS, &share.to_string()))?;
-        let held = self
-            .rt
-            .block_on(lease::read(&self.store, &key))
-            .map_err(|e| {
-                DestinationError::new(
-                    e.kind,
-                    format!(
-                        "sink '{}': reading the ownership lease before {doing} failed, so nothing \
+        let held = self.wait(lease::read(&self.store, &key)).map_err(|e| {
+            DestinationError::new(
+                e.kind,
+                format!(
+                    "sink '{}': reading the ownership lease before {doing} failed, so nothing \
                      was changed: {e}. Tried again at the next clean-up",
-                        self.layout.sink
-                    ),
-                )
-            })?;
+                    self.layout.sink
+                ),
+            )
+        })?;
         if lease::superseded_by(&ours, held.as_ref(), now) {
             let l = held.expect("a lease supersedes");
             return Err(DestinationError::new(
@@ -1137,9 +1140,15 @@ impl ObjectStoreDestination {
         let store = self.store.clone();
         let (key, upload_id) = (open.key.clone(), open.upload_id.clone());
         let sent =
-            self.rt
-                .block_on(store.put_part(&key, &upload_id, index, PutPayload::from(data)));
+            self.wait_or_give_up(store.put_part(&key, &upload_id, index, PutPayload::from(data)));
+        let given_up = self.given_up();
         let open = self.open.as_mut().expect("checked above");
+        let Some(sent) = sent else {
+            // Whether the part arrived is unknown: the transaction's records
+            // at the destination are incomplete, as after a failed upload.
+            open.poisoned = Some(format!("uploading part {} was given up", index + 1));
+            return Err(given_up);
+        };
         match sent {
             Ok(part) => {
                 open.parts.push(part);
@@ -1176,8 +1185,8 @@ impl ObjectStoreDestination {
         let key = self.layout.part_key(txn);
         let key_path = path(&key)?;
         let upload_id = self
-            .rt
-            .block_on(self.store.create_multipart(&key_path))
+            .wait_or_give_up(self.store.create_multipart(&key_path))
+            .ok_or_else(|| self.given_up())?
             .map_err(|e| self.err("starting a multipart upload of", &key, e))?;
         self.open = Some(OpenTxn {
             txn: txn.clone(),
@@ -1242,7 +1251,7 @@ impl ObjectStoreDestination {
                 None => continue, // gone meanwhile
                 Some(Ok(read)) => read,
                 Some(Err(why)) => {
-                    self.check_unreadable_marker(&txn, &why, &uploads).await?;
+                    self.check_unreadable_marker(&txn, &why).await?;
                     continue;
                 }
             };
@@ -1280,27 +1289,20 @@ impl ObjectStoreDestination {
     }
 
     /// A prepare marker that cannot be read, met while looking for
-    /// completions without their record. While its transaction's upload is
-    /// open, `staged` reports it. Without an open upload and without
-    /// output, it is an abort's leftover and hides nothing. Without an
-    /// open upload but with output, the transaction was completed, and
-    /// only the marker could tell whether its commit was recorded: an
-    /// unrecorded one would be missed by the rewind check of a restore
-    /// (whose replay would write its records a second time) and by a fresh
-    /// start's check. So this stops every reader, naming the marker, until
-    /// an operator has looked (found by review).
+    /// completions without their record. Without output, its transaction
+    /// is staged (`staged` reports it) or was aborted, and it hides nothing.
+    /// With output, the transaction's upload was completed (an upload of
+    /// the same key still open is a stray a resent CreateMultipartUpload
+    /// left), and only the marker could tell whether its commit was
+    /// recorded: an unrecorded one would be missed by the rewind check of a
+    /// restore (whose replay would write its records a second time) and by
+    /// a fresh start's check. So this stops every reader, naming the
+    /// marker, until an operator has looked (found by review).
     async fn check_unreadable_marker(
         &self,
         txn: &TransactionId,
         why: &str,
-        uploads: &[OpenUpload],
     ) -> Result<(), DestinationError> {
-        if uploads
-            .iter()
-            .any(|u| self.layout.txn_of_part_key(&u.key).as_ref() == Some(txn))
-        {
-            return Ok(());
-        }
         let part = self.layout.part_key(txn);
         if self.head(&part).await?.is_none() {
             return Ok(());
@@ -1869,8 +1871,7 @@ impl Destination for ObjectStoreDestination {
         self.fence(Fence::Renew, "list committed transactions", None)?;
         self.wait(self.record_unrecorded_completions())?;
         Ok(self
-            .rt
-            .block_on(self.records_after(lineage, checkpoint))?
+            .wait(self.records_after(lineage, checkpoint))?
             .iter()
             .map(CommitRecord::view)
             .collect())
@@ -1969,8 +1970,7 @@ impl Destination for ObjectStoreDestination {
 
     fn owner_subtasks(&mut self) -> Result<Vec<u32>, DestinationError> {
         Ok(self
-            .rt
-            .block_on(self.names_in(OWNERS))?
+            .wait(self.names_in(OWNERS))?
             .iter()
             .filter_map(|n| n.parse().ok())
             .collect())
@@ -1978,8 +1978,7 @@ impl Destination for ObjectStoreDestination {
 
     fn record_lost(&mut self, note: &LostNote) -> Result<(), DestinationError> {
         let key = self.layout.control(LOST, note.transaction.as_str());
-        self.rt
-            .block_on(self.put(&key, note.render().into_bytes(), PutMode::Create))
+        self.wait(self.put(&key, note.render().into_bytes(), PutMode::Create))
             .map(|_| ())
     }
 
@@ -2001,8 +2000,7 @@ impl Destination for ObjectStoreDestination {
             if LostNote::parse(&text)
                 .is_some_and(|n| n.lineage == lineage && n.checkpoint > checkpoint)
             {
-                self.rt
-                    .block_on(self.delete(&self.layout.control(LOST, &name)))?;
+                self.wait(self.delete(&self.layout.control(LOST, &name)))?;
                 removed += 1;
             }
         }
@@ -2012,8 +2010,7 @@ impl Destination for ObjectStoreDestination {
     fn record_operation(&mut self, record: &OperationRecord) -> Result<(), DestinationError> {
         let name = record.storage_name();
         let key = self.layout.control(OPERATIONS, &name);
-        self.rt
-            .block_on(self.put(&key, record.render().into_bytes(), PutMode::Create))
+        self.wait(self.put(&key, record.render().into_bytes(), PutMode::Create))
             .map(|_| ())
     }
 
@@ -2061,13 +2058,12 @@ impl Destination for ObjectStoreDestination {
     fn record_lineage(&mut self, record: &LineageRecord) -> Result<(), DestinationError> {
         let key = self.layout.control(LINEAGES, &record.lineage.to_string());
         // Every subtask records it; the first one's record stays.
-        self.rt
-            .block_on(self.put(
-                &key,
-                encode(&ControlObject::Lineage(record.clone())),
-                PutMode::Create,
-            ))
-            .map(|_| ())
+        self.wait(self.put(
+            &key,
+            encode(&ControlObject::Lineage(record.clone())),
+            PutMode::Create,
+        ))
+        .map(|_| ())
     }
 
     fn record_run_lineage(

@@ -210,53 +210,65 @@ fn a_completion_whose_record_was_never_written_is_recorded_by_the_next_reader() 
 #[test]
 fn a_damaged_marker_of_a_completion_without_its_record_stops_every_reader() {
     let endpoint = server!();
-    let o = options(&endpoint);
-    let (mut d, faults) = open_faulty(&o);
-    let recs = records(5, 10, 2);
-    let h = stage(&mut d, 1, 3, &recs);
-    faults.arm(S3Call::PutObject, FaultAction::FailBefore("crash".into()));
-    assert!(d.commit(&h, 10).is_err());
-    drop(d);
-    let mut d = open(&o);
-    let marker = d.layout().control(PREPARED, h.transaction.as_str());
-    put_raw(&d, &marker, &[0xff; 40]);
-    let errors = [
-        d.committed_after(LineageId(7), 0).map(|_| ()).unwrap_err(),
-        d.lineages().map(|_| ()).unwrap_err(),
-        d.staged().map(|_| ()).unwrap_err(),
-    ];
-    for err in errors {
-        assert_eq!(err.kind, DestinationErrorKind::Corrupt, "{err}");
-        assert!(err.message.contains(&marker), "names the marker: {err}");
-        assert!(err.message.contains(h.transaction.as_str()), "{err}");
+    // Also with a stray upload of the same key open beside the completion
+    // (a resent CreateMultipartUpload leaves one): found by review, it hid
+    // the completion again.
+    for with_stray in [false, true] {
+        let o = options(&endpoint);
+        let (mut d, faults) = open_faulty(&o);
+        let recs = records(5, 10, 2);
+        let h = stage(&mut d, 1, 3, &recs);
+        if with_stray {
+            stray_upload(&d, 1);
+        }
+        faults.arm(S3Call::PutObject, FaultAction::FailBefore("crash".into()));
+        assert!(d.commit(&h, 10).is_err());
+        drop(d);
+        let mut d = open(&o);
+        let marker = d.layout().control(PREPARED, h.transaction.as_str());
+        put_raw(&d, &marker, &[0xff; 40]);
+        let errors = [
+            d.committed_after(LineageId(7), 0).map(|_| ()).unwrap_err(),
+            d.lineages().map(|_| ()).unwrap_err(),
+            d.staged().map(|_| ()).unwrap_err(),
+        ];
+        for err in errors {
+            assert_eq!(
+                err.kind,
+                DestinationErrorKind::Corrupt,
+                "stray {with_stray}: {err}"
+            );
+            assert!(err.message.contains(&marker), "names the marker: {err}");
+            assert!(err.message.contains(h.transaction.as_str()), "{err}");
+            assert!(
+                err.message.contains("latest checkpoint"),
+                "says what to do: {err}"
+            );
+        }
+        assert_eq!(object(&d, 1), Some(lines(&recs)), "the output is untouched");
         assert!(
-            err.message.contains("latest checkpoint"),
-            "says what to do: {err}"
+            head(&d, &marker).is_some(),
+            "the marker is kept for the operator"
         );
-    }
-    assert_eq!(object(&d, 1), Some(lines(&recs)), "the output is untouched");
-    assert!(
-        head(&d, &marker).is_some(),
-        "the marker is kept for the operator"
-    );
-    // The way out the error names: the marker goes, the restore of the latest
-    // checkpoint commits the transaction again, which finds its output and
-    // records it.
-    delete_raw(&d, &marker);
-    assert_eq!(d.commit(&h, 12).unwrap(), CommitStatus::Committed);
-    assert_eq!(object(&d, 1), Some(lines(&recs)), "once");
-    assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
+        // The way out the error names: the marker goes, the restore of the
+        // latest checkpoint commits the transaction again, which finds its
+        // output and records it.
+        delete_raw(&d, &marker);
+        assert_eq!(d.commit(&h, 12).unwrap(), CommitStatus::Committed);
+        assert_eq!(object(&d, 1), Some(lines(&recs)), "once");
+        assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
 
-    // An aborted transaction's damaged marker: no upload, no output.
-    let aborted = stage(&mut d, 2, 4, &recs);
-    assert_eq!(d.abort(&aborted.transaction).unwrap(), AbortStatus::Aborted);
-    put_raw(
-        &d,
-        &d.layout().control(PREPARED, aborted.transaction.as_str()),
-        &[0xff; 40],
-    );
-    assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
-    assert!(d.staged().unwrap().is_empty());
+        // An aborted transaction's damaged marker: no upload, no output.
+        let aborted = stage(&mut d, 2, 4, &recs);
+        assert_eq!(d.abort(&aborted.transaction).unwrap(), AbortStatus::Aborted);
+        put_raw(
+            &d,
+            &d.layout().control(PREPARED, aborted.transaction.as_str()),
+            &[0xff; 40],
+        );
+        assert_eq!(d.committed_after(LineageId(7), 0).unwrap().len(), 1);
+        assert!(d.staged().unwrap().is_empty());
+    }
 }
 
 #[test]
@@ -992,4 +1004,13 @@ fn a_call_waiting_on_a_silent_endpoint_is_given_up_when_the_caller_asks() {
         waited < Duration::from_secs(5),
         "given up after {waited:?}, not at the client's timeout"
     );
+    // A write (its upload starts with CreateMultipartUpload) likewise.
+    let started = std::time::Instant::now();
+    let err = twopc_core::interrupt::with_check(
+        move || started.elapsed() >= Duration::from_millis(300),
+        || write(&mut d, 1, &records(3, 10, 1)),
+    )
+    .unwrap_err();
+    assert!(err.message.contains("interrupted"), "{err}");
+    assert!(started.elapsed() < Duration::from_secs(5));
 }
