@@ -1334,12 +1334,12 @@ impl ObjectStoreDestination {
     ) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
         self.wait(async {
             let uploads = self.sink_uploads().await?;
-            if uploads.is_empty() {
-                return Ok((Vec::new(), Vec::new())); // nothing staged: no marker matters
-            }
             // Markers listed after the uploads: a transaction prepared before
             // this listing shows its marker (it is written after its parts).
             let markers = self.names_in(PREPARED).await?;
+            if uploads.is_empty() && markers.is_empty() {
+                return Ok((Vec::new(), Vec::new())); // nothing staged
+            }
             let mut by_txn: std::collections::BTreeMap<TransactionId, Vec<OpenUpload>> =
                 Default::default();
             let mut foreign = Vec::new();
@@ -1396,8 +1396,58 @@ impl ObjectStoreDestination {
                     last_activity_ms: activity,
                 });
             }
+            out.extend(self.staged_under_other_names(&markers, known).await?);
             Ok((out, foreign))
         })
+    }
+
+    /// Prepared transactions whose upload is under a name other than the
+    /// one today's part prefix and suffix give them: prepared before the
+    /// options changed (a restore with new options), they are still this
+    /// sink's, and a fresh start's check, the lingering cleanup and the
+    /// retention must see them (found by review: they were passed over,
+    /// so a completed checkpoint's leftovers could be skipped silently).
+    /// Their marker names the upload; one listing per such marker, and
+    /// only for markers whose transaction has no upload under today's name.
+    async fn staged_under_other_names(
+        &self,
+        markers: &[String],
+        known: &MarkersRead,
+    ) -> Result<Vec<StagedTransaction>, DestinationError> {
+        let mut out = Vec::new();
+        for name in markers {
+            let Some(parsed) = TransactionId::parse(name) else {
+                continue;
+            };
+            if parsed.sink != self.layout.sink {
+                continue;
+            }
+            let txn = parsed.id;
+            let marker = match known.get(&txn) {
+                Some(m) => m.clone(),
+                None => self.read_marker(&txn).await?,
+            };
+            let Some(Ok((handle, location))) = marker else {
+                continue; // gone, or unreadable: reported with its upload
+            };
+            if location.key == self.layout.part_key(&txn) {
+                continue; // under today's name: listed above if open
+            }
+            let uploads = self.uploads_of(&location.key).await?;
+            let Some(upload) = uploads.iter().find(|u| u.upload_id == location.upload_id) else {
+                continue; // completed (recorded by now) or aborted
+            };
+            let initiated = upload.initiated.as_deref().and_then(iso_ms).unwrap_or(0);
+            let at = handle.prepared().map_or(initiated, |p| p.prepared_at_ms);
+            out.push(StagedTransaction {
+                transaction: txn,
+                subtask: parsed.subtask,
+                attempt_nonce: parsed.attempt_nonce,
+                state: StagedState::Prepared(handle),
+                last_activity_ms: at,
+            });
+        }
+        Ok(out)
     }
 
     /// Uploads left on the key of a transaction whose output is published
@@ -1469,55 +1519,78 @@ impl ObjectStoreDestination {
             .take_if(|o| &o.txn == txn)
             .map(|o| o.upload_id.clone());
         let key = self.layout.part_key(txn);
-        self.wait(async {
-            // The uploads first, the object after: an upload completed
-            // before the listing shows as the object below, one completed
-            // after it fails our abort and shows there too. (An object with
-            // uploads beside it is a committed transaction with strays of
-            // its key, which go as well.)
-            let mut ids: Vec<String> = self
-                .uploads_of(&key)
-                .await?
-                .into_iter()
-                .map(|u| u.upload_id)
-                .collect();
-            if let Some(id) = known {
-                if !ids.contains(&id) {
-                    ids.push(id);
-                }
+        let found = self.wait(self.remove_at(txn, &key, known))?;
+        if !matches!(found, Removal::Nothing) {
+            return Ok(found);
+        }
+        // Nothing under today's name: a transaction prepared before the
+        // part prefix or suffix changed (a restore with new options) has its
+        // upload under the name its marker holds (found by review: it was
+        // never aborted nor expired).
+        let Some(Ok((_, location))) = self.wait(self.read_marker(txn))? else {
+            return Ok(found);
+        };
+        if location.key == key {
+            return Ok(found);
+        }
+        self.wait(self.remove_at(txn, &location.key, None))
+    }
+
+    /// Aborts every upload of `key` (and `known`, the id of this run's own
+    /// open upload), and says whether the transaction's output exists.
+    async fn remove_at(
+        &self,
+        txn: &TransactionId,
+        key: &str,
+        known: Option<String>,
+    ) -> Result<Removal, DestinationError> {
+        // The uploads first, the object after: an upload completed
+        // before the listing shows as the object below, one completed
+        // after it fails our abort and shows there too. (An object with
+        // uploads beside it is a committed transaction with strays of
+        // its key, which go as well.)
+        let mut ids: Vec<String> = self
+            .uploads_of(key)
+            .await?
+            .into_iter()
+            .map(|u| u.upload_id)
+            .collect();
+        if let Some(id) = known {
+            if !ids.contains(&id) {
+                ids.push(id);
             }
-            let key_path = path(&key)?;
-            let mut removed = false;
-            for id in &ids {
-                match self
-                    .store
-                    .abort_multipart(&key_path, &MultipartId::from(id.clone()))
-                    .await
-                {
-                    Ok(()) => removed = true,
-                    // Completed or aborted meanwhile: the HEAD below tells.
-                    Err(object_store::Error::NotFound { .. }) => {}
-                    Err(e) => return Err(self.err("aborting the upload of", &key, e)),
-                }
+        }
+        let key_path = path(key)?;
+        let mut removed = false;
+        for id in &ids {
+            match self
+                .store
+                .abort_multipart(&key_path, &MultipartId::from(id.clone()))
+                .await
+            {
+                Ok(()) => removed = true,
+                // Completed or aborted meanwhile: the HEAD below tells.
+                Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(self.err("aborting the upload of", key, e)),
             }
-            // Committed before, or a complete that won the race against the
-            // abort published it.
-            if self.head(&key).await?.is_some() {
-                return Ok(Removal::Published);
-            }
-            // The marker goes with the upload. Without an upload (the usual
-            // abort of a transaction that never received a record) there is
-            // none, or a leftover of an upload removed outside twopc, which
-            // nothing reads: one request saved per such abort.
-            if !ids.is_empty() {
-                self.delete(&self.layout.control(PREPARED, txn.as_str()))
-                    .await?;
-            }
-            Ok(if removed {
-                Removal::Removed
-            } else {
-                Removal::Nothing
-            })
+        }
+        // Committed before, or a complete that won the race against the
+        // abort published it.
+        if self.head(key).await?.is_some() {
+            return Ok(Removal::Published);
+        }
+        // The marker goes with the upload. Without an upload (the usual
+        // abort of a transaction that never received a record) there is
+        // none, or a leftover of an upload removed outside twopc, which
+        // nothing reads: one request saved per such abort.
+        if !ids.is_empty() {
+            self.delete(&self.layout.control(PREPARED, txn.as_str()))
+                .await?;
+        }
+        Ok(if removed {
+            Removal::Removed
+        } else {
+            Removal::Nothing
         })
     }
 }
