@@ -91,6 +91,10 @@ pub struct ObjectStoreDestination {
     /// last found still its own (share, ms since the epoch).
     watched: Option<OwnerClaim>,
     watch_checked: std::collections::BTreeMap<u32, u64>,
+    /// Prepared transactions the last listing found under an earlier part
+    /// name (see [`Self::staged_under_other_names`]): their key and upload
+    /// id, for the aborts and expiries of the clean-up pass that follows.
+    other_names: std::collections::BTreeMap<TransactionId, (String, String)>,
 }
 
 /// Whether a fence may reuse a recent one (a call inside a clean-up pass)
@@ -314,6 +318,7 @@ impl ObjectStoreDestination {
             fenced_at_ms: None,
             watched: None,
             watch_checked: Default::default(),
+            other_names: Default::default(),
         })
     }
 
@@ -1328,17 +1333,14 @@ impl ObjectStoreDestination {
     /// Staged transactions, and keys of uploads under this sink's names
     /// that are not its transactions. `known` holds markers read just
     /// before (a marker never changes once written, only goes).
-    fn scan_staged(
-        &self,
-        known: &MarkersRead,
-    ) -> Result<(Vec<StagedTransaction>, Vec<String>), DestinationError> {
+    fn scan_staged(&self, known: &MarkersRead) -> Result<ScannedStaged, DestinationError> {
         self.wait(async {
             let uploads = self.sink_uploads().await?;
             // Markers listed after the uploads: a transaction prepared before
             // this listing shows its marker (it is written after its parts).
             let markers = self.names_in(PREPARED).await?;
             if uploads.is_empty() && markers.is_empty() {
-                return Ok((Vec::new(), Vec::new())); // nothing staged
+                return Ok(ScannedStaged::default()); // nothing staged
             }
             let mut by_txn: std::collections::BTreeMap<TransactionId, Vec<OpenUpload>> =
                 Default::default();
@@ -1396,8 +1398,29 @@ impl ObjectStoreDestination {
                     last_activity_ms: activity,
                 });
             }
-            out.extend(self.staged_under_other_names(&markers, known).await?);
-            Ok((out, foreign))
+            let other_names = self.staged_under_other_names(&markers, known).await?;
+            // Under an earlier suffix an upload can still be under today's
+            // listing prefix: it is one of ours, not a stranger's.
+            foreign.retain(|key| !other_names.values().any(|(k, _, _)| k == key));
+            out.extend(other_names.iter().filter_map(|(txn, (_, _, initiated))| {
+                let (handle, _) = known.get(txn)?.clone()?.ok()?;
+                let parsed = TransactionId::parse(txn.as_str())?;
+                Some(StagedTransaction {
+                    transaction: txn.clone(),
+                    subtask: parsed.subtask,
+                    attempt_nonce: parsed.attempt_nonce,
+                    last_activity_ms: handle.prepared().map_or(*initiated, |p| p.prepared_at_ms),
+                    state: StagedState::Prepared(handle),
+                })
+            }));
+            Ok(ScannedStaged {
+                staged: out,
+                foreign,
+                other_names: other_names
+                    .into_iter()
+                    .map(|(txn, (key, upload, _))| (txn, (key, upload)))
+                    .collect(),
+            })
         })
     }
 
@@ -1409,12 +1432,17 @@ impl ObjectStoreDestination {
     /// so a completed checkpoint's leftovers could be skipped silently).
     /// Their marker names the upload; one listing per such marker, and
     /// only for markers whose transaction has no upload under today's name.
+    /// A marker naming a key that could be another sink's (see
+    /// `Layout::could_be_another_sinks`) is passed over and logged: acting
+    /// on it could abort that sink's upload. Returns, per transaction, its
+    /// key, its upload id and when the upload began.
     async fn staged_under_other_names(
         &self,
         markers: &[String],
         known: &MarkersRead,
-    ) -> Result<Vec<StagedTransaction>, DestinationError> {
-        let mut out = Vec::new();
+    ) -> Result<std::collections::BTreeMap<TransactionId, (String, String, u64)>, DestinationError>
+    {
+        let mut out = std::collections::BTreeMap::new();
         for name in markers {
             let Some(parsed) = TransactionId::parse(name) else {
                 continue;
@@ -1423,29 +1451,31 @@ impl ObjectStoreDestination {
                 continue;
             }
             let txn = parsed.id;
-            let marker = match known.get(&txn) {
-                Some(m) => m.clone(),
-                None => self.read_marker(&txn).await?,
-            };
-            let Some(Ok((handle, location))) = marker else {
-                continue; // gone, or unreadable: reported with its upload
+            let Some(Some(Ok((_, location)))) = known.get(&txn) else {
+                continue; // gone, unreadable, or written after the listing
             };
             if location.key == self.layout.part_key(&txn) {
                 continue; // under today's name: listed above if open
+            }
+            if self.layout.could_be_another_sinks(&location.key, &txn) {
+                log::warn!(
+                    "transaction {txn}'s prepare marker names the upload of {}, a name that \
+                     could be another sink's part; it is left alone. If it is this sink's, \
+                     restore the sink's earlier part prefix and suffix to let it be committed or \
+                     aborted",
+                    location.key
+                );
+                continue;
             }
             let uploads = self.uploads_of(&location.key).await?;
             let Some(upload) = uploads.iter().find(|u| u.upload_id == location.upload_id) else {
                 continue; // completed (recorded by now) or aborted
             };
             let initiated = upload.initiated.as_deref().and_then(iso_ms).unwrap_or(0);
-            let at = handle.prepared().map_or(initiated, |p| p.prepared_at_ms);
-            out.push(StagedTransaction {
-                transaction: txn,
-                subtask: parsed.subtask,
-                attempt_nonce: parsed.attempt_nonce,
-                state: StagedState::Prepared(handle),
-                last_activity_ms: at,
-            });
+            out.insert(
+                txn,
+                (location.key.clone(), location.upload_id.clone(), initiated),
+            );
         }
         Ok(out)
     }
@@ -1519,42 +1549,46 @@ impl ObjectStoreDestination {
             .take_if(|o| &o.txn == txn)
             .map(|o| o.upload_id.clone());
         let key = self.layout.part_key(txn);
-        let found = self.wait(self.remove_at(txn, &key, known))?;
+        let found = self.wait(self.remove_at(txn, &key, known, None))?;
         if !matches!(found, Removal::Nothing) {
             return Ok(found);
         }
-        // Nothing under today's name: a transaction prepared before the
-        // part prefix or suffix changed (a restore with new options) has its
-        // upload under the name its marker holds (found by review: it was
-        // never aborted nor expired).
-        let Some(Ok((_, location))) = self.wait(self.read_marker(txn))? else {
-            return Ok(found);
-        };
-        if location.key == key {
-            return Ok(found);
+        // Nothing under today's name: a transaction the listing found
+        // prepared under an earlier part name (a restore with new options)
+        // goes under that name (found by review: it was never aborted nor
+        // expired). Only its own upload is aborted, and the HEAD of that
+        // name still tells a commit that finished meanwhile (its marker
+        // gone by now) from an abort.
+        match self.other_names.get(txn).cloned() {
+            Some((other, upload)) => self.wait(self.remove_at(txn, &other, None, Some(upload))),
+            None => Ok(found),
         }
-        self.wait(self.remove_at(txn, &location.key, None))
     }
 
     /// Aborts every upload of `key` (and `known`, the id of this run's own
-    /// open upload), and says whether the transaction's output exists.
+    /// open upload), or only the upload `only`, and says whether the
+    /// transaction's output exists.
     async fn remove_at(
         &self,
         txn: &TransactionId,
         key: &str,
         known: Option<String>,
+        only: Option<String>,
     ) -> Result<Removal, DestinationError> {
         // The uploads first, the object after: an upload completed
         // before the listing shows as the object below, one completed
         // after it fails our abort and shows there too. (An object with
         // uploads beside it is a committed transaction with strays of
         // its key, which go as well.)
-        let mut ids: Vec<String> = self
-            .uploads_of(key)
-            .await?
-            .into_iter()
-            .map(|u| u.upload_id)
-            .collect();
+        let mut ids: Vec<String> = match only {
+            Some(id) => vec![id],
+            None => self
+                .uploads_of(key)
+                .await?
+                .into_iter()
+                .map(|u| u.upload_id)
+                .collect(),
+        };
         if let Some(id) = known {
             if !ids.contains(&id) {
                 ids.push(id);
@@ -1593,6 +1627,17 @@ impl ObjectStoreDestination {
             Removal::Nothing
         })
     }
+}
+
+/// What a listing of staged transactions found.
+#[derive(Default)]
+struct ScannedStaged {
+    staged: Vec<StagedTransaction>,
+    /// Keys of uploads under this sink's names that are not its
+    /// transactions.
+    foreign: Vec<String>,
+    /// Transactions prepared under an earlier part name: key, upload id.
+    other_names: std::collections::BTreeMap<TransactionId, (String, String)>,
 }
 
 /// What a removal (abort, expiry) found.
@@ -1925,7 +1970,12 @@ impl Destination for ObjectStoreDestination {
         // follow) and records unrecorded completions itself.
         self.fence(Fence::Renew, "list staged transactions", None)?;
         let known = self.wait(self.record_unrecorded_completions())?;
-        let (staged, foreign) = self.scan_staged(&known)?;
+        let ScannedStaged {
+            staged,
+            foreign,
+            other_names,
+        } = self.scan_staged(&known)?;
+        self.other_names = other_names;
         for key in foreign {
             log::warn!(
                 "ignoring the multipart upload of {key}: not a transaction of sink '{}'",

@@ -111,6 +111,33 @@ impl Layout {
         }
         twopc_core::part_names::check_part_name(name, txn, &format!("object key {key:?}"))
     }
+
+    /// Whether `key`, a part key of `txn` under some part prefix, could as
+    /// well be another sink's part key: sink ids may hold '-', so
+    /// `part-x-s.1.N.2` is sink `s`'s name with the part prefix `part-x`
+    /// and sink `x-s`'s with `part`. Only today's names are this sink's
+    /// for sure; a name from an earlier configuration that reads as
+    /// another sink's must not be acted on.
+    pub fn could_be_another_sinks(&self, key: &str, txn: &TransactionId) -> bool {
+        let Some(name) = key.strip_prefix(&self.under_prefix("")) else {
+            return true;
+        };
+        let Some(before) = name.find(txn.as_str()).map(|at| &name[..at]) else {
+            return true;
+        };
+        // `before` is `<part prefix>-`; every earlier '-' could start
+        // another sink's transaction id that ends with ours.
+        let Some(before) = before.strip_suffix('-') else {
+            return true;
+        };
+        before
+            .char_indices()
+            .filter(|&(_, c)| c == '-')
+            .any(|(at, _)| {
+                let candidate = format!("{}-{}", &before[at + 1..], txn.as_str());
+                TransactionId::parse(&candidate).is_some_and(|other| other.sink != self.sink)
+            })
+    }
 }
 
 #[cfg(test)]
@@ -152,6 +179,20 @@ mod tests {
             layout("p").control(COMMITTED, "n"),
             "p/_twopc/s/committed/n"
         );
+    }
+
+    #[test]
+    fn an_earlier_name_that_reads_as_another_sinks_is_told_apart() {
+        let l = layout("out");
+        let t = TransactionId::compose(&SinkId::new("s").unwrap(), 1, 0xab, 2);
+        // Today's name and earlier prefixes or suffixes without a '-'.
+        assert!(!l.could_be_another_sinks(&l.part_key(&t), &t));
+        assert!(!l.could_be_another_sinks(&format!("out/data-{t}.csv"), &t));
+        // `part-x-<t>` is also sink `x-s`'s part name under prefix `part`.
+        assert!(l.could_be_another_sinks(&format!("out/part-x-{t}.txt"), &t));
+        // Any '-' in an earlier part prefix can start another sink's id.
+        assert!(l.could_be_another_sinks(&format!("out/my-part-{t}"), &t));
+        assert!(l.could_be_another_sinks(&format!("elsewhere/part-{t}"), &t));
     }
 
     #[test]

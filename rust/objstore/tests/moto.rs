@@ -1074,4 +1074,17 @@ fn transactions_prepared_under_earlier_part_names_are_listed_aborted_and_expired
     assert_eq!(d.commit(&kept, 10).unwrap(), CommitStatus::Committed);
     assert!(head(&d, &old_keys[0]).is_some());
     assert!(d.staged().unwrap().is_empty());
+
+    // Listed, then committed by another destination (its marker goes), then
+    // aborted by the lister: the abort finds it committed, never "not
+    // found" (found by review: that would count as aborted).
+    let mut earlier = ObjectStoreDestination::open(before.clone(), &sink()).unwrap();
+    let raced = stage(&mut earlier, 4, 5, &recs);
+    assert_eq!(d.staged().unwrap().len(), 1);
+    assert_eq!(earlier.commit(&raced, 11).unwrap(), CommitStatus::Committed);
+    assert_eq!(
+        d.abort(&raced.transaction).unwrap(),
+        AbortStatus::WasCommitted
+    );
+    assert_eq!(object(&earlier, 4), Some(lines(&recs)), "untouched");
 }
