@@ -1975,7 +1975,12 @@ impl Destination for ObjectStoreDestination {
             foreign,
             other_names,
         } = self.scan_staged(&known)?;
-        self.other_names = other_names;
+        // Merged, not replaced: a caller may list again between its listing
+        // and its aborts, and an entry of a transaction finished meanwhile
+        // must still lead its abort to the name that tells it was committed
+        // (an entry names one upload id, so an old one touches nothing
+        // else).
+        self.other_names.extend(other_names);
         for key in foreign {
             log::warn!(
                 "ignoring the multipart upload of {key}: not a transaction of sink '{}'",

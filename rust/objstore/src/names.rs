@@ -122,20 +122,21 @@ impl Layout {
         let Some(name) = key.strip_prefix(&self.under_prefix("")) else {
             return true;
         };
-        let Some(before) = name.find(txn.as_str()).map(|at| &name[..at]) else {
+        let Some(start) = name.find(txn.as_str()) else {
             return true;
         };
-        // `before` is `<part prefix>-`; every earlier '-' could start
-        // another sink's transaction id that ends with ours.
-        let Some(before) = before.strip_suffix('-') else {
-            return true;
-        };
-        before
+        let end = start + txn.as_str().len();
+        // Every '-' before ours could start another sink's transaction id
+        // that ends where ours does: one in the earlier part prefix, and
+        // one inside this sink's own id (`part-a-b.…` is sink `a-b`'s under
+        // `part` and sink `b`'s under `part-a`). Ours starts right after
+        // the separator.
+        name[..end]
             .char_indices()
-            .filter(|&(_, c)| c == '-')
+            .filter(|&(at, c)| c == '-' && at + 1 != start)
             .any(|(at, _)| {
-                let candidate = format!("{}-{}", &before[at + 1..], txn.as_str());
-                TransactionId::parse(&candidate).is_some_and(|other| other.sink != self.sink)
+                TransactionId::parse(&name[at + 1..end])
+                    .is_some_and(|other| other.sink != self.sink)
             })
     }
 }
@@ -193,6 +194,13 @@ mod tests {
         // Any '-' in an earlier part prefix can start another sink's id.
         assert!(l.could_be_another_sinks(&format!("out/my-part-{t}"), &t));
         assert!(l.could_be_another_sinks(&format!("elsewhere/part-{t}"), &t));
+        // A '-' in this sink's own id: `part-a-b.…` is also sink `b`'s
+        // name under the part prefix `part-a` (found by review).
+        let mut dashed = layout("out");
+        dashed.sink = SinkId::new("a-b").unwrap();
+        let t = TransactionId::compose(&dashed.sink, 1, 0xab, 2);
+        assert!(dashed.could_be_another_sinks(&format!("out/part-{t}"), &t));
+        assert!(dashed.could_be_another_sinks(&dashed.part_key(&t), &t));
     }
 
     #[test]

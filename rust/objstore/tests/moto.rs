@@ -1082,6 +1082,8 @@ fn transactions_prepared_under_earlier_part_names_are_listed_aborted_and_expired
     let raced = stage(&mut earlier, 4, 5, &recs);
     assert_eq!(d.staged().unwrap().len(), 1);
     assert_eq!(earlier.commit(&raced, 11).unwrap(), CommitStatus::Committed);
+    // Another listing in between (a start's checks list more than once).
+    assert!(d.staged().unwrap().is_empty());
     assert_eq!(
         d.abort(&raced.transaction).unwrap(),
         AbortStatus::WasCommitted
