@@ -22,31 +22,34 @@
 //! Without an installed check (tests, the command-line tool) nothing is
 //! ever interrupted.
 
-use std::cell::RefCell;
+use std::cell::Cell;
 
 thread_local! {
-    static CHECK: RefCell<Option<Box<dyn Fn() -> bool>>> = const { RefCell::new(None) };
+    /// A plain function, not a boxed closure: a thread-local with a
+    /// destructor makes glibc pin the shared library that holds it until
+    /// the thread exits, so a released copy of the JNI library (its job's
+    /// class loader gone) could never be unmapped from a TaskManager's
+    /// long-lived threads (found by the loader test).
+    static CHECK: Cell<Option<fn() -> bool>> = const { Cell::new(None) };
 }
 
 /// Runs `f` with `check` as this thread's interrupt check; the check in
 /// place before (if any) is back afterwards, also when `f` panics.
-pub fn with_check<R>(check: impl Fn() -> bool + 'static, f: impl FnOnce() -> R) -> R {
-    struct Restore(Option<Box<dyn Fn() -> bool>>);
+pub fn with_check<R>(check: fn() -> bool, f: impl FnOnce() -> R) -> R {
+    struct Restore(Option<fn() -> bool>);
     impl Drop for Restore {
         fn drop(&mut self) {
-            let previous = self.0.take();
-            CHECK.with(|c| *c.borrow_mut() = previous);
+            CHECK.with(|c| c.set(self.0));
         }
     }
-    let previous = CHECK.with(|c| c.borrow_mut().replace(Box::new(check)));
-    let _restore = Restore(previous);
+    let _restore = Restore(CHECK.with(|c| c.replace(Some(check))));
     f()
 }
 
 /// True when the caller asked for the current call to be given up. Cheap
 /// enough for every wait, not meant for every record.
 pub fn requested() -> bool {
-    CHECK.with(|c| c.borrow().as_ref().is_some_and(|check| check()))
+    CHECK.with(Cell::get).is_some_and(|check| check())
 }
 
 /// What a destination error says when a wait was given up.
@@ -57,8 +60,14 @@ pub const INTERRUPTED: &str = "interrupted: the task is being cancelled (its thr
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::cell::Cell;
-    use std::rc::Rc;
+
+    thread_local! {
+        static FLAG: Cell<bool> = const { Cell::new(false) };
+    }
+
+    fn flag() -> bool {
+        FLAG.with(Cell::get)
+    }
 
     #[test]
     fn nothing_is_interrupted_without_a_check() {
@@ -67,18 +76,13 @@ mod tests {
 
     #[test]
     fn a_check_holds_for_its_call_only_and_nests() {
-        let flag = Rc::new(Cell::new(false));
-        let seen = flag.clone();
-        with_check(
-            move || seen.get(),
-            || {
-                assert!(!requested());
-                flag.set(true);
-                assert!(requested());
-                with_check(|| false, || assert!(!requested()));
-                assert!(requested(), "the outer check is back");
-            },
-        );
+        with_check(flag, || {
+            assert!(!requested());
+            FLAG.with(|f| f.set(true));
+            assert!(requested());
+            with_check(|| false, || assert!(!requested()));
+            assert!(requested(), "the outer check is back");
+        });
         assert!(!requested(), "gone after the call");
     }
 

@@ -200,34 +200,34 @@ fn a_commit_given_up_by_a_cancelled_task_is_not_unresolved_and_loses_nothing() {
 /// a slice, not at its end.
 #[test]
 fn a_commit_back_off_is_cut_short_when_the_call_is_given_up() {
-    let slept = std::rc::Rc::new(Cell::new(0u64));
-    struct SleepCounter(std::rc::Rc<Cell<u64>>);
+    thread_local! {
+        static SLEPT: Cell<u64> = const { Cell::new(0) };
+    }
+    struct SleepCounter;
     impl Clock for SleepCounter {
         fn now_ms(&self) -> u64 {
-            self.0.get()
+            SLEPT.with(Cell::get)
         }
         fn sleep_ms(&self, ms: u64) {
-            self.0.set(self.0.get() + ms);
+            SLEPT.with(|s| s.set(s.get() + ms));
         }
     }
-    let clock = SleepCounter(slept.clone());
-    let seen = slept.clone();
     let waited_out = interrupt::with_check(
-        move || seen.get() >= 300,
-        || Committer::back_off(&clock, 60_000),
+        || SLEPT.with(Cell::get) >= 300,
+        || Committer::back_off(&SleepCounter, 60_000),
     );
     assert!(!waited_out);
+    let slept = SLEPT.with(Cell::get);
     assert!(
-        (300..1_000).contains(&slept.get()),
-        "given up {} ms into a 60 s back-off",
-        slept.get()
+        (300..1_000).contains(&slept),
+        "given up {slept} ms into a 60 s back-off"
     );
-    slept.set(0);
+    SLEPT.with(|s| s.set(0));
     assert!(interrupt::with_check(
         || false,
-        || Committer::back_off(&clock, 250)
+        || Committer::back_off(&SleepCounter, 250)
     ));
-    assert_eq!(slept.get(), 250, "waited out in full");
+    assert_eq!(SLEPT.with(Cell::get), 250, "waited out in full");
 }
 
 #[test]

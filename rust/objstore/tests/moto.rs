@@ -991,12 +991,21 @@ fn a_call_waiting_on_a_silent_endpoint_is_given_up_when_the_caller_asks() {
     o.request_timeout_ms = 60_000;
     o.retry_timeout_ms = 120_000;
     let mut d = ObjectStoreDestination::open(o, &sink()).unwrap();
+    // The check is a plain function: the start it measures from is kept
+    // in a thread-local.
+    thread_local! {
+        static STARTED: std::cell::Cell<Option<std::time::Instant>> =
+            const { std::cell::Cell::new(None) };
+    }
+    fn after_300_ms() -> bool {
+        STARTED.with(|s| {
+            s.get()
+                .is_some_and(|t| t.elapsed() >= Duration::from_millis(300))
+        })
+    }
     let started = std::time::Instant::now();
-    let err = twopc_core::interrupt::with_check(
-        move || started.elapsed() >= Duration::from_millis(300),
-        || d.staged(),
-    )
-    .unwrap_err();
+    STARTED.with(|s| s.set(Some(started)));
+    let err = twopc_core::interrupt::with_check(after_300_ms, || d.staged()).unwrap_err();
     let waited = started.elapsed();
     assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
     assert!(err.message.contains("interrupted"), "{err}");
@@ -1006,11 +1015,10 @@ fn a_call_waiting_on_a_silent_endpoint_is_given_up_when_the_caller_asks() {
     );
     // A write (its upload starts with CreateMultipartUpload) likewise.
     let started = std::time::Instant::now();
-    let err = twopc_core::interrupt::with_check(
-        move || started.elapsed() >= Duration::from_millis(300),
-        || write(&mut d, 1, &records(3, 10, 1)),
-    )
-    .unwrap_err();
+    STARTED.with(|s| s.set(Some(started)));
+    let err =
+        twopc_core::interrupt::with_check(after_300_ms, || write(&mut d, 1, &records(3, 10, 1)))
+            .unwrap_err();
     assert!(err.message.contains("interrupted"), "{err}");
     assert!(started.elapsed() < Duration::from_secs(5));
 }
