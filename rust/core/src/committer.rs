@@ -75,10 +75,7 @@ impl Committer {
                 CommitStep::Done(outcome) => return Ok(outcome),
                 CommitStep::RetryAfter { wait_ms, error } => {
                     if !Self::back_off(clock, wait_ms) {
-                        return Err(self.given_up(
-                            handle,
-                            DestinationError::new(DestinationErrorKind::Io, error),
-                        ));
+                        return Err(self.given_up(handle, &error));
                     }
                 }
             }
@@ -182,7 +179,7 @@ impl Committer {
             // Checked before the retry budget: a commit given up because
             // the task is being cancelled is not unresolved, and must not
             // stop the job.
-            Err(e) if crate::interrupt::requested() => Err(self.given_up(handle, e)),
+            Err(e) if crate::interrupt::requested() => Err(self.given_up(handle, &e)),
             Err(e) if attempt >= self.retry.max_attempts => {
                 let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
                     scope: self.scope.clone(),
@@ -216,8 +213,13 @@ impl Committer {
 
     /// The error of a commit given up because the caller asked for it (see
     /// [`crate::interrupt`]): never fatal, so the restart's recovery
-    /// commits the transaction again by id.
-    pub fn given_up(&self, handle: &TransactionHandle, cause: DestinationError) -> TwopcError {
+    /// commits the transaction again by id. `last_error` is the last
+    /// attempt's error.
+    pub fn given_up(
+        &self,
+        handle: &TransactionHandle,
+        last_error: &dyn std::fmt::Display,
+    ) -> TwopcError {
         TwopcError::Destination {
             scope: self.scope.clone(),
             action: "committing",
@@ -230,7 +232,10 @@ impl Committer {
             // job.
             source: DestinationError::new(
                 DestinationErrorKind::Io,
-                format!("{} (last error: {cause})", crate::interrupt::INTERRUPTED),
+                format!(
+                    "{} (last error: {last_error})",
+                    crate::interrupt::INTERRUPTED
+                ),
             ),
         }
     }

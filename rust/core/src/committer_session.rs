@@ -18,7 +18,7 @@ use crate::clock::Clock;
 use crate::committer::{CommitOutcome, CommitStep, Committer};
 use crate::config::{SinkOptions, SubtaskContext};
 use crate::destination::{Compaction, Destination, OwnerClaim};
-use crate::error::{DestinationError, DestinationErrorKind, SinkScope, TwopcError};
+use crate::error::{SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, TransactionId};
 use crate::recovery::{self, Expiry, Keep};
@@ -141,7 +141,7 @@ impl CommitterSession {
                 CommitStep::Done(outcome) => return Ok(outcome),
                 CommitStep::RetryAfter { wait_ms, error } => {
                     if !Committer::back_off(clock, wait_ms) {
-                        return Err(self.committer.given_up(handle, interrupted(error)));
+                        return Err(self.committer.given_up(handle, &error));
                     }
                     attempt += 1;
                 }
@@ -184,7 +184,7 @@ impl CommitterSession {
                 CommitStep::Done(outcome) => break outcome,
                 CommitStep::RetryAfter { wait_ms, error } if self.is_recovery(handle) => {
                     if !Committer::back_off(clock, wait_ms) {
-                        return Err(self.committer.given_up(handle, interrupted(error)));
+                        return Err(self.committer.given_up(handle, &error));
                     }
                     attempt += 1;
                 }
@@ -450,9 +450,4 @@ impl CommitterSession {
             .map(|skipped| format!("{scan} {}", skipped.describe(&self.ctx)))
             .collect()
     }
-}
-
-/// The last attempt's error, as the cause of a commit given up.
-fn interrupted(last_error: String) -> DestinationError {
-    DestinationError::new(DestinationErrorKind::Io, last_error)
 }

@@ -133,10 +133,13 @@ fn lost_commit_response_is_retried_by_id() {
     assert!(clock.now_ms() >= 10, "the retry waited its backoff");
 }
 
-#[test]
-fn commit_still_unknown_after_retries_stops_the_job() {
-    let (store, clock) = (MemoryStore::new(), TestClock::default());
-    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+/// A sink with a transaction of checkpoint 5 prepared, on a store that
+/// then fails every commit before its effect (an unknown outcome each time).
+fn sink_whose_commits_keep_failing<'a>(
+    store: &'a MemoryStore,
+    clock: &'a TestClock,
+) -> (Sink<'a>, TransactionHandle) {
+    let mut sink = open(store, clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
     let h = prepared(&mut sink, &["a"], 5);
     store.set_faults(|op, _| {
         if op == Operation::Commit {
@@ -145,6 +148,13 @@ fn commit_still_unknown_after_retries_stops_the_job() {
             Fault::None
         }
     });
+    (sink, h)
+}
+
+#[test]
+fn commit_still_unknown_after_retries_stops_the_job() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let (mut sink, h) = sink_whose_commits_keep_failing(&store, &clock);
     let err = sink.commit(&h).unwrap_err();
     assert!(matches!(err, TwopcError::CommitUnresolved(_)), "{err}");
     assert!(err.is_fatal());
@@ -168,15 +178,7 @@ fn commit_still_unknown_after_retries_stops_the_job() {
 #[test]
 fn a_commit_given_up_by_a_cancelled_task_is_not_unresolved_and_loses_nothing() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
-    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
-    let h = prepared(&mut sink, &["a"], 5);
-    store.set_faults(|op, _| {
-        if op == Operation::Commit {
-            Fault::FailBefore
-        } else {
-            Fault::None
-        }
-    });
+    let (mut sink, h) = sink_whose_commits_keep_failing(&store, &clock);
     let started = clock.now_ms();
     let err = interrupt::with_check(|| true, || sink.commit(&h)).unwrap_err();
     assert!(!err.is_fatal(), "{err}");

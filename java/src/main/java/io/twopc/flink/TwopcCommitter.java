@@ -193,10 +193,8 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
                 throw Escalation.escalate(LOG, scope, e, "the last housekeeping after the end of input");
             }
             metrics.recordHousekeepingFailure();
-            LOG.warn("{}: the last housekeeping after the end of input failed; the output is complete and "
-                    + "committed, and the task ends normally. What it did not abort stays staged and invisible: "
-                    + "the retention cleanup removes it, and a later job with this sink id meets it at its start "
-                    + "(its fresh-start policy decides). Cause: {}", scope, e.getMessage());
+            LOG.warn(Escalation.unfinishedHousekeeping(scope, Thread.currentThread().isInterrupted(),
+                    e.getMessage()));
         }
     }
 }

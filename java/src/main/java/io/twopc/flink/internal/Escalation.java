@@ -29,4 +29,27 @@ public final class Escalation {
                 error.getMessage());
         return error;
     }
+
+    /**
+     * The warning for a retryable failure of the last housekeeping after the end of input, which
+     * both front ends report without failing the task (after the final checkpoint nothing would try
+     * again). It says what is left and who meets it: the housekeeping aborts lingering transactions
+     * and finishes commits an earlier attempt decided, so neither "the output is complete" nor
+     * "nothing was left" would be true in general.
+     *
+     * @param cancelled whether the task's thread was interrupted (the native call gave up because
+     *     Flink is cancelling the task, and left the flag set)
+     */
+    public static String unfinishedHousekeeping(String scope, boolean cancelled, String cause) {
+        return scope + ": the last housekeeping after the end of input "
+                + (cancelled ? "was cut short because the task is being cancelled" : "failed")
+                + ". Every transaction this subtask committed is complete, and the task ends normally. What "
+                + "the housekeeping had not done yet is left as it was: a lingering transaction stays staged "
+                + "and invisible (the retention cleanup removes it, and a later job with this sink id meets it "
+                + "at its start, where its fresh-start policy decides); a commit an earlier attempt decided and "
+                + "that it was finishing stays decided, its output possibly not visible yet: a later job with "
+                + "this sink id stops at its start and names it, and restoring that run's last checkpoint or "
+                + "`twopc decide <destination> --sink <id> --commit <transaction>` finishes it. `twopc inspect "
+                + "<destination>` lists both. Cause: " + cause;
+    }
 }
