@@ -814,6 +814,60 @@ fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint()
     assert_eq!(code, 0, "{v:#}");
 }
 
+/// The same partly visible checkpoint: `decide --abort` of the transaction
+/// that is still prepared would lose records that exist nowhere else, so
+/// it is refused, naming the committed sibling and the commit to run. A
+/// transaction of the same checkpoint number prepared by another run is no
+/// proof (a restore into a new job keeps the lineage): only the same run's is.
+#[test]
+fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
+    let (_dir, out, clock) = output("partial-abort");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
+    let ok = prepare_one(&mut s0, &["a"], 2);
+    let pending = prepare_one(&mut s1, &["b", "c"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    drop((s0, s1));
+    let abort = |txn: &str| {
+        twopc(&[
+            "decide",
+            out.to_str().unwrap(),
+            "--sink",
+            "orders",
+            "--abort",
+            txn,
+        ])
+    };
+    let o = abort(pending.transaction.as_str());
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(ok.transaction.as_str()), "{err}");
+    assert!(err.contains("checkpoint 2 completed"), "{err}");
+    assert!(
+        err.contains(&format!("--commit {}", pending.transaction)),
+        "{err}"
+    );
+    let (_, v) = inspect_json(&out);
+    assert_eq!(
+        findings(&v, "partly-visible-checkpoint").len(),
+        1,
+        "still staged: {v:#}"
+    );
+    // Committing it, as advised, completes the checkpoint.
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--commit",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
 #[test]
 fn inspect_summarises_large_histories_with_limit_and_all() {
     let (_dir, out, clock) = output("limit");

@@ -16,7 +16,9 @@
 //!   repeat answers "already committed"). What may be decided follows the
 //!   recovery rules: a transaction whose commit was decided is only ever
 //!   committed; one never prepared, or whose handle cannot be read, is
-//!   never committed; committed output is never aborted.
+//!   never committed; committed output is never aborted, nor is a prepared
+//!   transaction whose checkpoint a committed transaction of the same run
+//!   and checkpoint shows completed.
 
 use crate::clock::Clock;
 use crate::committer::{CommitOutcome, Committer};
@@ -25,7 +27,8 @@ use crate::destination::{
     AbortStatus, CommittedTransaction, Destination, OperationRecord, OwnerClaim, Ownership,
     StagedState,
 };
-use crate::error::{DestinationError, SinkScope, TwopcError};
+use crate::error::{DestinationError, DestinationErrorKind, SinkScope, TwopcError};
+use crate::handle::TransactionHandle;
 use crate::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 
 /// The run id an operator's tool claims ownership with. Runs that meet it
@@ -465,7 +468,24 @@ fn decide_now<D: Destination, C: Clock>(
     let found = staged.into_iter().find(|s| &s.transaction == txn);
     let commit = |dest: &mut D, h| -> Result<Decided, OperatorError> {
         log::warn!("twopc sink '{sink}': committing transaction {txn} by hand");
-        Ok(match committer.commit(dest, clock, h)? {
+        let outcome = committer.commit(dest, clock, h).map_err(|e| match e {
+            // The job's message would tell the operator to restart the
+            // job from a checkpoint; by hand, the same command is the way.
+            TwopcError::CommitUnresolved(u) => OperatorError::Destination {
+                sink: sink.clone(),
+                action: format!(
+                    "committing transaction {txn} (checkpoint {}) by hand ({} attempts, each \
+                     with an unknown outcome)",
+                    u.checkpoint, u.attempts
+                ),
+                consequence: "Nothing is lost: the transaction stays staged, and a commit is \
+                              repeatable by its id. Run the same `twopc decide ... --commit` \
+                              again once the destination answers.",
+                source: DestinationError::new(DestinationErrorKind::Io, u.last_error),
+            },
+            other => OperatorError::Protocol(other),
+        })?;
+        Ok(match outcome {
             CommitOutcome::Committed => Decided::Committed,
             CommitOutcome::AlreadyCommitted => Decided::AlreadyCommitted,
             CommitOutcome::Empty => Decided::CommittedEmpty,
@@ -529,10 +549,51 @@ fn decide_now<D: Destination, C: Clock>(
              run that prepared it (its recovery commits it), or, if its output is not wanted, \
              abort it: `twopc decide <destination> --sink {sink} --abort {txn}`"
         ))),
+        (StagedState::Prepared(h), Decision::Abort) => {
+            if let Some(sibling) = committed_sibling(dest, sink, h)? {
+                let c = h.checkpoint().unwrap_or_default();
+                return Err(refuse(format!(
+                    "transaction {txn} was prepared for checkpoint {c} of run {}, and transaction \
+                     {} of that same checkpoint and run is committed: checkpoint {c} completed, \
+                     so its output is partly visible and this transaction's {} records exist \
+                     nowhere else. An abort would lose them; commit it: `twopc decide \
+                     <destination> --sink {sink} --commit {txn}`",
+                    h.run,
+                    sibling.transaction,
+                    h.prepared().map_or(0, |p| p.records),
+                )));
+            }
+            abort(dest)
+        }
         (StagedState::Open, Decision::Abort)
-        | (StagedState::Prepared(_), Decision::Abort)
         | (StagedState::PreparedUnreadable { .. }, Decision::Abort) => abort(dest),
     }
+}
+
+/// A committed transaction of the checkpoint that `handle` was prepared
+/// for, by the same run in the same lineage: proof that the checkpoint
+/// completed, so `handle` is in its state and must be committed. Only the
+/// same run proves it: Flink never numbers two checkpoints of one job
+/// alike, while a restore into a new job keeps the lineage and, after a
+/// rewind, may number a checkpoint as an earlier run did.
+fn committed_sibling<D: Destination>(
+    dest: &mut D,
+    sink: &SinkId,
+    handle: &TransactionHandle,
+) -> Result<Option<CommittedTransaction>, OperatorError> {
+    let Some(checkpoint) = handle.checkpoint() else {
+        return Ok(None);
+    };
+    let committed = dest
+        .committed_after(handle.lineage, checkpoint.saturating_sub(1))
+        .map_err(dest_err(
+            sink,
+            format!("reading commit records of lineage {}", handle.lineage),
+            "Nothing was changed.",
+        ))?;
+    Ok(committed
+        .into_iter()
+        .find(|c| c.checkpoint == checkpoint && c.run == handle.run))
 }
 
 /// The commit record of `txn`, if the destination has one.

@@ -195,3 +195,37 @@ fn a_decision_carried_out_is_reported_even_when_its_outcome_cannot_be_logged() {
     assert_eq!(log.len(), 1);
     assert_eq!(log[0].what, "commit requested");
 }
+
+/// A hand commit whose outcome stays unknown tells the operator to run the
+/// same command again (a commit is repeatable by id), not the job's advice
+/// to restart from a checkpoint; nothing is lost, and the repeat commits.
+#[test]
+fn a_hand_commit_with_an_unknown_outcome_says_to_run_it_again() {
+    use twopc_core::memory::{Fault, Operation};
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let h = leftover(&store, &clock, &["a", "b"]);
+    let mut dest = store.destination(&sink_id());
+    store.set_faults(|op, _| {
+        if op == Operation::Commit {
+            Fault::FailBefore
+        } else {
+            Fault::None
+        }
+    });
+    let err = decide(&mut dest, &clock, &h.transaction, Decision::Commit).unwrap_err();
+    assert!(matches!(err, OperatorError::Destination { .. }), "{err}");
+    let message = err.to_string();
+    assert!(message.contains(h.transaction.as_str()), "{message}");
+    assert!(message.contains("Nothing is lost"), "{message}");
+    assert!(message.contains("twopc decide ... --commit"), "{message}");
+    assert!(
+        !message.contains("restart from the latest checkpoint"),
+        "{message}"
+    );
+    assert!(dest.lost_notes().unwrap().is_empty());
+    assert!(store.visible_records().is_empty());
+    store.clear_faults();
+    let decided = decide(&mut dest, &clock, &h.transaction, Decision::Commit).unwrap();
+    assert_eq!(decided, Decided::Committed);
+    assert_eq!(store.visible_records().len(), 2);
+}
