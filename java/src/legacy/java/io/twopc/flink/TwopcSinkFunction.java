@@ -370,7 +370,13 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         if (poisoned != null) {
             throw poisonedError("writing a record");
         }
-        byte[] record = serializationSchema.serialize(value);
+        byte[] record;
+        try {
+            record = serializationSchema.serialize(value);
+        } catch (TwopcException e) {
+            // A record the sink's own schemas refuse on every replay: stop once (see TwopcWriter).
+            throw escalate(Escalation.refusedBySchema(scope, e), "serializing a record");
+        }
         if (record == null) {
             throw escalate(new TwopcConfigException(scope + ": the serialization schema "
                     + serializationSchema.getClass().getName() + " returned null for a record. The "

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import io.twopc.flink.internal.Surrogates;
+
 import org.apache.flink.annotation.PublicEvolving;
 
 import org.apache.flink.api.common.serialization.SerializationSchema;
@@ -81,7 +83,7 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
     public byte[] serialize(T record) {
         Object[] fields = extractor.fieldsOf(record);
         if (fields == null) {
-            throw new IllegalArgumentException("the CsvRowSchema field extractor returned null for a record; "
+            throw new TwopcRecordRejectedException("the CsvRowSchema field extractor returned null for a record; "
                     + "return one value per column (null values are fine)");
         }
         return formatRow(fields).getBytes(StandardCharsets.UTF_8);
@@ -104,7 +106,7 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
             return; // unquoted empty: NULL
         }
         String text = textOf(value, index);
-        if (text.isEmpty() || needsQuotes(text)) {
+        if (text.isEmpty() || needsQuotes(text, index)) {
             row.append('"');
             for (int i = 0; i < text.length(); i++) {
                 char c = text.charAt(i);
@@ -119,14 +121,17 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
         }
     }
 
-    private static boolean needsQuotes(String text) {
+    private static boolean needsQuotes(String text, int index) {
+        boolean quotes = false;
         for (int i = 0; i < text.length(); i++) {
             char c = text.charAt(i);
             if (c == ',' || c == '"' || c == '\n' || c == '\r' || c == '\\') {
-                return true;
+                quotes = true;
+            } else if (Character.isSurrogate(c)) {
+                i = Surrogates.checkPair(text, i, "CsvRowSchema: field " + index);
             }
         }
-        return false;
+        return quotes;
     }
 
     private static String textOf(Object value, int index) {
@@ -151,7 +156,7 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
             return ((Date) value).toInstant().toString();
         }
         if (value.getClass().isArray() || value instanceof Collection || value instanceof Map) {
-            throw new IllegalArgumentException("CsvRowSchema: field " + index + " is a " + value.getClass().getName()
+            throw new TwopcRecordRejectedException("CsvRowSchema: field " + index + " is a " + value.getClass().getName()
                     + "; format arrays, collections and maps as a PostgreSQL array or JSON literal (a String) "
                     + "in the field extractor");
         }
@@ -165,7 +170,7 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
         if (kind == RowKind.UPDATE_BEFORE || kind == RowKind.DELETE) {
             // The CSV row has no field for the kind: a retraction would be written as the row it
             // retracts (inserted again, or upserted back into an idempotent table).
-            throw new IllegalArgumentException("CsvRowSchema.forRows(): a Row of kind " + kind + " ("
+            throw new TwopcRecordRejectedException("CsvRowSchema.forRows(): a Row of kind " + kind + " ("
                     + row.getArity() + " fields) removes a row, but a CSV row can only add or upsert one, so it "
                     + "would be written as the very row the changelog removes. Keep only INSERT and UPDATE_AFTER "
                     + "rows before the sink (e.g. filter on Row.getKind()), or, to apply deletes by key, use "

@@ -139,7 +139,16 @@ public final class TwopcWriter<IN>
                     + "; failing the task so that Flink restarts from the last completed checkpoint and replays "
                     + "its records");
         }
-        byte[] record = schema.serialize(element);
+        byte[] record;
+        try {
+            record = schema.serialize(element);
+        } catch (TwopcException e) {
+            // The sink's own schemas refuse a record that no replay could write (a retraction
+            // CsvRowSchema cannot express, an unpaired surrogate): stop once, not restart forever.
+            // Other exceptions of a user's schema are left to Flink's restart strategy: they may
+            // be transient (a schema registry that did not answer).
+            throw Escalation.escalate(LOG, scope, Escalation.refusedBySchema(scope, e), "serializing a record");
+        }
         if (record == null) {
             throw Escalation.escalate(LOG, scope, new TwopcConfigException(scope + ": the serialization schema "
                     + schema.getClass().getName() + " returned null for a record. The sink writes every record "

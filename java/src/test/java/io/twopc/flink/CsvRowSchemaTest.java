@@ -55,12 +55,12 @@ public class CsvRowSchemaTest {
                 .isEqualTo("3,\"ACME, Inc.\"");
 
         assertThatThrownBy(() -> CsvRowSchema.formatRow(1, Arrays.asList(1, 2)))
-                .isInstanceOf(IllegalArgumentException.class)
+                .isInstanceOf(TwopcRecordRejectedException.class)
                 .hasMessageContaining("field 1");
         assertThatThrownBy(() -> CsvRowSchema.formatRow((Object) new int[] {1}))
-                .isInstanceOf(IllegalArgumentException.class);
+                .isInstanceOf(TwopcRecordRejectedException.class);
         assertThatThrownBy(() -> CsvRowSchema.of((Order o) -> null).serialize(new Order(1, "a")))
-                .isInstanceOf(IllegalArgumentException.class)
+                .isInstanceOf(TwopcRecordRejectedException.class)
                 .hasMessageContaining("returned null");
     }
 
@@ -76,9 +76,27 @@ public class CsvRowSchemaTest {
         for (RowKind removal : new RowKind[] {RowKind.DELETE, RowKind.UPDATE_BEFORE}) {
             assertThatThrownBy(() -> rows.serialize(Row.ofKind(removal, 9L, "old")))
                     .as("a Row of kind %s", removal)
-                    .isInstanceOf(IllegalArgumentException.class)
+                    .isInstanceOf(TwopcRecordRejectedException.class)
                     .hasMessageContaining("Row of kind " + removal)
                     .hasMessageContaining("withOperationField()");
+        }
+    }
+
+    /**
+     * UTF-8 has no encoding for an unpaired UTF-16 surrogate, and {@code String.getBytes} writes a
+     * {@code ?} for it without any error: such a value is refused, naming its field; a pair (a
+     * character outside the Basic Multilingual Plane) is written as it is.
+     */
+    @Test
+    public void anUnpairedSurrogateIsRefusedNotWrittenAsAQuestionMark() {
+        assertThat(new String(CsvRowSchema.forArrays().serialize(new Object[] {"a\uD83D\uDE00b", "c,d\uD83D\uDE00"}),
+                StandardCharsets.UTF_8)).isEqualTo("a\uD83D\uDE00b,\"c,d\uD83D\uDE00\"");
+        for (String bad : new String[] {"a\uD800b", "a\uDC00", "\uDBFF", "x,\uDE00\uD83D"}) {
+            assertThatThrownBy(() -> CsvRowSchema.forArrays().serialize(new Object[] {1, bad}))
+                    .as("%s", bad)
+                    .isInstanceOf(TwopcRecordRejectedException.class)
+                    .hasMessageContaining("field 1")
+                    .hasMessageContaining("unpaired UTF-16 surrogate");
         }
     }
 

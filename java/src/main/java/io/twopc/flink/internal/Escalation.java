@@ -1,6 +1,7 @@
 package io.twopc.flink.internal;
 
 import io.twopc.flink.TwopcException;
+import io.twopc.flink.TwopcRecordRejectedException;
 
 import org.apache.flink.annotation.Internal;
 import org.apache.flink.runtime.execution.SuppressRestartsException;
@@ -28,6 +29,23 @@ public final class Escalation {
         log.warn("{}: {} failed; Flink restarts from the last completed checkpoint: {}", scope, activity,
                 error.getMessage());
         return error;
+    }
+
+    /**
+     * A record the sink's own serialization schema refused ({@link io.twopc.flink.CsvRowSchema},
+     * the SQL connector's rows), said as the subtask's: the schema does not know which subtask it
+     * serves. Any other error is returned as it is.
+     */
+    public static TwopcException refusedBySchema(String scope, TwopcException error) {
+        if (!(error instanceof TwopcRecordRejectedException)) {
+            return error;
+        }
+        TwopcRecordRejectedException rejected = new TwopcRecordRejectedException(scope
+                + ": the serialization schema refused a record, and would refuse it on every replay: "
+                + error.getMessage() + ". Nothing of the open transaction became visible. Filter or fix such "
+                + "records before the sink, then restart the job from its latest checkpoint");
+        rejected.initCause(error);
+        return rejected;
     }
 
     /**

@@ -1,5 +1,7 @@
 package io.twopc.flink.table;
 
+import io.twopc.flink.internal.Surrogates;
+
 import org.apache.flink.annotation.Internal;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.table.api.ValidationException;
@@ -56,8 +58,13 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
     private static final char[] HEX = "0123456789abcdef".toCharArray();
     /** PostgreSQL keeps microseconds. */
     static final int MAX_TIMESTAMP_PRECISION = 6;
+    /** The nanoseconds one unit of the last kept digit is worth, by the number of digits kept. */
+    private static final int[] NANOS_PER_DIGITS = {
+        1_000_000_000, 100_000_000, 10_000_000, 1_000_000, 100_000, 10_000, 1_000, 100, 10, 1
+    };
 
     private final LogicalType[] types;
+    private final String[] names;
     private final boolean operationField;
     private transient RowData.FieldGetter[] getters;
     private transient StringBuilder buffer;
@@ -68,6 +75,7 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
      */
     public PostgresRowSchema(RowType rowType, boolean operationField) {
         this.types = rowType.getChildren().toArray(new LogicalType[0]);
+        this.names = rowType.getFieldNames().toArray(new String[0]);
         this.operationField = operationField;
     }
 
@@ -155,7 +163,7 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
             if (value == null) {
                 out.append("\\N");
             } else {
-                appendEscaped(out, text(types[i], value, false));
+                appendEscaped(out, text(types[i], value, false), names[i]);
             }
         }
         if (operationField) {
@@ -181,10 +189,19 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
         return out.toString().getBytes(StandardCharsets.UTF_8);
     }
 
-    /** The COPY text escaping of one field: backslash, tab, line feed and carriage return. */
-    private static void appendEscaped(StringBuilder out, String text) {
+    /**
+     * The COPY text escaping of one field: backslash, tab, line feed and carriage return. An
+     * unpaired UTF-16 surrogate is refused, naming {@code column} (see {@link Surrogates}).
+     */
+    private static void appendEscaped(StringBuilder out, String text, String column) {
         for (int i = 0; i < text.length(); i++) {
             char c = text.charAt(i);
+            if (Character.isSurrogate(c)) {
+                int low = Surrogates.checkPair(text, i, "column '" + column + "'");
+                out.append(c).append(text.charAt(low));
+                i = low;
+                continue;
+            }
             switch (c) {
                 case '\\':
                     out.append("\\\\");
@@ -237,7 +254,8 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
                 return inArray ? quoted(time) : time;
             }
             case TIMESTAMP_WITHOUT_TIME_ZONE: {
-                String ts = timestamp(((TimestampData) value).toLocalDateTime(), false);
+                String ts = timestamp(((TimestampData) value).toLocalDateTime(),
+                        ((TimestampType) type).getPrecision(), false);
                 return inArray ? quoted(ts) : ts;
             }
             case TIMESTAMP_WITH_LOCAL_TIME_ZONE: {
@@ -245,7 +263,7 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
                 TimestampData t = (TimestampData) value;
                 String ts = timestamp(LocalDateTime.ofEpochSecond(Math.floorDiv(t.getMillisecond(), 1000L),
                         (int) Math.floorMod(t.getMillisecond(), 1000L) * 1_000_000 + t.getNanoOfMillisecond(),
-                        java.time.ZoneOffset.UTC), true);
+                        java.time.ZoneOffset.UTC), ((LocalZonedTimestampType) type).getPrecision(), true);
                 return inArray ? quoted(ts) : ts;
             }
             case ARRAY:
@@ -315,8 +333,13 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
         return out.toString();
     }
 
-    /** A date and time to the nanosecond (exact: the precision was checked at planning). */
-    static String timestamp(LocalDateTime t, boolean utc) {
+    /**
+     * A date and time, its fraction cut to {@code precision} digits as Flink's own casts do. A
+     * value may hold more digits than its column's type declares (Flink does not cut values that
+     * reach a table from a DataStream or a function), and PostgreSQL would round them instead:
+     * 23:59:59.9999995 into a {@code timestamp(6)} becomes the next day.
+     */
+    static String timestamp(LocalDateTime t, int precision, boolean utc) {
         StringBuilder out = new StringBuilder(40);
         int year = t.getYear();
         pad(out, year > 0 ? year : 1 - year, 4).append('-');
@@ -325,7 +348,9 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
         pad(out, t.getHour(), 2).append(':');
         pad(out, t.getMinute(), 2).append(':');
         pad(out, t.getSecond(), 2).append('.');
-        pad(out, t.getNano(), 9);
+        int nanos = t.getNano();
+        int unit = NANOS_PER_DIGITS[Math.max(0, Math.min(9, precision))];
+        pad(out, nanos - nanos % unit, 9);
         if (utc) {
             out.append("+00");
         }

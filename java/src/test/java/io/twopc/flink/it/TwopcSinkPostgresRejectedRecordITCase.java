@@ -1,5 +1,6 @@
 package io.twopc.flink.it;
 
+import io.twopc.flink.CsvRowSchema;
 import io.twopc.flink.PostgresCopyFormat;
 import io.twopc.flink.PostgresDestination;
 import io.twopc.flink.TwopcRecordRejectedException;
@@ -26,6 +27,8 @@ import org.junit.rules.TestName;
 
 import java.nio.charset.StandardCharsets;
 import java.time.Duration;
+import java.util.ArrayList;
+import java.util.List;
 
 import static io.twopc.flink.it.TwopcItSupport.*;
 import static org.assertj.core.api.Assertions.assertThat;
@@ -61,6 +64,8 @@ public class TwopcSinkPostgresRejectedRecordITCase {
     private static TestPostgres pg;
     private String table;
     private String sinkId;
+    /** The failure of the last job {@code runWith} ran. */
+    private Throwable lastFailure;
 
     @BeforeClass
     public static void server() {
@@ -124,6 +129,25 @@ public class TwopcSinkPostgresRejectedRecordITCase {
         assertMessage(rejected, false, null, "it has 3 fields but only 2 columns are configured", "7,x,\"y\"");
     }
 
+    /**
+     * The sink's own {@link CsvRowSchema} refuses a value no replay could write (here an unpaired
+     * surrogate, which {@code String.getBytes} would turn into a '?'): the job stops once, naming
+     * the subtask and the value's field, instead of restarting on the same record forever.
+     */
+    @Test
+    public void aRecordTheSinksOwnSchemaRefusesStopsTheJobOnce() throws Exception {
+        CsvRowSchema<Long> schema = CsvRowSchema.of((Long n) -> new Object[] {n, n == HOSTILE ? "a\uD800b" : "row " + n});
+        Throwable rejected = runWith(PostgresCopyFormat.CSV, false, schema);
+        assertThat(rejected.getMessage()).contains("field 1", "unpaired UTF-16 surrogate");
+        List<String> messages = new ArrayList<>();
+        for (Throwable t = lastFailure; t != null && !messages.contains(String.valueOf(t.getMessage())); t = t.getCause()) {
+            messages.add(String.valueOf(t.getMessage()));
+        }
+        assertThat(messages).anySatisfy(m -> assertThat(m).contains(
+                "twopc sink '" + sinkId + "' writer 0/1", "the serialization schema refused a record",
+                "Filter or fix such records before the sink"));
+    }
+
     // ------------------------------------------------------------------ refused by the server
 
     @Test
@@ -152,6 +176,11 @@ public class TwopcSinkPostgresRejectedRecordITCase {
      * restart, and that nothing of the refused transaction is visible.
      */
     private Throwable runWith(PostgresCopyFormat format, boolean idempotent, byte[] hostile) throws Exception {
+        return runWith(format, idempotent, new Rows(format, hostile));
+    }
+
+    private Throwable runWith(PostgresCopyFormat format, boolean idempotent, SerializationSchema<Long> rows)
+            throws Exception {
         StreamExecutionEnvironment env = environment(1, 2_000, RESTARTS_ALLOWED, Duration.ofMillis(100));
         // No checkpoint in the first second: all records go into the first transaction.
         env.getCheckpointConfig().setMinPauseBetweenCheckpoints(1_000);
@@ -167,7 +196,7 @@ public class TwopcSinkPostgresRejectedRecordITCase {
                 .map(new AttemptTracker(test())).uid("attempts").name("attempts")
                 .sinkTo(TwopcSink.<Long>forPostgres(destination)
                         .setSinkId(sinkId)
-                        .setSerializationSchema(new Rows(format, hostile))
+                        .setSerializationSchema(rows)
                         .setBatchSize(10)
                         .build())
                 .uid("twopc-sink").name("twopc-sink");
@@ -177,6 +206,7 @@ public class TwopcSinkPostgresRejectedRecordITCase {
 
         assertThat(result.isSuccess()).as("the job succeeded").isFalse();
         Throwable failure = failureOf(result);
+        lastFailure = failure;
         assertThat(findCause(failure, SuppressRestartsException.class))
                 .as("SuppressRestartsException in the cause chain of %s", failure).isNotNull();
         Throwable root = rootCause(failure);

@@ -1,22 +1,30 @@
 package io.twopc.flink.table;
 
+import io.twopc.flink.TwopcRecordRejectedException;
+
 import org.apache.flink.table.data.GenericArrayData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.binary.BinaryRowData;
 import org.apache.flink.table.data.writer.BinaryRowWriter;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.StringData;
+import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.types.logical.ArrayType;
 import org.apache.flink.table.types.logical.BigIntType;
+import org.apache.flink.table.types.logical.LocalZonedTimestampType;
+import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.table.types.logical.RowType;
+import org.apache.flink.table.types.logical.TimestampType;
 import org.apache.flink.table.types.logical.VarCharType;
 import org.apache.flink.types.RowKind;
 
 import org.junit.Test;
 
 import java.nio.charset.StandardCharsets;
+import java.time.LocalDateTime;
 
 import static org.assertj.core.api.Assertions.assertThat;
+import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 /**
  * The exact COPY text rows of the SQL connector's PostgreSQL tables: escaping, NULLs, array
@@ -69,5 +77,40 @@ public class PostgresRowSchemaTest {
         // The planner sends UPDATE_BEFORE to an upsert table when a filter follows an aggregation:
         // the key's old row goes (a following UPDATE_AFTER writes the new one).
         assertThat(text(schema, row(RowKind.UPDATE_BEFORE))).endsWith("}\tD");
+    }
+
+    /** UTF-8 cannot encode an unpaired surrogate: refused, naming the column; a pair is written. */
+    @Test
+    public void anUnpairedSurrogateIsRefusedNamingItsColumn() {
+        RowType named = RowType.of(new LogicalType[] {new BigIntType(false), new VarCharType(VarCharType.MAX_LENGTH),
+                new ArrayType(new VarCharType(VarCharType.MAX_LENGTH))}, new String[] {"id", "name", "tags"});
+        PostgresRowSchema schema = new PostgresRowSchema(named, false);
+        assertThat(text(schema, GenericRowData.of(1L, StringData.fromString("a\uD83D\uDE00"), null)))
+                .isEqualTo("1\ta\uD83D\uDE00\t\\N");
+        assertThatThrownBy(() -> schema.serialize(GenericRowData.of(1L, StringData.fromString("a\uD800b"), null)))
+                .isInstanceOf(TwopcRecordRejectedException.class)
+                .hasMessageContaining("column 'name'")
+                .hasMessageContaining("unpaired UTF-16 surrogate");
+        assertThatThrownBy(() -> schema.serialize(GenericRowData.of(1L, null,
+                new GenericArrayData(new Object[] {StringData.fromString("\uDC00")}))))
+                .isInstanceOf(TwopcRecordRejectedException.class)
+                .hasMessageContaining("column 'tags'");
+    }
+
+    /**
+     * A value with more fraction digits than its column declares (Flink does not cut values that
+     * reach a table from a DataStream or a function) is cut to the declared precision, as Flink's
+     * casts do; PostgreSQL would round it, here into the next year.
+     */
+    @Test
+    public void timestampFractionsAreCutToTheDeclaredPrecisionNotRounded() {
+        LocalDateTime last = LocalDateTime.of(2024, 12, 31, 23, 59, 59, 999_999_999);
+        assertThat(PostgresRowSchema.timestamp(last, 6, false)).isEqualTo("2024-12-31 23:59:59.999999000");
+        assertThat(PostgresRowSchema.timestamp(last, 3, true)).isEqualTo("2024-12-31 23:59:59.999000000+00");
+        assertThat(PostgresRowSchema.timestamp(last, 0, false)).isEqualTo("2024-12-31 23:59:59.000000000");
+        RowType types = RowType.of(new TimestampType(3), new LocalZonedTimestampType(6));
+        TimestampData value = TimestampData.fromLocalDateTime(last);
+        assertThat(text(new PostgresRowSchema(types, false), GenericRowData.of(value, value)))
+                .isEqualTo("2024-12-31 23:59:59.999000000\t2024-12-31 23:59:59.999999000+00");
     }
 }
