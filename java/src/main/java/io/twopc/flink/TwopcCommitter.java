@@ -1,6 +1,7 @@
 package io.twopc.flink;
 
 import io.twopc.flink.internal.Escalation;
+import io.twopc.flink.internal.KnownFlinkIssues;
 import io.twopc.flink.internal.NativeBridge;
 
 import org.apache.flink.annotation.Internal;
@@ -55,6 +56,7 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
         this.restoredCheckpointId = ctx.getRestoredCheckpointId().orElse(-1L);
         this.retentionMs = options.retentionMs;
         this.timeoutWarningRatio = options.timeoutWarningRatio;
+        KnownFlinkIssues.warnIfAffected(LOG);
         try {
             this.nativeCommitter = NativeBridge.openCommitter(options.toConfigJson(),
                     ctx.getJobInfo().getJobId().toHexString(), subtask, parallelism,
