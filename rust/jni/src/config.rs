@@ -147,6 +147,10 @@ struct PgSection {
     /// `D` delete by key).
     #[serde(default)]
     operation_field: bool,
+    /// The SQL connector's column types (see `twopc_pg`'s start-up check);
+    /// absent for DataStream jobs.
+    #[serde(default)]
+    column_types: Vec<String>,
     copy_format: String,
     transaction_id_column: Option<String>,
     control_schema: String,
@@ -617,6 +621,7 @@ fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigErr
         control_schema: p.control_schema,
         transaction_id_column: p.transaction_id_column,
         operation_field: p.operation_field,
+        declared_types: p.column_types,
         connect_timeout: Duration::from_millis(p.connect_timeout_ms),
     };
     options.validate()?;

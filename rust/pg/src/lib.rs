@@ -23,6 +23,7 @@
 //! this API.
 #![forbid(unsafe_code)]
 
+mod column_types;
 mod conninfo;
 mod copy_stream;
 pub mod destination;

@@ -126,6 +126,12 @@ pub struct PgOptions {
     /// with the record's key (its other fields are ignored). Within a batch
     /// the last operation of each key wins. See [`crate::idempotent`].
     pub operation_field: bool,
+    /// The type each of `columns` has where the records come from (the
+    /// SQL connector's table), one per column, or empty when unknown (a
+    /// DataStream job's own schema). The start-up check refuses a
+    /// PostgreSQL column that would change such values silently; see the
+    /// `column_types` module for the names.
+    pub declared_types: Vec<String>,
     pub connect_timeout: Duration,
 }
 
@@ -141,6 +147,7 @@ impl fmt::Debug for PgOptions {
             .field("control_schema", &self.control_schema)
             .field("transaction_id_column", &self.transaction_id_column)
             .field("operation_field", &self.operation_field)
+            .field("declared_types", &self.declared_types)
             .field("connect_timeout", &self.connect_timeout)
             .finish()
     }
@@ -159,6 +166,7 @@ impl PgOptions {
             control_schema: "public".to_string(),
             transaction_id_column: None,
             operation_field: false,
+            declared_types: Vec::new(),
             connect_timeout: Duration::from_secs(10),
         }
     }
@@ -173,6 +181,13 @@ impl PgOptions {
                 "columns is empty: list the target table's columns in the order the records' \
                  fields appear",
             ));
+        }
+        if !self.declared_types.is_empty() && self.declared_types.len() != self.columns.len() {
+            return Err(ConfigError::new(format!(
+                "{} declared types were given for {} columns; give one per column, or none",
+                self.declared_types.len(),
+                self.columns.len()
+            )));
         }
         for (i, c) in self.columns.iter().enumerate() {
             validate_ident("column", c)?;

@@ -9,6 +9,7 @@ use postgres::Client;
 use twopc_core::config::SubtaskContext;
 use twopc_core::error::{ConfigError, DestinationError};
 
+use crate::column_types::{declared_name, silent_change, PgColumnType};
 use crate::error;
 use crate::idempotent::TargetTraits;
 use crate::options::{PgMode, PgOptions, Secrets};
@@ -281,6 +282,8 @@ pub(crate) struct TargetInfo {
 
 struct Column {
     name: String,
+    /// The type's name and modifier, for the declared-type check.
+    pg_type: PgColumnType,
     not_null: bool,
     has_default: bool,
     generated: bool,
@@ -474,8 +477,10 @@ fn read_columns(
         .query(
             "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
                     a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
-                    t.typcategory = 'S', a.attidentity = 'a' \
+                    t.typcategory = 'S', a.attidentity = 'a', \
+                    COALESCE(e.typname, t.typname)::text, e.oid IS NOT NULL, a.atttypmod \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
+             LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
             &[&oid],
@@ -491,6 +496,11 @@ fn read_columns(
             type_sql: r.get(4),
             string_like: r.get(5),
             identity_always: r.get(6),
+            pg_type: PgColumnType {
+                name: r.get(7),
+                is_array: r.get(8),
+                typmod: r.get(9),
+            },
         })
         .collect())
 }
@@ -521,6 +531,19 @@ fn check_columns(
             }
             Some(c) => types.push(c.type_sql.clone()),
             None => missing.push(quote_ident(name)),
+        }
+    }
+    for (name, declared) in options.columns.iter().zip(&options.declared_types) {
+        let Some(c) = find(name) else { continue };
+        if let Some(why) = silent_change(declared, &c.pg_type) {
+            return Err(ConfigError::new(format!(
+                "column {} of {table} is {} in PostgreSQL, and the table declares it {}: {why}. \
+                 Nothing was written. Declare the column in the table's DDL as the PostgreSQL \
+                 column keeps it, or change the PostgreSQL column",
+                quote_ident(name),
+                c.type_sql,
+                declared_name(declared)
+            )));
         }
     }
     if !missing.is_empty() {

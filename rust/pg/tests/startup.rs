@@ -277,3 +277,67 @@ fn idempotent_keys_need_a_unique_index_checked_at_once_on_exactly_their_columns(
     s.write(&h.transaction, &batch(&["1\ta"])).unwrap();
     s.write(&h.transaction, &batch(&["1\tb"])).unwrap();
 }
+
+/// The SQL connector's declared types against the PostgreSQL columns: a
+/// pairing that would change values without an error (rounded fractions,
+/// a time zone taken from the session) is refused at the start, naming the
+/// column and both types; matching ones, and a connection without declared
+/// types (a DataStream job's), start.
+#[test]
+fn declared_types_that_postgres_would_change_silently_are_rejected() {
+    let url = server!();
+    let f = Fixture::with_columns(
+        &url,
+        "decl",
+        "id bigint PRIMARY KEY, amount numeric(10,2), at timestamptz, tags timestamp(3)[]",
+    );
+    let mut opts = f.opts.clone();
+    opts.columns = vec!["id".into(), "amount".into(), "at".into(), "tags".into()];
+    let with = |types: [&str; 4]| {
+        let mut o = opts.clone();
+        o.declared_types = types.iter().map(|t| t.to_string()).collect();
+        o
+    };
+    let msg = config_error(
+        &with([
+            "bigint",
+            "decimal:10:4",
+            "timestamp_ltz:6",
+            "array:timestamp:3",
+        ]),
+        1,
+    );
+    assert!(msg.contains("column \"amount\""), "{msg}");
+    assert!(msg.contains("numeric(10,2)"), "{msg}");
+    assert!(msg.contains("DECIMAL(10, 4)"), "{msg}");
+    assert!(msg.contains("round its 4 fraction digits to 2"), "{msg}");
+    let msg = config_error(
+        &with(["bigint", "decimal:10:2", "timestamp:6", "array:timestamp:3"]),
+        1,
+    );
+    assert!(msg.contains("column \"at\""), "{msg}");
+    assert!(msg.contains("session's time zone"), "{msg}");
+    let msg = config_error(
+        &with([
+            "bigint",
+            "decimal:10:2",
+            "timestamp_ltz:6",
+            "array:timestamp:6",
+        ]),
+        1,
+    );
+    assert!(msg.contains("column \"tags\""), "{msg}");
+    assert!(msg.contains("ARRAY<TIMESTAMP(6)>"), "{msg}");
+    let sink = unique("decl-ok");
+    for ok in [
+        with([
+            "bigint",
+            "decimal:10:2",
+            "timestamp_ltz:6",
+            "array:timestamp:3",
+        ]),
+        opts.clone(),
+    ] {
+        PgDestination::connect(ok, &ctx(&sink, "run1", 0, 1)).unwrap();
+    }
+}

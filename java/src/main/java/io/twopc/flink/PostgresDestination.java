@@ -83,6 +83,8 @@ public final class PostgresDestination implements Serializable {
     private PostgresMode mode = PostgresMode.TRANSACTIONAL;
     private List<String> keyColumns = Collections.emptyList();
     private boolean operationField;
+    /** The SQL connector's declared column types (see {@link #withDeclaredColumnTypes}); empty otherwise. */
+    private List<String> declaredColumnTypes = Collections.emptyList();
     private PostgresCopyFormat copyFormat = PostgresCopyFormat.CSV;
     private String transactionIdColumn;
     private String controlSchema = DEFAULT_CONTROL_SCHEMA;
@@ -179,6 +181,24 @@ public final class PostgresDestination implements Serializable {
         d.keyColumns = keyColumns == null ? null
                 : Collections.unmodifiableList(new ArrayList<>(Arrays.asList(keyColumns)));
         return d;
+    }
+
+    /**
+     * The types the records' values have, one per column, in the short names the native start-up
+     * check reads ({@code decimal:10:2}, {@code timestamp_ltz:6}, ...). The SQL connector sets them
+     * from the table's DDL, so that a PostgreSQL column that would change such values without an
+     * error (round a fraction, read a timestamp in the session's time zone) stops the job at its
+     * start, naming the column. Not for DataStream jobs: their records are the user's text.
+     */
+    @Internal
+    public PostgresDestination withDeclaredColumnTypes(List<String> types) {
+        PostgresDestination d = copy();
+        d.declaredColumnTypes = Collections.unmodifiableList(new ArrayList<>(types));
+        return d;
+    }
+
+    List<String> declaredColumnTypes() {
+        return declaredColumnTypes;
     }
 
     /**
@@ -851,6 +871,7 @@ public final class PostgresDestination implements Serializable {
         d.mode = mode;
         d.keyColumns = keyColumns;
         d.operationField = operationField;
+        d.declaredColumnTypes = declaredColumnTypes;
         d.copyFormat = copyFormat;
         d.transactionIdColumn = transactionIdColumn;
         d.controlSchema = controlSchema;

@@ -217,6 +217,9 @@ public final class TwopcSinkOptions implements Serializable {
                 // Written only when set, so that configurations without it stay as they were.
                 destination.put("operationField", true);
             }
+            if (!p.declaredColumnTypes().isEmpty()) {
+                destination.put("columnTypes", p.declaredColumnTypes());
+            }
             destination
                     .put("copyFormat", p.copyFormat().name())
                     .put("transactionIdColumn", p.transactionIdColumn())

@@ -10,6 +10,7 @@ import org.apache.flink.table.data.DecimalData;
 import org.apache.flink.table.data.RowData;
 import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.types.logical.ArrayType;
+import org.apache.flink.table.types.logical.DecimalType;
 import org.apache.flink.table.types.logical.LocalZonedTimestampType;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.table.types.logical.RowType;
@@ -128,6 +129,62 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
                         + "DOUBLE, BOOLEAN, CHAR, VARCHAR, STRING, BINARY, VARBINARY, BYTES, DATE, TIME, TIMESTAMP, "
                         + "TIMESTAMP_LTZ and one-dimensional ARRAYs of them); convert the column in the query, e.g. "
                         + "to STRING (for a json or text column)";
+        }
+    }
+
+    /**
+     * Each column's type in the short names the native start-up check compares with the
+     * PostgreSQL column ({@code decimal:10:2}, {@code timestamp_ltz:6}, {@code array:double},
+     * ...); {@code other} for a type it need not judge. See {@code twopc_pg}'s {@code column_types}.
+     */
+    static List<String> declaredTypes(RowType rowType) {
+        List<String> names = new java.util.ArrayList<>();
+        for (LogicalType type : rowType.getChildren()) {
+            names.add(declaredType(type));
+        }
+        return names;
+    }
+
+    static String declaredType(LogicalType type) {
+        switch (type.getTypeRoot()) {
+            case TINYINT:
+                return "tinyint";
+            case SMALLINT:
+                return "smallint";
+            case INTEGER:
+                return "int";
+            case BIGINT:
+                return "bigint";
+            case DECIMAL: {
+                DecimalType d = (DecimalType) type;
+                return "decimal:" + d.getPrecision() + ":" + d.getScale();
+            }
+            case FLOAT:
+                return "float";
+            case DOUBLE:
+                return "double";
+            case BOOLEAN:
+                return "boolean";
+            case CHAR:
+            case VARCHAR:
+                return "string";
+            case BINARY:
+            case VARBINARY:
+                return "bytes";
+            case DATE:
+                return "date";
+            case TIME_WITHOUT_TIME_ZONE:
+                // Without its precision, which the planner reports as 0 whatever the DDL says
+                // (FLINK-17224): only the time zone is judged.
+                return "time";
+            case TIMESTAMP_WITHOUT_TIME_ZONE:
+                return "timestamp:" + ((TimestampType) type).getPrecision();
+            case TIMESTAMP_WITH_LOCAL_TIME_ZONE:
+                return "timestamp_ltz:" + ((LocalZonedTimestampType) type).getPrecision();
+            case ARRAY:
+                return "array:" + declaredType(((ArrayType) type).getElementType());
+            default:
+                return "other";
         }
     }
 
@@ -323,7 +380,11 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
         return out.toString();
     }
 
-    /** {@code hh:mm:ss.fff} of a time of day in milliseconds (Flink's TIME). */
+    /**
+     * {@code hh:mm:ss.fff} of a time of day in milliseconds (Flink's TIME). Not cut to the declared
+     * precision, unlike timestamps: Flink's planner declares every TIME column TIME(0) whatever the
+     * DDL says (FLINK-17224), while its values keep their milliseconds.
+     */
     static String time(int millisOfDay) {
         StringBuilder out = new StringBuilder(12);
         pad(out, millisOfDay / 3_600_000, 2).append(':');

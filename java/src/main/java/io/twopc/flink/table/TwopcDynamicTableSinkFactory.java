@@ -161,7 +161,8 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                     + "PostgreSQL table, not declared in the DDL, that the sink fills with each row's transaction id");
         }
         PostgresRowSchema.checkTypes(table, rowType);
-        PostgresDestination destination = postgresDestination(table, options, columns, keys, idempotent, txnColumn);
+        PostgresDestination destination = postgresDestination(table, options, columns, keys, idempotent, txnColumn)
+                .withDeclaredColumnTypes(PostgresRowSchema.declaredTypes(rowType));
         PostgresRowSchema schema = new PostgresRowSchema(rowType, idempotent);
         TwopcDynamicTableSink sink = TwopcDynamicTableSink.forPostgres(table,
                 common.andThen(b -> b.forPostgres(destination)), schema, parallelism, idempotent, keys,

@@ -11,6 +11,10 @@ import org.apache.flink.table.data.StringData;
 import org.apache.flink.table.data.TimestampData;
 import org.apache.flink.table.types.logical.ArrayType;
 import org.apache.flink.table.types.logical.BigIntType;
+import org.apache.flink.table.types.logical.DateType;
+import org.apache.flink.table.types.logical.TimeType;
+import org.apache.flink.table.types.logical.DoubleType;
+import org.apache.flink.table.types.logical.DecimalType;
 import org.apache.flink.table.types.logical.LocalZonedTimestampType;
 import org.apache.flink.table.types.logical.LogicalType;
 import org.apache.flink.table.types.logical.RowType;
@@ -112,5 +116,15 @@ public class PostgresRowSchemaTest {
         TimestampData value = TimestampData.fromLocalDateTime(last);
         assertThat(text(new PostgresRowSchema(types, false), GenericRowData.of(value, value)))
                 .isEqualTo("2024-12-31 23:59:59.999000000\t2024-12-31 23:59:59.999999000+00");
+    }
+
+    /** The names the native start-up check compares with the PostgreSQL columns' types. */
+    @Test
+    public void declaredTypesNameEachColumnsTypeForTheStartUpCheck() {
+        RowType types = RowType.of(new DecimalType(10, 4), new TimestampType(3), new LocalZonedTimestampType(6),
+                new ArrayType(new DoubleType()), new VarCharType(10), new TimeType(0), new DateType(),
+                new BigIntType());
+        assertThat(PostgresRowSchema.declaredTypes(types)).containsExactly("decimal:10:4", "timestamp:3",
+                "timestamp_ltz:6", "array:double", "string", "time", "date", "bigint");
     }
 }

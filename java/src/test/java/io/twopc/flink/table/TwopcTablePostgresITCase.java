@@ -270,6 +270,33 @@ public class TwopcTablePostgresITCase {
         assertThat(rows).containsExactly("2=3.50");
     }
 
+    // ------------------------------------------------------------------ declared types
+
+    /**
+     * A DDL type PostgreSQL would change silently (DECIMAL(10, 4) into numeric(10,2) rounds 1.2345 to
+     * 1.23) stops the job at its start, naming the column and both types, before any row is written.
+     */
+    @Test
+    public void aColumnPostgresWouldRoundStopsTheJobAtItsStartNamingIt() throws Exception {
+        pg.execute("CREATE TABLE " + table + " (id bigint NOT NULL, amount numeric(10,2))");
+        StreamTableEnvironment tEnv = streaming(1, 200);
+        numbers(tEnv, 100, 100);
+        tEnv.executeSql("CREATE TABLE pg_rows (id BIGINT, amount DECIMAL(10, 4)) WITH ("
+                + pgOptions(pg, sinkId, table, "'password-env' = '" + PASSWORD_VARIABLE + "'") + ")");
+        Throwable failure = runToFailure(tEnv.executeSql(
+                "INSERT INTO pg_rows SELECT id, CAST(1.2345 AS DECIMAL(10, 4)) FROM numbers"));
+        List<String> messages = new ArrayList<>();
+        for (Throwable t = failure; t != null; t = t.getCause()) {
+            messages.add(String.valueOf(t.getMessage()));
+        }
+        String all = String.join("\n", messages);
+        assertThat(all).contains("column \"amount\"", "numeric(10,2)", "DECIMAL(10, 4)",
+                "round its 4 fraction digits to 2");
+        assertThat(TwopcItSupport.findCause(failure, org.apache.flink.runtime.execution.SuppressRestartsException.class))
+                .as("a configuration that cannot work stops the job without a restart loop: %s", all).isNotNull();
+        assertThat(pg.count(table)).isZero();
+    }
+
     // ------------------------------------------------------------------ passwords
 
     @Test
