@@ -266,7 +266,8 @@ fn serialised_ddl(statements: &str) -> String {
 /// What the checks learnt about the target table.
 #[derive(Clone, Debug)]
 pub(crate) struct TargetInfo {
-    /// SQL types of the configured columns, in configured order (for the
+    /// SQL types of the configured columns, with their collations where
+    /// not the type's default, in configured order (for the
     /// idempotent mode's staging table).
     pub column_types: Vec<String>,
     /// Idempotent mode: how the statements must be built. A batch of new
@@ -284,6 +285,11 @@ struct Column {
     name: String,
     /// The type's name and modifier, for the declared-type check.
     pg_type: PgColumnType,
+    /// ` COLLATE "schema"."name"` when the column's collation is not its
+    /// type's default, else empty: a staging column without it would
+    /// compare keys under another collation than the target's (an error,
+    /// or rows told apart that the target's index takes as one).
+    collate: String,
     not_null: bool,
     has_default: bool,
     generated: bool,
@@ -478,9 +484,14 @@ fn read_columns(
             "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
                     a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
                     t.typcategory = 'S', a.attidentity = 'a', \
-                    COALESCE(e.typname, t.typname)::text, e.oid IS NOT NULL, a.atttypmod \
+                    COALESCE(e.typname, t.typname)::text, e.oid IS NOT NULL, a.atttypmod, \
+                    CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation \
+                         THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname) \
+                         ELSE '' END \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem \
+             LEFT JOIN pg_collation co ON co.oid = a.attcollation \
+             LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
              ORDER BY a.attnum",
             &[&oid],
@@ -501,6 +512,7 @@ fn read_columns(
                 is_array: r.get(8),
                 typmod: r.get(9),
             },
+            collate: r.get(10),
         })
         .collect())
 }
@@ -529,7 +541,7 @@ fn check_columns(
                     quote_ident(name)
                 )))
             }
-            Some(c) => types.push(c.type_sql.clone()),
+            Some(c) => types.push(format!("{}{}", c.type_sql, c.collate)),
             None => missing.push(quote_ident(name)),
         }
     }

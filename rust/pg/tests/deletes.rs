@@ -212,3 +212,69 @@ fn deletes_need_the_delete_privilege_and_only_idempotent_mode_takes_them() {
     let e = transactional.validate().unwrap_err().to_string();
     assert!(e.contains("applies to idempotent mode only"), "{e}");
 }
+
+/// A key column with a collation of its own, here a case-insensitive one
+/// (non-deterministic: 'a' and 'A' are one key for the table's index): the
+/// staging table keeps it, so the last operation of each key is picked
+/// under the index's collation. Before, the staging column took the
+/// default collation, 'a' and 'A' were two keys there, and the upsert met
+/// the same row twice ("ON CONFLICT DO UPDATE command cannot affect row a
+/// second time"), a failure every replay repeated.
+#[test]
+fn keys_with_a_collation_of_their_own_are_upserted_and_deleted() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let collation = unique("ci");
+    admin
+        .batch_execute(&format!(
+            "CREATE COLLATION {collation} (provider = icu, locale = 'und-u-ks-level2', \
+             deterministic = false)"
+        ))
+        .unwrap();
+    let mut f = Fixture::with_columns(
+        &url,
+        "del_coll",
+        &format!("k text COLLATE {collation} PRIMARY KEY, v text[] COLLATE \"C\", n int NOT NULL"),
+    );
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    f.opts.operation_field = true;
+    let mut s = f.open("run1");
+    let h = prepared(
+        &mut s,
+        &[
+            "a\t{x}\t1\tU",
+            "b\t{y}\t2\tU",
+            "A\t{z}\t3\tU",
+            "c\t{w}\t4\tU",
+        ],
+        1,
+    );
+    s.commit(&h).unwrap();
+    let h = prepared(
+        &mut s,
+        &["B\t\\N\t\\N\tD", "C\t{v}\t5\tU", "a\t{u}\t6\tU"],
+        2,
+    );
+    s.commit(&h).unwrap();
+    drop(s);
+    let rows: Vec<(String, i32)> = f
+        .admin
+        .query(
+            &format!("SELECT lower(k), n FROM {} ORDER BY 1", f.table),
+            &[],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| (r.get(0), r.get(1)))
+        .collect();
+    assert_eq!(rows, vec![("a".to_string(), 6), ("c".to_string(), 5)]);
+    f.admin
+        .batch_execute(&format!(
+            "DROP TABLE {}; DROP COLLATION {collation}",
+            f.table
+        ))
+        .unwrap();
+}
