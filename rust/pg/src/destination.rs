@@ -1512,6 +1512,7 @@ impl PgDestination {
             let gid: String = row.get(0);
             let prepared_ms: i64 = row.get(1);
             let handle: Option<Vec<u8>> = row.get(2);
+            let (owner, ours): (String, bool) = (row.get(3), row.get(4));
             let Some(parsed) = TransactionId::parse(&gid).filter(|p| p.sink == self.sink) else {
                 log::warn!(
                     "ignoring prepared transaction {gid:?}: its name starts like sink '{}' but \
@@ -1520,6 +1521,20 @@ impl PgDestination {
                 );
                 continue;
             };
+            if !ours {
+                // Listed all the same: a transaction of this sink that
+                // another role prepared (the job's credentials changed,
+                // or an operator's tool connects as someone else) must
+                // not look absent to a fresh start's check, to recovery
+                // or to `twopc decide`. PostgreSQL lets only that role or
+                // a superuser finish it, and says so if this one tries.
+                log::warn!(
+                    "prepared transaction {gid} of sink '{}' was prepared by role {owner:?}, not \
+                     by this connection's role: only {owner:?} or a superuser can commit or abort \
+                     it. Connect as {owner:?} (or a superuser) to resolve it",
+                    self.sink
+                );
+            }
             let last_activity_ms = prepared_ms.max(0) as u64;
             let decoded = handle.as_deref().map(TransactionHandle::decode);
             let state = match decoded {
@@ -2120,10 +2135,11 @@ impl TxnSql {
             find_tombstone: format!("SELECT expired_at::text FROM {e} WHERE transaction_id = $1"),
             find_side: format!("SELECT 1 FROM {p} WHERE transaction_id = $1"),
             staged: format!(
-                "SELECT x.gid, (extract(epoch FROM x.prepared) * 1000)::int8, s.handle \
+                "SELECT x.gid, (extract(epoch FROM x.prepared) * 1000)::int8, s.handle, \
+                        x.owner::text, x.owner = current_user \
                  FROM pg_prepared_xacts x LEFT JOIN {p} s ON s.transaction_id = x.gid \
                  WHERE left(x.gid, length($1::text)) = $1::text \
-                   AND x.database = current_database() AND x.owner = current_user \
+                   AND x.database = current_database() \
                  ORDER BY x.gid"
             ),
             clean_side: format!(

@@ -8,6 +8,7 @@
 mod common;
 
 use common::*;
+use twopc_core::destination::Destination;
 use twopc_core::SinkId;
 use twopc_pg::{PgDestination, PgMode, SinkRecord};
 
@@ -176,6 +177,72 @@ fn a_user_who_may_not_create_the_sinks_table_runs_the_sink_with_a_warning() {
         assert_eq!(s.destination().sink_record().unwrap(), None);
     };
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
+    cleanup(&mut f);
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// A transaction of this sink prepared by another role (the job's
+/// credentials changed, or an operator's tool connects as someone else) is
+/// listed all the same, with a warning naming its owner: before, the list
+/// was filtered by the connection's role, so a fresh start's check, the
+/// recovery and `twopc decide` saw nothing ("nothing staged") while the
+/// transaction stayed prepared and held its locks. Finishing it is left to
+/// PostgreSQL's rule (that role or a superuser), and refused loudly.
+#[test]
+fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
+    capture_logs();
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "owner", "id bigint NOT NULL, body text");
+    let role = unique("other");
+    let pw = "other-pw-5d2e";
+    let mut s = f.open("run1");
+    let h = prepared(&mut s, &rows(0..2, "p"), 1);
+    drop(s);
+    let table = f.table.clone();
+    f.admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
+        ))
+        .unwrap();
+    let cleanup = |f: &mut Fixture| {
+        for sql in [
+            format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"),
+            format!("DROP ROLE {role}"),
+        ] {
+            if let Err(e) = f.admin.batch_execute(&sql) {
+                eprintln!("cleanup: {sql}: {e}");
+            }
+        }
+    };
+    let opts = options_as(&url, &role, pw, table.clone(), &["id", "body"]);
+    let result = || {
+        let mut other = PgDestination::connect(opts.clone(), &f.ctx("run2")).unwrap();
+        let staged = other.staged().unwrap();
+        assert!(
+            staged
+                .iter()
+                .any(|t| t.transaction == h.transaction && t.is_prepared()),
+            "{staged:?}"
+        );
+        let warned = logged(&format!(
+            "{} of sink '{}' was prepared by role",
+            h.transaction, f.sink
+        ));
+        assert!(!warned.is_empty(), "no warning naming the owner");
+        assert!(warned[0].contains("only"), "{}", warned[0]);
+        let err = other.abort(&h.transaction).unwrap_err();
+        assert!(err.to_string().contains("42501"), "{err}");
+        assert_eq!(
+            prepared_gids(&mut f.admin, &f.sink),
+            vec![h.transaction.as_str().to_string()],
+            "still prepared"
+        );
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
+    rollback_all(&mut f.admin, &f.sink.clone());
     cleanup(&mut f);
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
