@@ -168,17 +168,27 @@ pub fn open(
 /// would take the sink's records for altered ones (found by review). The
 /// sink's own commit records say how it names its files: the latest one,
 /// as the sink is configured now (an earlier configuration may have named
-/// them otherwise).
+/// them otherwise). The single records first; when none names a file (all
+/// folded into the history, or removed by a reconcile), the folded ones.
 fn check_file_names(dest: &FsDestination, sink: &SinkId) -> Result<(), Failed> {
-    let records = dest.commit_records().map_err(|e| {
+    let read_failed = |e| {
         failed(format!(
             "cannot read the commit records of sink '{sink}': {e}"
         ))
-    })?;
-    let latest = records
-        .iter()
-        .filter_map(|r| r.file.as_ref().map(|f| (r, f)))
-        .max_by_key(|(r, _)| r.committed_at_ms);
+    };
+    let latest_named = |records: Vec<twopc_fs::CommitRecord>| {
+        records
+            .into_iter()
+            .filter(|r| r.file.is_some())
+            .max_by_key(|r| r.committed_at_ms)
+    };
+    let latest = match latest_named(dest.commit_records().map_err(read_failed)?) {
+        Some(r) => Some(r),
+        None => latest_named(dest.all_commit_records().map_err(read_failed)?),
+    };
+    let latest = latest
+        .as_ref()
+        .and_then(|r| r.file.as_ref().map(|f| (r, f)));
     if let Some((r, file)) = latest {
         let ours = dest.part_name(&r.handle.transaction);
         if file != &ours {

@@ -1388,6 +1388,21 @@ fn decide_and_reconcile_use_the_sinks_own_file_names_and_refuse_others() {
     let first = commit_one(&mut s, &["a"], 1);
     let p = prepare_one(&mut s, &["b", "c"], 2);
     let lineage = s.lineage().to_string();
+    // Every commit record folded into the history: the names are checked
+    // against the folded records too (before, no single record meant no
+    // check, and the commit below was published as part-<txn>).
+    let all = twopc_core::destination::HistoryPolicy {
+        keep_checkpoints: 0,
+        min_segment: 1,
+        ..Default::default()
+    };
+    assert_eq!(
+        twopc_core::Destination::compact_history(s.destination(), &all)
+            .unwrap()
+            .folded,
+        1
+    );
+    assert!(s.destination().commit_records().unwrap().is_empty());
     drop(s);
     let named = |h: &TransactionHandle| out.join(format!("orders-{}.csv", h.transaction));
     assert!(named(&first).exists());
