@@ -132,11 +132,13 @@ public final class NativeLoader {
             // Once mapped, the file is no longer needed (the mapping stays
             // valid on Linux and macOS): removing it now keeps job restarts in
             // a long-lived TaskManager from piling up copies until JVM exit.
-            // On Windows the delete fails while loaded; deleteOnExit stays.
+            // On Windows the delete fails while loaded: only then is the copy
+            // left to deleteOnExit (each registration stays in the JVM's list
+            // for good, one more per job restart if made every time).
             try {
                 Files.deleteIfExists(copy);
-            } catch (IOException | SecurityException ignored) {
-                // left for deleteOnExit
+            } catch (IOException | SecurityException e) {
+                copy.toFile().deleteOnExit();
             }
         }
         loaded = true;
@@ -153,12 +155,14 @@ public final class NativeLoader {
             Path copy = dir == null || dir.trim().isEmpty()
                     ? Files.createTempFile("twopc-jni-", suffix)
                     : Files.createTempFile(Paths.get(dir.trim()), "twopc-jni-", suffix);
-            copy.toFile().deleteOnExit();
             try (InputStream in = opener.open()) {
                 if (in == null) {
                     throw new IOException(source + " cannot be read");
                 }
                 Files.copy(in, copy, StandardCopyOption.REPLACE_EXISTING);
+            } catch (IOException | RuntimeException e) {
+                Files.deleteIfExists(copy);
+                throw e;
             }
             return copy;
         } catch (IOException | RuntimeException e) {

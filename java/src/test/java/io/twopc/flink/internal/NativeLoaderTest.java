@@ -61,6 +61,7 @@ public class NativeLoaderTest {
     public void eachClassLoaderGetsItsOwnLibrary() throws Exception {
         NativeBridge.ensureLoaded();
         long parentSink = NativeTestSupport.open(tmp.newFolder("parent"), "parent");
+        int deleteOnExit = deleteOnExitEntries();
         try {
             for (int attempt = 0; attempt < 3; attempt++) {
                 try (ChildFirst loader = new ChildFirst()) {
@@ -85,8 +86,20 @@ public class NativeLoaderTest {
                 }
             }
             assertThat(NativeBridge.stats(parentSink)).hasSize(10);
+            // Each copy was deleted once loaded: none is left in the JVM's delete-on-exit
+            // list, which would grow by one entry per job restart for the TaskManager's life.
+            assertThat(deleteOnExitEntries()).as("delete-on-exit entries").isEqualTo(deleteOnExit);
         } finally {
             NativeBridge.close(parentSink);
+        }
+    }
+
+    @SuppressWarnings("unchecked")
+    private static int deleteOnExitEntries() throws Exception {
+        java.lang.reflect.Field files = Class.forName("java.io.DeleteOnExitHook").getDeclaredField("files");
+        files.setAccessible(true);
+        synchronized (Class.forName("java.io.DeleteOnExitHook")) {
+            return ((java.util.Collection<String>) files.get(null)).size();
         }
     }
 
