@@ -384,7 +384,12 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                     "serializing a record");
         }
         batchFor = transaction;
-        batcher.add(record);
+        try {
+            batcher.add(record);
+        } catch (TwopcRecordRejectedException e) {
+            // A record no replay could hand over (see RecordBatcher.add): stop once.
+            throw escalate(Escalation.rejected(scope, e), "handing a record over");
+        }
     }
 
     private void writeBatch(RecordBatcher.Batch batch) {

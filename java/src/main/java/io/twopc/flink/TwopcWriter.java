@@ -154,7 +154,12 @@ public final class TwopcWriter<IN>
                     + schema.getClass().getName() + " returned null for a record. The sink writes every record "
                     + "it receives; filter records before the sink instead"), "serializing a record");
         }
-        batcher.add(record);
+        try {
+            batcher.add(record);
+        } catch (TwopcRecordRejectedException e) {
+            // A record no replay could hand over (see RecordBatcher.add): stop once.
+            throw Escalation.escalate(LOG, scope, Escalation.rejected(scope, e), "handing a record over");
+        }
     }
 
     private void writeBatch(RecordBatcher.Batch batch) {

@@ -48,6 +48,13 @@ public final class Escalation {
         return rejected;
     }
 
+    /** A refusal of the sink's own Java side, said as the subtask's. */
+    public static TwopcRecordRejectedException rejected(String scope, TwopcRecordRejectedException error) {
+        TwopcRecordRejectedException rejected = new TwopcRecordRejectedException(scope + ": " + error.getMessage());
+        rejected.initCause(error);
+        return rejected;
+    }
+
     /**
      * The warning for a retryable failure of the last housekeeping after the end of input, which
      * both front ends report without failing the task (after the final checkpoint nothing would try

@@ -1,10 +1,13 @@
 package io.twopc.flink.internal;
 
+import io.twopc.flink.TwopcRecordRejectedException;
+
 import org.apache.flink.annotation.Internal;
 
 import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.IntBuffer;
+import java.util.function.IntFunction;
 
 /**
  * Collects serialized records into direct buffers and hands them to the native side whole: one
@@ -58,6 +61,8 @@ public final class RecordBatcher {
     private final int terminator;
     private final int terminatorBytes;
     private final Sink sink;
+    /** Allocates the direct buffer of a record larger than the batch (a test replaces it). */
+    private final IntFunction<ByteBuffer> oversized;
     private int records;
 
     /**
@@ -65,6 +70,11 @@ public final class RecordBatcher {
      *     {@link #NO_TERMINATOR}
      */
     public RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink) {
+        this(batchBytes, batchRecords, terminator, sink, ByteBuffer::allocateDirect);
+    }
+
+    RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink, IntFunction<ByteBuffer> oversized) {
+        this.oversized = oversized;
         if (terminator < NO_TERMINATOR || terminator > 0xff) {
             throw new IllegalArgumentException("terminator " + terminator + " is neither -1 nor a byte value");
         }
@@ -81,14 +91,29 @@ public final class RecordBatcher {
         this.sink = sink;
     }
 
-    /** Adds one record; hands the batch over when full. */
+    /**
+     * Adds one record; hands the batch over when full. A record larger than the batch whose own
+     * direct buffer the JVM refuses is a {@link TwopcRecordRejectedException}: the same on every
+     * replay.
+     */
     public void add(byte[] record) {
         int needed = record.length + terminatorBytes;
         if (data.remaining() < needed) {
             flush();
             if (data.capacity() < needed) {
                 // A record larger than the batch buffer crosses alone in buffers of its own.
-                ByteBuffer single = ByteBuffer.allocateDirect(needed);
+                ByteBuffer single;
+                try {
+                    single = oversized.apply(needed);
+                } catch (OutOfMemoryError e) {
+                    // Direct memory is bounded (Flink sets -XX:MaxDirectMemorySize from its
+                    // memory model); a record this size would fail the same way on every replay.
+                    throw new TwopcRecordRejectedException("a record of " + record.length
+                            + " bytes is larger than the batch buffer (" + data.capacity() + " bytes) and crosses "
+                            + "in direct memory of its own, which the JVM refused (" + e.getMessage() + "). "
+                            + "Filter or split such records before the sink, or give the task managers more "
+                            + "off-heap memory (taskmanager.memory.task.off-heap.size)");
+                }
                 single.put(record);
                 if (terminatorBytes != 0) {
                     single.put((byte) terminator);

@@ -141,4 +141,23 @@ public class RecordBatcherTest {
         assertThatThrownBy(() -> new RecordBatcher(64, 10, -2, b -> { }))
                 .isInstanceOf(IllegalArgumentException.class);
     }
+
+    /**
+     * A record larger than the batch crosses in direct memory of its own; when the JVM refuses it
+     * (Flink bounds direct memory), the record is refused with a clear error, not an anonymous
+     * OutOfMemoryError, and the batch collected before it was handed over whole.
+     */
+    @Test
+    public void aRecordWhoseOwnDirectBufferTheJvmRefusesIsRefusedClearly() {
+        List<List<String>> handed = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(16, 100, '\n', b -> handed.add(records(b)), size -> {
+            throw new OutOfMemoryError("Cannot reserve " + size + " bytes of direct buffer memory");
+        });
+        batcher.add(utf8("small"));
+        assertThatThrownBy(() -> batcher.add(new byte[100]))
+                .isInstanceOf(io.twopc.flink.TwopcRecordRejectedException.class)
+                .hasMessageContaining("a record of 100 bytes")
+                .hasMessageContaining("taskmanager.memory.task.off-heap.size");
+        assertThat(handed).containsExactly(List.of("small"));
+    }
 }
