@@ -345,14 +345,23 @@ impl SinkConfig {
         })
     }
 
-    /// The retention check against the checkpoint interval in force: the
-    /// configured one, else the one the front end detected at open.
-    pub fn check_interval(&self, detected_ms: u64) -> Result<(), ConfigError> {
-        let interval = if self.checkpoint_interval_ms > 0 {
-            self.checkpoint_interval_ms
-        } else {
+    /// The checkpoint interval in force: the job's, as the front end
+    /// detected it at open, else the configured one (for a front end that
+    /// could not read the job's). The job's wins because it is the real
+    /// one: a configured interval shorter than the job's would pass a
+    /// retention too short for it, and the first ordinary restart would
+    /// find prepared transactions expired (found by review).
+    fn interval_in_force(&self, detected_ms: u64) -> u64 {
+        if detected_ms > 0 {
             detected_ms
-        };
+        } else {
+            self.checkpoint_interval_ms
+        }
+    }
+
+    /// The retention check against the checkpoint interval in force.
+    pub fn check_interval(&self, detected_ms: u64) -> Result<(), ConfigError> {
+        let interval = self.interval_in_force(detected_ms);
         validate_retention(self.retention_ms, interval, self.restart_allowance_ms)
             .map_err(|e| config_error(format!("sink '{}': {}", self.sink, e.message())))
     }
@@ -383,14 +392,10 @@ impl SinkConfig {
     }
 
     /// How long a prepared transaction must survive at the destination,
-    /// for a writer whose checkpoint interval is `detected_ms` (when the
-    /// configuration does not give one).
+    /// for a writer whose job checkpoints every `detected_ms` (0: unknown,
+    /// the configured interval then).
     pub fn needed_retention_ms(&self, detected_ms: u64) -> u64 {
-        let interval = if self.checkpoint_interval_ms > 0 {
-            self.checkpoint_interval_ms
-        } else {
-            detected_ms
-        };
+        let interval = self.interval_in_force(detected_ms);
         let savepoints = match &self.destination {
             DestinationSpec::ObjectStore {
                 savepoint_retention_ms,
@@ -784,6 +789,24 @@ pub(crate) mod tests {
         c.checkpoint_interval_ms = 0; // the detected interval counts
         let err = c.check_interval(7 * 24 * 3600 * 1000).unwrap_err();
         assert!(err.to_string().contains("sink 'orders'"), "{err}");
+    }
+
+    /// The job's interval, as the front end detected it, wins over the
+    /// configured one: a configured 1 s with a 30 min retention must not
+    /// pass a job that checkpoints hourly (its first ordinary restart
+    /// would find prepared transactions expired). The configured interval
+    /// counts only when the front end could not read the job's.
+    #[test]
+    fn the_jobs_checkpoint_interval_wins_over_the_configured_one() {
+        let text = fs_config("/x").replace("\"retentionMs\":604800000", "\"retentionMs\":1800000");
+        let c = SinkConfig::decode(&text).unwrap();
+        assert_eq!(c.checkpoint_interval_ms, 1000);
+        let err = c.check_interval(3_600_000).unwrap_err();
+        assert!(err.to_string().contains("1h"), "{err}");
+        c.check_interval(0).unwrap();
+        c.check_interval(60_000).unwrap();
+        assert_eq!(c.needed_retention_ms(3_600_000), 2 * 3_600_000 + 600_000);
+        assert_eq!(c.needed_retention_ms(0), 2 * 1000 + 600_000);
     }
 
     #[test]

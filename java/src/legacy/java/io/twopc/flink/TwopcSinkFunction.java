@@ -566,7 +566,12 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         if (runtime instanceof StreamingRuntimeContext) {
             StreamingRuntimeContext streaming = (StreamingRuntimeContext) runtime;
             if (!streaming.isCheckpointingEnabled()) {
-                return 0; // the core refuses to start, saying to enable checkpointing
+                // Refused here whatever the builder's interval says: the native side takes a
+                // configured interval when it is given none (found by review).
+                throw escalate(new TwopcConfigException(scope + ": checkpointing is disabled, but this sink "
+                        + "commits output only when a checkpoint completes, so nothing would ever be committed. "
+                        + "Enable it (env.enableCheckpointing(interval), or execution.checkpointing.interval)"),
+                        "opening the sink");
             }
             Optional<Duration> detected =
                     streaming.getJobConfiguration().getOptional(CheckpointingOptions.CHECKPOINTING_INTERVAL);
@@ -574,7 +579,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 long detectedMs = detected.get().toMillis();
                 if (options.checkpointIntervalMs > 0 && options.checkpointIntervalMs != detectedMs) {
                     LOG.warn("{}: the builder's checkpoint interval ({}) differs from the job's ({}); "
-                                    + "using the builder's for the retention check", scope,
+                                    + "using the job's for the retention check", scope,
                             Durations.format(options.checkpointIntervalMs), Durations.format(detectedMs));
                 }
                 return detectedMs;

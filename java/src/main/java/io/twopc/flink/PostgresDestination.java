@@ -198,7 +198,9 @@ public final class PostgresDestination implements Serializable {
     }
 
     List<String> declaredColumnTypes() {
-        return declaredColumnTypes;
+        // Null in an instance serialized by a release before the field (a job graph recovered
+        // after an upgrade): no declared types, as then.
+        return declaredColumnTypes == null ? Collections.emptyList() : declaredColumnTypes;
     }
 
     /**

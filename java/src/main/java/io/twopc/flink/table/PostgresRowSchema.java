@@ -220,7 +220,8 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
             if (value == null) {
                 out.append("\\N");
             } else {
-                appendEscaped(out, text(types[i], value, false), names[i]);
+                // names is null in a schema serialized by a release before it (a recovered job graph).
+                appendEscaped(out, text(types[i], value, false), names != null ? names[i] : "#" + (i + 1));
             }
         }
         if (operationField) {

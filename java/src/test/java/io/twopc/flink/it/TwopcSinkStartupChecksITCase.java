@@ -114,6 +114,22 @@ public class TwopcSinkStartupChecksITCase {
         assertThat(error.getMessage()).contains("checkpointing is disabled", "enableCheckpointing");
     }
 
+    /**
+     * The builder's checkpoint interval is a fallback for when the job's cannot be read: it never
+     * stands in for a job that has no checkpoints (the SinkFunction shim handed the native side an
+     * interval of 0, which then took the builder's, and the job ran without ever committing).
+     */
+    @Test
+    public void jobWithoutCheckpointingIsRefusedWhateverTheBuildersInterval() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        StreamExecutionEnvironment env = environment(2, 100, RESTART_ATTEMPTS, Duration.ofMillis(50));
+        env.getCheckpointConfig().disableCheckpointing();
+        numbersInto(env, 1000, output, b -> b.setCheckpointInterval(Duration.ofSeconds(30)));
+
+        Throwable error = expectStoppedBy(env, TwopcConfigException.class);
+        assertThat(error.getMessage()).contains("checkpointing is disabled", "enableCheckpointing");
+    }
+
     @Test
     public void jobWithoutCheckpointsAfterTasksFinishIsRefused() throws Exception {
         // Without them a subtask whose input ends finishes without a final checkpoint, and the
