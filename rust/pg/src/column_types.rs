@@ -121,8 +121,16 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
             }),
             _ => None,
         },
-        "bigint" | "int" => match column {
-            "float4" => Some(format!(
+        "bigint" | "int" | "smallint" | "tinyint" => match column {
+            "numeric" => match pg.numeric() {
+                Some((_, scale)) if scale < 0 => Some(format!(
+                    "its scale is {scale}, so PostgreSQL would round integers to a multiple of \
+                     10^{}",
+                    -scale
+                )),
+                _ => None,
+            },
+            "float4" if kind == "bigint" || kind == "int" => Some(format!(
                 "real holds integers exactly only up to 2^24, so larger {} values would be rounded",
                 kind.to_uppercase()
             )),
@@ -236,6 +244,9 @@ mod tests {
         assert!(silent_change("bigint", &pg("float8", -1)).is_some());
         assert!(silent_change("int", &pg("float4", -1)).is_some());
         assert_eq!(silent_change("int", &pg("float8", -1)), None);
+        assert!(silent_change("bigint", &numeric(10, -2)).is_some());
+        assert_eq!(silent_change("bigint", &numeric(20, 0)), None);
+        assert_eq!(silent_change("smallint", &pg("float4", -1)), None);
         // A fraction into an integer column fails loudly at COPY.
         assert_eq!(silent_change("decimal:10:2", &pg("int8", -1)), None);
     }

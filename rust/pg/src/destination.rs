@@ -136,7 +136,9 @@ use twopc_core::ids::{CheckpointId, LineageId, RunId, SinkId, TransactionId};
 use twopc_core::records::{preview, RecordBatch};
 
 use crate::copy_stream::CopyEnd;
-use crate::error::{self, Quoted, RefusedRow, ServerError, UNDEFINED_OBJECT};
+use crate::error::{
+    self, Quoted, RefusedRow, ServerError, INSUFFICIENT_PRIVILEGE, UNDEFINED_OBJECT,
+};
 use crate::idempotent::{quoted_list, IdempotentSql, STAGE_TABLE};
 use crate::link::{CallError, Failure, Link};
 use crate::options::{CopyFormat, PgMode, PgOptions, Secrets};
@@ -868,6 +870,44 @@ impl PgDestination {
         error::other(&self.secrets, kind, msg)
     }
 
+    /// The error of a `COMMIT PREPARED` or `ROLLBACK PREPARED` of `txn`
+    /// that failed as `f`. PostgreSQL lets only the role that prepared a
+    /// transaction, or a superuser, finish it (SQLSTATE 42501): that is no
+    /// weather a restart waits out, so it is `NotPermitted` (fatal), naming
+    /// the role and what to do. Anything else is `f`'s own error.
+    fn finishing_failed(
+        &mut self,
+        f: Failure,
+        txn: &TransactionId,
+        verb: &str,
+    ) -> DestinationError {
+        if !f.is(INSUFFICIENT_PRIVILEGE) {
+            return f.error;
+        }
+        let owner = self
+            .control
+            .run("looking up who prepared the transaction", |c| {
+                Ok(c.query_opt(
+                    "SELECT owner::text FROM pg_prepared_xacts WHERE gid = $1",
+                    &[&txn.as_str()],
+                )?)
+            })
+            .ok()
+            .flatten()
+            .map(|r| r.get::<_, String>(0))
+            .unwrap_or_else(|| "another role".to_string());
+        self.err(
+            DestinationErrorKind::NotPermitted,
+            format!(
+                "{verb} of prepared transaction {txn} was refused: it was prepared by role \
+                 {owner:?}, and PostgreSQL lets only that role or a superuser finish it ({}). It \
+                 stays prepared and holds its row locks. Connect this sink (or `twopc decide`) \
+                 as {owner:?} or as a superuser, then restart the job",
+                f.error.message
+            ),
+        )
+    }
+
     fn txn_sql(&self) -> Option<&TxnSql> {
         match &self.sql {
             ModeSql::Transactional(s) => Some(s),
@@ -1345,6 +1385,9 @@ impl PgDestination {
                 Ok(CommitStatus::Committed)
             }
             Err(f) if f.is(UNDEFINED_OBJECT) => self.resolve_not_prepared(handle, &gid),
+            Err(f) if f.is(INSUFFICIENT_PRIVILEGE) => {
+                Err(self.finishing_failed(f, txn, "COMMIT PREPARED"))
+            }
             Err(f) => Err(self.err(
                 f.error.kind,
                 format!(
@@ -1473,7 +1516,7 @@ impl PgDestination {
                     AbortStatus::NotFound
                 })
             }
-            Err(f) => Err(f.error),
+            Err(f) => Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED")),
         }
     }
 
@@ -1712,7 +1755,7 @@ impl PgDestination {
         }) {
             Ok(()) => {}
             Err(f) if f.is(UNDEFINED_OBJECT) => {}
-            Err(f) => return Err(f.error),
+            Err(f) => return Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED (expiry)")),
         }
         self.delete_side_best_effort(&delete_side, txn);
         Ok(())

@@ -10,6 +10,9 @@ use crate::options::Secrets;
 /// does not hold: undefined_object. It is the same for "committed already"
 /// and "rolled back / never existed", hence the commit-record table.
 pub(crate) const UNDEFINED_OBJECT: &str = "42704";
+/// SQLSTATE of `COMMIT PREPARED` / `ROLLBACK PREPARED` by a role that
+/// neither prepared the transaction nor is a superuser.
+pub(crate) const INSUFFICIENT_PRIVILEGE: &str = "42501";
 
 pub(crate) fn sqlstate(e: &postgres::Error) -> Option<&str> {
     e.code().map(|c| c.code())

@@ -484,12 +484,14 @@ fn read_columns(
             "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
                     a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
                     t.typcategory = 'S', a.attidentity = 'a', \
-                    COALESCE(e.typname, t.typname)::text, e.oid IS NOT NULL, a.atttypmod, \
+                    COALESCE(e.typname, b.typname, t.typname)::text, e.oid IS NOT NULL, \
+                    CASE WHEN b.oid IS NULL THEN a.atttypmod ELSE t.typtypmod END, \
                     CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation \
                          THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname) \
                          ELSE '' END \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
              LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem \
+             LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
              LEFT JOIN pg_collation co ON co.oid = a.attcollation \
              LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
@@ -550,8 +552,11 @@ fn check_columns(
         if let Some(why) = silent_change(declared, &c.pg_type) {
             return Err(ConfigError::new(format!(
                 "column {} of {table} is {} in PostgreSQL, and the table declares it {}: {why}. \
-                 Nothing was written. Declare the column in the table's DDL as the PostgreSQL \
-                 column keeps it, or change the PostgreSQL column",
+                 This start wrote nothing. Declare the column in the table's DDL as the \
+                 PostgreSQL column keeps it (a restored job's prepared transactions are then \
+                 committed by its recovery), or change the PostgreSQL column once no transaction \
+                 of this sink is prepared (`twopc inspect` lists them; an ALTER TABLE waits for \
+                 the row locks they hold)",
                 quote_ident(name),
                 c.type_sql,
                 declared_name(declared)
@@ -716,7 +721,11 @@ fn check_unique_key(
                     coalesce((SELECT c.conname::text FROM pg_constraint c \
                               WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid), \
                              i.indexrelid::regclass::text), \
-                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) \
+                    coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false), \
+                    NOT EXISTS (SELECT 1 FROM generate_series(0, i.indnkeyatts - 1) AS n \
+                                JOIN pg_attribute a \
+                                  ON a.attrelid = i.indrelid AND a.attnum = i.indkey[n] \
+                                WHERE i.indcollation[n] <> a.attcollation) \
              FROM pg_index i \
              WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
@@ -741,6 +750,24 @@ fn check_unique_key(
              key (\"ON CONFLICT does not support deferrable unique constraints\"), so every \
              replayed key would fail. Make it checked at once: ALTER TABLE {table} DROP \
              CONSTRAINT {name}, ADD CONSTRAINT {name} UNIQUE ({keys}) (or PRIMARY KEY)"
+        ))
+        .into());
+    }
+    // The staging table takes each column's own collation (see
+    // `read_columns`), and a batch's keys are de-duplicated and matched
+    // under it. An arbiter index that compares the key under another
+    // collation would take two of those keys as one (the upsert then
+    // meets a row twice, a failure every replay repeats) or one as two
+    // (a row folded away): refused (found by review).
+    if let Some(other) = matching.iter().find(|r| !r.get::<_, bool>(4)) {
+        let name = quote_ident(&other.get::<_, String>(2));
+        return Err(ConfigError::new(format!(
+            "the unique index {name} of {table} compares its key ({keys}) under another \
+             collation than the columns' own, and the idempotent mode matches a batch's keys \
+             under the columns' collation: keys the index takes as one would be two here, or \
+             the reverse. Give the index the columns' collations (recreate it without COLLATE), \
+             or give the columns the index's (ALTER TABLE {table} ALTER COLUMN ... TYPE ... \
+             COLLATE ...)"
         ))
         .into());
     }

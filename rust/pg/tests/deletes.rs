@@ -230,7 +230,7 @@ fn keys_with_a_collation_of_their_own_are_upserted_and_deleted() {
             "CREATE COLLATION {collation} (provider = icu, locale = 'und-u-ks-level2', \
              deterministic = false)"
         ))
-        .unwrap();
+        .expect("this test needs a PostgreSQL server built with ICU (Debian's and most are)");
     let mut f = Fixture::with_columns(
         &url,
         "del_coll",
@@ -271,10 +271,37 @@ fn keys_with_a_collation_of_their_own_are_upserted_and_deleted() {
         .map(|r| (r.get(0), r.get(1)))
         .collect();
     assert_eq!(rows, vec![("a".to_string(), 6), ("c".to_string(), 5)]);
-    f.admin
+
+    // A unique index that compares the key under another collation than
+    // the column's: the batch's keys would be matched otherwise than the
+    // index does, so the start is refused, naming the index.
+    let mut g = Fixture::with_columns(
+        &url,
+        "del_coll_idx",
+        &format!("k text COLLATE {collation} NOT NULL, v text[], n int"),
+    );
+    g.admin
         .batch_execute(&format!(
-            "DROP TABLE {}; DROP COLLATION {collation}",
-            f.table
+            "CREATE UNIQUE INDEX {t}_k_c ON {t} (k COLLATE \"C\")",
+            t = g.table
         ))
         .unwrap();
+    g.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    g.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    g.opts.operation_field = true;
+    let err = match PgDestination::connect(g.opts.clone(), &g.ctx("run1")) {
+        Ok(_) => panic!("an index with another collation than its column was accepted"),
+        Err(e) => e.to_string(),
+    };
+    assert!(err.contains("under another collation"), "{err}");
+    assert!(err.contains(&format!("{}_k_c", g.table)), "{err}");
+    for sql in [
+        format!("DROP TABLE {}", f.table),
+        format!("DROP TABLE {}", g.table),
+        format!("DROP COLLATION {collation}"),
+    ] {
+        f.admin.batch_execute(&sql).unwrap();
+    }
 }

@@ -8,7 +8,9 @@
 mod common;
 
 use common::*;
+use twopc_core::config::{FreshStartPolicy, SinkOptions};
 use twopc_core::destination::Destination;
+use twopc_core::error::DestinationErrorKind;
 use twopc_core::SinkId;
 use twopc_pg::{PgDestination, PgMode, SinkRecord};
 
@@ -234,7 +236,26 @@ fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
         assert!(!warned.is_empty(), "no warning naming the owner");
         assert!(warned[0].contains("only"), "{}", warned[0]);
         let err = other.abort(&h.transaction).unwrap_err();
-        assert!(err.to_string().contains("42501"), "{err}");
+        assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+        let owner = owner_of(&mut f.admin, h.transaction.as_str());
+        for needle in ["42501", &format!("prepared by role {owner:?}"), "superuser"] {
+            assert!(
+                err.to_string().contains(needle),
+                "{needle:?} missing: {err}"
+            );
+        }
+        drop(other);
+        // A fresh start that would abort it stops at once, fatally, naming
+        // the role, instead of failing the same way at every restart.
+        let abort_prepared = SinkOptions {
+            fresh_start: FreshStartPolicy::AbortPrepared,
+            ..sink_options()
+        };
+        let Err(err) = open(&opts, f.ctx("run3"), abort_prepared, None) else {
+            panic!("a fresh start that must abort another role's transaction started");
+        };
+        assert!(err.is_fatal(), "{err}");
+        assert!(err.to_string().contains(&owner), "{err}");
         assert_eq!(
             prepared_gids(&mut f.admin, &f.sink),
             vec![h.transaction.as_str().to_string()],
@@ -247,4 +268,15 @@ fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
     }
+}
+
+/// The role that prepared `gid`, as PostgreSQL records it.
+fn owner_of(admin: &mut postgres::Client, gid: &str) -> String {
+    admin
+        .query_one(
+            "SELECT owner::text FROM pg_prepared_xacts WHERE gid = $1",
+            &[&gid],
+        )
+        .unwrap()
+        .get(0)
 }

@@ -341,3 +341,30 @@ fn declared_types_that_postgres_would_change_silently_are_rejected() {
         PgDestination::connect(ok, &ctx(&sink, "run1", 0, 1)).unwrap();
     }
 }
+
+/// A domain is judged by its base type and modifier: a domain over
+/// numeric(10,2) rounds DECIMAL(10, 4) values as the type itself would.
+#[test]
+fn declared_types_are_judged_through_a_domain() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let domain = unique("money");
+    admin
+        .batch_execute(&format!("CREATE DOMAIN {domain} AS numeric(10,2)"))
+        .unwrap();
+    let f = Fixture::with_columns(
+        &url,
+        "decl_dom",
+        &format!("id bigint PRIMARY KEY, amount {domain}"),
+    );
+    let mut opts = f.opts.clone();
+    opts.columns = vec!["id".into(), "amount".into()];
+    opts.declared_types = vec!["bigint".into(), "decimal:10:4".into()];
+    let msg = config_error(&opts, 1);
+    assert!(msg.contains("column \"amount\""), "{msg}");
+    assert!(msg.contains("round its 4 fraction digits to 2"), "{msg}");
+    opts.declared_types = vec!["bigint".into(), "decimal:10:2".into()];
+    PgDestination::connect(opts, &ctx(&unique("decl-dom-ok"), "run1", 0, 1)).unwrap();
+    drop(f);
+    let _ = admin.batch_execute(&format!("DROP DOMAIN {domain} CASCADE"));
+}
