@@ -604,6 +604,13 @@ fn pg_options(p: PgSection, rewind: RewindPolicy) -> Result<PgOptions, ConfigErr
             )))
         }
     };
+    if rewind == RewindPolicy::ReplaceRange && matches!(mode, PgMode::Idempotent { .. }) {
+        return Err(config_error(
+            "the rewind policy REPLACE_RANGE applies to PostgreSQL's transactional mode only (in \
+             idempotent mode a replay rewrites the same keys, so there is no rewind to repair); use \
+             the rewind policy FAIL",
+        ));
+    }
     if rewind == RewindPolicy::ReplaceRange && p.transaction_id_column.is_none() {
         return Err(config_error(
             "the rewind policy REPLACE_RANGE needs a transaction-id column on PostgreSQL (set \
@@ -765,6 +772,16 @@ pub(crate) mod tests {
             ),
             // REPLACE_RANGE on PostgreSQL without a transaction-id column.
             (pg_config(""), "REPLACE_RANGE needs a transaction-id column"),
+            // REPLACE_RANGE with the idempotent mode, which has nothing to
+            // repair: said as such, not as a missing transaction-id column
+            // (which that mode refuses).
+            (
+                pg_config("").replace(
+                    "\"TRANSACTIONAL\"",
+                    "\"IDEMPOTENT\",\"keyColumns\":[\"id\"]",
+                ),
+                "transactional mode only",
+            ),
             // Deletes into a transactional table.
             (
                 pg_config(r#","transactionIdColumn":"txn","operationField":true"#),

@@ -324,6 +324,20 @@ impl PgOptions {
         if let Some(p) = &self.password {
             config.password(p.expose());
         }
+        if config.get_ssl_mode() == postgres::config::SslMode::Require {
+            return Err(ConfigError::new(
+                "the connection asks for TLS (sslmode=require or stricter), which this sink does not \
+                 support: it connects without TLS. Remove sslmode from the connection, or reach the \
+                 server through a TLS tunnel (a local proxy that encrypts)",
+            ));
+        }
+        if config.get_connect_timeout().is_some() {
+            return Err(ConfigError::new(
+                "the connection sets connect_timeout, which the sink's own connect timeout would \
+                 replace; remove it from the connection and set the sink's (connectTimeout(...), \
+                 or 'connect-timeout' in SQL)",
+            ));
+        }
         config.connect_timeout(self.connect_timeout);
         // A commit must not wait for hours on a dead peer: keepalives and a
         // send timeout turn a silent network failure into an error within
@@ -379,6 +393,39 @@ mod tests {
 
     fn url_opts(url: &str) -> PgOptions {
         PgOptions::new(Endpoint::Url(url.to_string()), "public.t", &["a", "b"])
+    }
+
+    /// Settings in the connection that the sink cannot honour are refused
+    /// when the sink is built, not at every task start: TLS (the sink
+    /// connects without it) and a connect_timeout its own setting would
+    /// silently replace.
+    #[test]
+    fn tls_and_a_connect_timeout_in_the_connection_are_refused() {
+        for url in [
+            "postgres://app@db:5432/shop?sslmode=require",
+            "host=db port=5432 dbname=shop user=app sslmode=require",
+        ] {
+            let e = url_opts(url).validate().unwrap_err();
+            assert!(e.message().contains("TLS"), "{url}: {e}");
+        }
+        // Stricter modes the client does not even parse are refused too.
+        url_opts("postgres://app@db:5432/shop?sslmode=verify-full")
+            .validate()
+            .unwrap_err();
+        for url in [
+            "postgres://app@db:5432/shop?connect_timeout=60",
+            "host=db dbname=shop user=app connect_timeout=60",
+        ] {
+            let e = url_opts(url).validate().unwrap_err();
+            assert!(e.message().contains("connectTimeout(...)"), "{url}: {e}");
+        }
+        for url in [
+            "postgres://app@db:5432/shop",
+            "postgres://app@db:5432/shop?sslmode=disable",
+            "postgres://app@db:5432/shop?sslmode=prefer",
+        ] {
+            url_opts(url).validate().unwrap();
+        }
     }
 
     #[test]

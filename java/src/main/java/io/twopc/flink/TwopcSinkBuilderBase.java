@@ -376,6 +376,24 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
         if (checkpointInterval != null && checkpointInterval.isZero()) {
             problems.add("checkpoint interval must be at least 1 ms; leave it unset to use the job's");
         }
+        if (commitMaxAttempts < 1) {
+            problems.add("commit max attempts must be at least 1 (the first attempt counts), not "
+                    + commitMaxAttempts + "; setCommitMaxAttempts(" + DEFAULT_COMMIT_MAX_ATTEMPTS + ") is the default");
+        }
+        if (retention != null && restartAllowance != null && !retention.isNegative() && !retention.isZero()
+                && retention.compareTo(restartAllowance) <= 0) {
+            // Whatever the checkpoint interval, a restart may take the whole allowance after two
+            // intervals: the native side refuses it at open; said here, before the job is submitted.
+            problems.add("retention " + Durations.format(retention.toMillis()) + " is not longer than the restart "
+                    + "allowance (" + Durations.format(restartAllowance.toMillis()) + "): it must cover two "
+                    + "checkpoint intervals plus the allowance. Raise it with setRetention(...)");
+        }
+        if (postgres != null && rewindPolicy == RewindPolicy.REPLACE_RANGE
+                && postgres.mode() == PostgresMode.IDEMPOTENT) {
+            problems.add("the rewind policy REPLACE_RANGE applies to PostgreSQL's transactional mode only (in "
+                    + "idempotent mode a replay rewrites the same keys, so there is no rewind to repair); use "
+                    + "RewindPolicy.FAIL");
+        }
         if (problems.isEmpty()) {
             TwopcSinkOptions options = new TwopcSinkOptions(this, directory, store, RANDOM.nextLong());
             validateNatively(options, problems);

@@ -202,6 +202,35 @@ public class TwopcSinkBuilderTest {
         throw new AssertionError("build() accepted an invalid configuration");
     }
 
+    /**
+     * Settings that can never work are refused by build(), naming the setting, instead of at
+     * every task start or as a parser's words: a commit attempt count below 1, a retention that
+     * does not outlast the restart allowance, REPLACE_RANGE with PostgreSQL's idempotent mode, TLS
+     * or a connect_timeout in the connection.
+     */
+    @Test
+    public void settingsThatCannotWorkAreRefusedWhenBuilt() {
+        assertThat(problemOf(valid().setCommitMaxAttempts(-1))).contains("commit max attempts must be at least 1",
+                "not -1");
+        assertThat(problemOf(valid().setRetention(Duration.ofMinutes(5))))
+                .contains("retention 5min is not longer than the restart allowance (10min)");
+        valid().setRetention(Duration.ofMinutes(5)).setRestartAllowance(Duration.ofMinutes(1)).build();
+        assertThat(problemOfPostgres(TwopcSink.<Object[]>forPostgres(
+                        PostgresDestination.url("postgres://app@db.example:5432/shop")
+                                .table("public.orders").columns("id", "customer").idempotent("id"))
+                .setSinkId("orders").setSerializationSchema(CsvRowSchema.forArrays())
+                .setRewindPolicy(RewindPolicy.REPLACE_RANGE)))
+                .contains("REPLACE_RANGE applies to PostgreSQL's transactional mode only");
+        assertThat(problemOfPostgres(validPostgres().forPostgres(
+                PostgresDestination.url("postgres://app@db.example:5432/shop?sslmode=require")
+                        .table("public.orders").columns("id", "customer"))))
+                .contains("TLS");
+        assertThat(problemOfPostgres(validPostgres().forPostgres(
+                PostgresDestination.url("postgres://app@db.example:5432/shop?connect_timeout=60")
+                        .table("public.orders").columns("id", "customer"))))
+                .contains("connectTimeout(...)");
+    }
+
     @Test
     public void aPostgresSinkBuildsSerializableAndNeverShowsAPassword() throws Exception {
         TwopcSink<Object[]> sink = validPostgres().build();
