@@ -175,6 +175,8 @@ public final class ObjectStoreDestination implements Serializable {
         }
         if (savepointRetention == null || savepointRetention.isNegative()) {
             problems.add("savepoint retention must be zero or more, e.g. Duration.ofDays(30)");
+        } else if (savepointRetention.getSeconds() > Long.MAX_VALUE / 1000 - 1) {
+            problems.add("savepoint retention " + savepointRetention + " is too large to count in milliseconds");
         }
         if (endpoint != null && endpoint.startsWith("http://") && !allowHttp) {
             problems.add("the endpoint " + endpoint + " is plain http; use https, or allowHttp(true) for a "

@@ -117,6 +117,8 @@ public class TwopcSinkBuilderTest {
                 .contains("plain http", "allowHttp(true)");
         assertThat(problemOf(noDirectory.forObjectStore(store.savepointRetention(Duration.ofDays(-1)))))
                 .contains("savepoint retention must be zero or more");
+        assertThat(problemOf(noDirectory.forObjectStore(store.savepointRetention(Duration.ofSeconds(Long.MAX_VALUE)))))
+                .contains("savepoint retention", "too large");
         assertThat(problemOf(noDirectory.forObjectStore(ObjectStoreDestination.s3("s3://A_B/out"))))
                 .contains("bucket name");
         assertThat(problemOf(noDirectory.forObjectStore(ObjectStoreDestination.s3("gs://b/out"))))
@@ -229,6 +231,10 @@ public class TwopcSinkBuilderTest {
                 PostgresDestination.url("postgres://app@db.example:5432/shop?connect_timeout=60")
                         .table("public.orders").columns("id", "customer"))))
                 .contains("connectTimeout(...)");
+        assertThat(problemOfPostgres(validPostgres().forPostgres(
+                PostgresDestination.url("postgres://app@db.example:5432/shop")
+                        .table("public.orders").columns("id", "customer").connectTimeout(Duration.ofNanos(500_000)))))
+                .contains("connect timeout PT0.0005S must be at least 1 ms");
     }
 
     @Test
