@@ -345,18 +345,15 @@ impl SinkConfig {
         })
     }
 
-    /// The checkpoint interval in force: the job's, as the front end
-    /// detected it at open, else the configured one (for a front end that
-    /// could not read the job's). The job's wins because it is the real
-    /// one: a configured interval shorter than the job's would pass a
-    /// retention too short for it, and the first ordinary restart would
-    /// find prepared transactions expired (found by review).
+    /// The checkpoint interval the retention must cover: the longer of the
+    /// job's, as the front end detected it at open, and the configured one.
+    /// The job's counts whatever is configured: a configured interval
+    /// shorter than the job's passed a retention too short for it, and the
+    /// first ordinary restart found prepared transactions expired (found
+    /// by review). A longer configured one counts too: checkpoints may be
+    /// rarer than the job's interval says (interval-during-backlog).
     fn interval_in_force(&self, detected_ms: u64) -> u64 {
-        if detected_ms > 0 {
-            detected_ms
-        } else {
-            self.checkpoint_interval_ms
-        }
+        detected_ms.max(self.checkpoint_interval_ms)
     }
 
     /// The retention check against the checkpoint interval in force.
@@ -392,8 +389,8 @@ impl SinkConfig {
     }
 
     /// How long a prepared transaction must survive at the destination,
-    /// for a writer whose job checkpoints every `detected_ms` (0: unknown,
-    /// the configured interval then).
+    /// for a writer whose job checkpoints every `detected_ms` (0: unknown;
+    /// see `interval_in_force`).
     pub fn needed_retention_ms(&self, detected_ms: u64) -> u64 {
         let interval = self.interval_in_force(detected_ms);
         let savepoints = match &self.destination {
@@ -808,13 +805,12 @@ pub(crate) mod tests {
         assert!(err.to_string().contains("sink 'orders'"), "{err}");
     }
 
-    /// The job's interval, as the front end detected it, wins over the
-    /// configured one: a configured 1 s with a 30 min retention must not
-    /// pass a job that checkpoints hourly (its first ordinary restart
-    /// would find prepared transactions expired). The configured interval
-    /// counts only when the front end could not read the job's.
+    /// The longer of the job's interval, as the front end detected it, and
+    /// the configured one counts: a configured 1 s with a 30 min retention
+    /// must not pass a job that checkpoints hourly (its first ordinary
+    /// restart would find prepared transactions expired).
     #[test]
-    fn the_jobs_checkpoint_interval_wins_over_the_configured_one() {
+    fn the_longer_of_the_jobs_and_the_configured_checkpoint_interval_counts() {
         let text = fs_config("/x").replace("\"retentionMs\":604800000", "\"retentionMs\":1800000");
         let c = SinkConfig::decode(&text).unwrap();
         assert_eq!(c.checkpoint_interval_ms, 1000);

@@ -894,8 +894,10 @@ impl PgDestination {
             })
             .ok()
             .flatten()
-            .map(|r| r.get::<_, String>(0))
-            .unwrap_or_else(|| "another role".to_string());
+            // NULL when the role that prepared it was dropped since: then
+            // only a superuser can finish it.
+            .and_then(|r| r.get::<_, Option<String>>(0))
+            .unwrap_or_else(|| "(a role since dropped)".to_string());
         self.err(
             DestinationErrorKind::NotPermitted,
             format!(
@@ -1555,7 +1557,11 @@ impl PgDestination {
             let gid: String = row.get(0);
             let prepared_ms: i64 = row.get(1);
             let handle: Option<Vec<u8>> = row.get(2);
-            let (owner, ours): (String, bool) = (row.get(3), row.get(4));
+            // The owner is NULL when the role that prepared it was dropped.
+            let owner: String = row
+                .get::<_, Option<String>>(3)
+                .unwrap_or_else(|| "(a role since dropped)".to_string());
+            let ours = row.get::<_, Option<bool>>(4).unwrap_or(false);
             let Some(parsed) = TransactionId::parse(&gid).filter(|p| p.sink == self.sink) else {
                 log::warn!(
                     "ignoring prepared transaction {gid:?}: its name starts like sink '{}' but \

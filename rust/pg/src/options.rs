@@ -331,12 +331,15 @@ impl PgOptions {
                  server through a TLS tunnel (a local proxy that encrypts)",
             ));
         }
-        if config.get_connect_timeout().is_some() {
-            return Err(ConfigError::new(
-                "the connection sets connect_timeout, which the sink's own connect timeout would \
-                 replace; remove it from the connection and set the sink's (connectTimeout(...), \
-                 or 'connect-timeout' in SQL)",
-            ));
+        if let Some(given) = config.get_connect_timeout() {
+            // Said, not refused: URLs written for libpq often carry it, and
+            // the operator's tools read the same URLs.
+            log::warn!(
+                "the connection sets connect_timeout={}s; the sink's own connect timeout ({}) is \
+                 used instead (connectTimeout(...), or 'connect-timeout' in SQL)",
+                given.as_secs(),
+                twopc_core::timefmt::exact(self.connect_timeout.as_millis() as u64)
+            );
         }
         config.connect_timeout(self.connect_timeout);
         // A commit must not wait for hours on a dead peer: keepalives and a
@@ -395,12 +398,10 @@ mod tests {
         PgOptions::new(Endpoint::Url(url.to_string()), "public.t", &["a", "b"])
     }
 
-    /// Settings in the connection that the sink cannot honour are refused
-    /// when the sink is built, not at every task start: TLS (the sink
-    /// connects without it) and a connect_timeout its own setting would
-    /// silently replace.
+    /// TLS in the connection, which the sink cannot honour, is refused when
+    /// the sink is built, not at every task start (it connects without it).
     #[test]
-    fn tls_and_a_connect_timeout_in_the_connection_are_refused() {
+    fn tls_in_the_connection_is_refused_and_a_connect_timeout_replaced() {
         for url in [
             "postgres://app@db:5432/shop?sslmode=require",
             "host=db port=5432 dbname=shop user=app sslmode=require",
@@ -412,12 +413,19 @@ mod tests {
         url_opts("postgres://app@db:5432/shop?sslmode=verify-full")
             .validate()
             .unwrap_err();
+        // A connect_timeout is replaced by the sink's own (with a warning),
+        // not refused: URLs written for libpq carry it.
         for url in [
             "postgres://app@db:5432/shop?connect_timeout=60",
             "host=db dbname=shop user=app connect_timeout=60",
         ] {
-            let e = url_opts(url).validate().unwrap_err();
-            assert!(e.message().contains("connectTimeout(...)"), "{url}: {e}");
+            let o = url_opts(url);
+            let config = o.connection_config().unwrap();
+            assert_eq!(
+                config.get_connect_timeout(),
+                Some(&o.connect_timeout),
+                "{url}"
+            );
         }
         for url in [
             "postgres://app@db:5432/shop",

@@ -725,7 +725,11 @@ fn check_unique_key(
                     NOT EXISTS (SELECT 1 FROM generate_series(0, i.indnkeyatts - 1) AS n \
                                 JOIN pg_attribute a \
                                   ON a.attrelid = i.indrelid AND a.attnum = i.indkey[n] \
-                                WHERE i.indcollation[n] <> a.attcollation) \
+                                WHERE i.indcollation[n] <> a.attcollation \
+                                  AND EXISTS (SELECT 1 FROM pg_collation c \
+                                              WHERE c.oid IN (i.indcollation[n], a.attcollation) \
+                                                AND NOT coalesce((to_jsonb(c) ->> \
+                                                    'collisdeterministic')::boolean, true))) \
              FROM pg_index i \
              WHERE i.indrelid = $1 AND i.indisunique AND i.indisvalid \
                AND i.indpred IS NULL AND i.indexprs IS NULL",
@@ -756,9 +760,12 @@ fn check_unique_key(
     // The staging table takes each column's own collation (see
     // `read_columns`), and a batch's keys are de-duplicated and matched
     // under it. An arbiter index that compares the key under another
-    // collation would take two of those keys as one (the upsert then
+    // collation, when either is non-deterministic (equality is not byte
+    // equality), would take two of those keys as one (the upsert then
     // meets a row twice, a failure every replay repeats) or one as two
-    // (a row folded away): refused (found by review).
+    // (a row folded away): refused (found by review). Deterministic ones
+    // agree on equality whatever their order (a "C" index on a default
+    // column is a common choice).
     if let Some(other) = matching.iter().find(|r| !r.get::<_, bool>(4)) {
         let name = quote_ident(&other.get::<_, String>(2));
         return Err(ConfigError::new(format!(

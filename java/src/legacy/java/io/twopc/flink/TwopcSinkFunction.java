@@ -579,7 +579,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 long detectedMs = detected.get().toMillis();
                 if (options.checkpointIntervalMs > 0 && options.checkpointIntervalMs != detectedMs) {
                     LOG.warn("{}: the builder's checkpoint interval ({}) differs from the job's ({}); "
-                                    + "using the job's for the retention check", scope,
+                                    + "the retention must cover the longer", scope,
                             Durations.format(options.checkpointIntervalMs), Durations.format(detectedMs));
                 }
                 return detectedMs;

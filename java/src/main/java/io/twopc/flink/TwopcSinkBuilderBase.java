@@ -170,8 +170,10 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     }
 
     /**
-     * The job's checkpoint interval, for the retention check. Optional: the sink reads it from the
-     * job (the environment's checkpoint configuration) and uses this only when it cannot.
+     * The checkpoint interval, for the retention check. Optional: the sink reads the job's (the
+     * environment's checkpoint configuration), and the retention must cover the longer of the two.
+     * Set it when checkpoints may be rarer than the job's interval (e.g. {@code
+     * execution.checkpointing.interval-during-backlog}), or when the sink cannot read the job's.
      */
     public SELF setCheckpointInterval(Duration interval) {
         this.checkpointInterval = interval;

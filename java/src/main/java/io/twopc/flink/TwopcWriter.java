@@ -76,13 +76,9 @@ public final class TwopcWriter<IN>
             (s.isTransactionHandle() ? shimPrepared : states).add(s.bytes());
         }
         String operatorId = metrics.getAllVariables().get("<operator_id>");
-        // The job's interval wins (the real one); the builder's only when it could not be read.
-        long interval = detectedIntervalMs > 0 ? detectedIntervalMs : options.checkpointIntervalMs;
-        if (detectedIntervalMs > 0 && options.checkpointIntervalMs > 0 && options.checkpointIntervalMs != detectedIntervalMs) {
-            LOG.warn("{}: the builder's checkpoint interval ({}) differs from the job's ({}); using the job's for "
-                    + "the retention check", scope, Durations.format(options.checkpointIntervalMs),
-                    Durations.format(detectedIntervalMs));
-        }
+        // The retention must cover the longer of the job's interval and the builder's (see the
+        // native side's interval_in_force); the job's is handed over as detected.
+        long interval = Math.max(detectedIntervalMs, 0);
         LOG.info("{}: opening ({}; run {}, attempt {}, restored checkpoint {}, {} writer states{})", scope, options,
                 run, attempt, restoredId < 0 ? "none" : restoredId, states.size(),
                 shimPrepared.isEmpty() ? "" : ", " + shimPrepared.size() + " prepared transactions of the SinkFunction");

@@ -50,7 +50,7 @@ public class PostgresDestinationTest {
         assertProblem(orders().transactionIdColumn("customer"), "is also in columns");
         assertProblem(orders().copyFormat(null), "COPY format is null");
         assertProblem(orders().controlSchema(""), "control schema is empty");
-        assertProblem(orders().connectTimeout(Duration.ZERO), "must be positive");
+        assertProblem(orders().connectTimeout(Duration.ZERO), "must be at least 1 ms");
         assertProblem(orders().passwordFromEnvironment(" "), "password environment variable name is empty");
     }
 

@@ -93,8 +93,7 @@ public final class RecordBatcher {
 
     /**
      * Adds one record; hands the batch over when full. A record larger than the batch whose own
-     * direct buffer the JVM refuses is a {@link TwopcRecordRejectedException}: the same on every
-     * replay.
+     * direct buffer the JVM refuses: see {@link #refusedDirectMemory}.
      */
     public void add(byte[] record) {
         int needed = record.length + terminatorBytes;
@@ -106,13 +105,7 @@ public final class RecordBatcher {
                 try {
                     single = oversized.apply(needed);
                 } catch (OutOfMemoryError e) {
-                    // Direct memory is bounded (Flink sets -XX:MaxDirectMemorySize from its
-                    // memory model); a record this size would fail the same way on every replay.
-                    throw new TwopcRecordRejectedException("a record of " + record.length
-                            + " bytes is larger than the batch buffer (" + data.capacity() + " bytes) and crosses "
-                            + "in direct memory of its own, which the JVM refused (" + e.getMessage() + "). "
-                            + "Filter or split such records before the sink, or give the task managers more "
-                            + "off-heap memory (taskmanager.memory.task.off-heap.size)");
+                    throw refusedDirectMemory(e, record.length, needed);
                 }
                 single.put(record);
                 if (terminatorBytes != 0) {
@@ -131,6 +124,65 @@ public final class RecordBatcher {
         endsArray[records++] = data.position();
         if (records >= maxRecords || !data.hasRemaining()) {
             flush();
+        }
+    }
+
+    /**
+     * What a refused direct buffer for an oversized record means. A heap shortage is not this
+     * class's to judge: rethrown. A record larger than the JVM's whole direct memory (Flink sets
+     * {@code -XX:MaxDirectMemorySize} from its memory model) fails the same way on every replay:
+     * a {@link TwopcRecordRejectedException}. Otherwise the TaskManager's direct memory is short
+     * right now (other slots, buffers not yet collected): a retryable error, so that Flink restarts.
+     */
+    private RuntimeException refusedDirectMemory(OutOfMemoryError e, int recordBytes, int needed) {
+        String message = String.valueOf(e.getMessage());
+        if (!message.toLowerCase(java.util.Locale.ROOT).contains("direct buffer memory")) {
+            throw e;
+        }
+        long max = maxDirectMemory();
+        String what = "a record of " + recordBytes + " bytes is larger than the batch buffer (" + data.capacity()
+                + " bytes) and crosses in direct memory of its own, which the JVM refused (" + message + ")";
+        if (max > 0 && needed > max) {
+            return new TwopcRecordRejectedException(what + ": it is larger than the JVM's whole direct memory ("
+                    + max + " bytes), so every replay would fail the same way. Filter or split such records "
+                    + "before the sink, or give the task managers more off-heap memory "
+                    + "(taskmanager.memory.task.off-heap.size)");
+        }
+        return new io.twopc.flink.TwopcException(what + ". The task manager's direct memory is short now; Flink "
+                + "restarts from the last completed checkpoint. If it keeps happening, give the task managers "
+                + "more off-heap memory (taskmanager.memory.task.off-heap.size)");
+    }
+
+    /** The JVM's {@code -XX:MaxDirectMemorySize} in bytes, or -1 when not set on the command line. */
+    static long maxDirectMemory() {
+        for (String arg : java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()) {
+            if (arg.startsWith("-XX:MaxDirectMemorySize=")) {
+                return parseSize(arg.substring("-XX:MaxDirectMemorySize=".length()));
+            }
+        }
+        return -1;
+    }
+
+    /** A JVM size ({@code 128m}, {@code 1g}, {@code 4096}); -1 when it cannot be read. */
+    static long parseSize(String text) {
+        String t = text.trim().toLowerCase(java.util.Locale.ROOT);
+        long unit = 1;
+        if (t.endsWith("k")) {
+            unit = 1L << 10;
+        } else if (t.endsWith("m")) {
+            unit = 1L << 20;
+        } else if (t.endsWith("g")) {
+            unit = 1L << 30;
+        } else if (t.endsWith("t")) {
+            unit = 1L << 40;
+        }
+        if (unit != 1) {
+            t = t.substring(0, t.length() - 1);
+        }
+        try {
+            return Math.multiplyExact(Long.parseLong(t), unit);
+        } catch (ArithmeticException | NumberFormatException e) {
+            return -1;
         }
     }
 

@@ -67,8 +67,9 @@ public final class TwopcConnectorOptions {
     public static final ConfigOption<Duration> CHECKPOINT_INTERVAL = ConfigOptions.key("sink.checkpoint-interval")
             .durationType()
             .noDefaultValue()
-            .withDescription("The job's checkpoint interval, for the retention check. Unset (the default), the "
-                    + "sink reads it from the job.");
+            .withDescription("A checkpoint interval for the retention check, which covers the longer of this "
+                    + "and the job's interval (set it when checkpoints may be rarer, e.g. during backlog). Unset "
+                    + "(the default), the sink reads the job's.");
 
     public static final ConfigOption<Integer> BATCH_SIZE = ConfigOptions.key("sink.batch-size")
             .intType()

@@ -143,21 +143,38 @@ public class RecordBatcherTest {
     }
 
     /**
-     * A record larger than the batch crosses in direct memory of its own; when the JVM refuses it
-     * (Flink bounds direct memory), the record is refused with a clear error, not an anonymous
-     * OutOfMemoryError, and the batch collected before it was handed over whole.
+     * A record larger than the batch crosses in direct memory of its own. When the JVM refuses it,
+     * the error is a clear one, not an anonymous OutOfMemoryError, and the batch collected before
+     * it was handed over whole: retryable while the shortage may pass (the record fits the JVM's
+     * direct memory, or its size is unknown), a refused record when it cannot fit at all. A heap
+     * shortage is not the batcher's to judge.
      */
     @Test
-    public void aRecordWhoseOwnDirectBufferTheJvmRefusesIsRefusedClearly() {
+    public void aRecordWhoseOwnDirectBufferTheJvmRefusesGetsAClearError() {
         List<List<String>> handed = new ArrayList<>();
         RecordBatcher batcher = new RecordBatcher(16, 100, '\n', b -> handed.add(records(b)), size -> {
-            throw new OutOfMemoryError("Cannot reserve " + size + " bytes of direct buffer memory");
+            throw new OutOfMemoryError("Cannot reserve " + size + " bytes of direct buffer memory (allocated: 0, "
+                    + "limit: 1)");
         });
         batcher.add(utf8("small"));
         assertThatThrownBy(() -> batcher.add(new byte[100]))
-                .isInstanceOf(io.twopc.flink.TwopcRecordRejectedException.class)
+                .isInstanceOf(io.twopc.flink.TwopcException.class)
                 .hasMessageContaining("a record of 100 bytes")
-                .hasMessageContaining("taskmanager.memory.task.off-heap.size");
+                .hasMessageContaining("taskmanager.memory.task.off-heap.size")
+                .satisfies(e -> assertThat(((io.twopc.flink.TwopcException) e).isFatal())
+                        .as("fatal only when the record exceeds the JVM's whole direct memory: %s",
+                                RecordBatcher.maxDirectMemory())
+                        .isEqualTo(RecordBatcher.maxDirectMemory() > 0 && RecordBatcher.maxDirectMemory() < 101));
         assertThat(handed).containsExactly(List.of("small"));
+
+        RecordBatcher heapShort = new RecordBatcher(16, 100, '\n', b -> { }, size -> {
+            throw new OutOfMemoryError("Java heap space");
+        });
+        assertThatThrownBy(() -> heapShort.add(new byte[100])).isInstanceOf(OutOfMemoryError.class);
+
+        assertThat(RecordBatcher.parseSize("128m")).isEqualTo(128L << 20);
+        assertThat(RecordBatcher.parseSize("2G")).isEqualTo(2L << 30);
+        assertThat(RecordBatcher.parseSize("4096")).isEqualTo(4096);
+        assertThat(RecordBatcher.parseSize("x")).isEqualTo(-1);
     }
 }
