@@ -884,29 +884,42 @@ impl PgDestination {
         if !f.is(INSUFFICIENT_PRIVILEGE) {
             return f.error;
         }
-        let owner = self
+        let looked_up = self
             .control
             .run("looking up who prepared the transaction", |c| {
                 Ok(c.query_opt(
                     "SELECT owner::text FROM pg_prepared_xacts WHERE gid = $1",
                     &[&txn.as_str()],
                 )?)
-            })
-            .ok()
-            .flatten()
-            // NULL when the role that prepared it was dropped since: then
-            // only a superuser can finish it.
-            .and_then(|r| r.get::<_, Option<String>>(0))
-            .unwrap_or_else(|| "(a role since dropped)".to_string());
-        self.err(
-            DestinationErrorKind::NotPermitted,
-            format!(
-                "{verb} of prepared transaction {txn} was refused: it was prepared by role \
-                 {owner:?}, and PostgreSQL lets only that role or a superuser finish it ({}). It \
-                 stays prepared and holds its row locks. Connect this sink (or `twopc decide`) \
-                 as {owner:?} or as a superuser, then restart the job",
+            });
+        let who = match looked_up {
+            // NULL when the role that prepared it was dropped since.
+            Ok(Some(row)) => match row.get::<_, Option<String>>(0) {
+                Some(owner) => format!(
+                    "it was prepared by role {owner:?}, and PostgreSQL lets only that role or a \
+                     superuser finish it ({}). It stays prepared and holds its row locks. Connect \
+                     this sink (or `twopc decide`) as {owner:?} or as a superuser, then restart \
+                     the job",
+                    f.error.message
+                ),
+                None => format!(
+                    "the role that prepared it was dropped since, so only a superuser can finish \
+                     it ({}). It stays prepared and holds its row locks. Connect this sink (or \
+                     `twopc decide`) as a superuser, then restart the job",
+                    f.error.message
+                ),
+            },
+            _ => format!(
+                "this connection's role may not finish it: only the role that prepared it or a \
+                 superuser may ({}; `SELECT owner FROM pg_prepared_xacts` names the role). It \
+                 stays prepared and holds its row locks. Connect this sink (or `twopc decide`) as \
+                 that role or as a superuser, then restart the job",
                 f.error.message
             ),
+        };
+        self.err(
+            DestinationErrorKind::NotPermitted,
+            format!("{verb} of prepared transaction {txn} was refused: {who}"),
         )
     }
 
@@ -1558,9 +1571,7 @@ impl PgDestination {
             let prepared_ms: i64 = row.get(1);
             let handle: Option<Vec<u8>> = row.get(2);
             // The owner is NULL when the role that prepared it was dropped.
-            let owner: String = row
-                .get::<_, Option<String>>(3)
-                .unwrap_or_else(|| "(a role since dropped)".to_string());
+            let owner: Option<String> = row.get(3);
             let ours = row.get::<_, Option<bool>>(4).unwrap_or(false);
             let Some(parsed) = TransactionId::parse(&gid).filter(|p| p.sink == self.sink) else {
                 log::warn!(
@@ -1577,12 +1588,20 @@ impl PgDestination {
                 // not look absent to a fresh start's check, to recovery
                 // or to `twopc decide`. PostgreSQL lets only that role or
                 // a superuser finish it, and says so if this one tries.
-                log::warn!(
-                    "prepared transaction {gid} of sink '{}' was prepared by role {owner:?}, not \
-                     by this connection's role: only {owner:?} or a superuser can commit or abort \
-                     it. Connect as {owner:?} (or a superuser) to resolve it",
-                    self.sink
-                );
+                match &owner {
+                    Some(owner) => log::warn!(
+                        "prepared transaction {gid} of sink '{}' was prepared by role {owner:?}, \
+                         not by this connection's role: only {owner:?} or a superuser can commit \
+                         or abort it. Connect as {owner:?} (or a superuser) to resolve it",
+                        self.sink
+                    ),
+                    None => log::warn!(
+                        "prepared transaction {gid} of sink '{}' was prepared by a role since \
+                         dropped: only a superuser can commit or abort it. Connect as a superuser \
+                         to resolve it",
+                        self.sink
+                    ),
+                }
             }
             let last_activity_ms = prepared_ms.max(0) as u64;
             let decoded = handle.as_deref().map(TransactionHandle::decode);

@@ -62,9 +62,14 @@ impl PgDestination {
                 Ok(c.query(sql, &[&table, &SHOWN])?
                     .iter()
                     .map(|r| {
-                        let (gid, at, owner): (String, String, String) =
-                            (r.get(0), r.get(1), r.get(2));
-                        format!("'{gid}' (prepared at {at} by {owner})")
+                        let (gid, at): (String, String) = (r.get(0), r.get(1));
+                        // NULL when the role that prepared it was dropped.
+                        let owner: Option<String> = r.get(2);
+                        let by = owner.map_or_else(
+                            || "a role since dropped; only a superuser can finish it".to_string(),
+                            |o| format!("by {o}"),
+                        );
+                        format!("'{gid}' (prepared at {at} {by})")
                     })
                     .collect::<Vec<_>>())
             });

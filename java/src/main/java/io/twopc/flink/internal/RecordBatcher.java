@@ -129,10 +129,11 @@ public final class RecordBatcher {
 
     /**
      * What a refused direct buffer for an oversized record means. A heap shortage is not this
-     * class's to judge: rethrown. A record larger than the JVM's whole direct memory (Flink sets
-     * {@code -XX:MaxDirectMemorySize} from its memory model) fails the same way on every replay:
-     * a {@link TwopcRecordRejectedException}. Otherwise the TaskManager's direct memory is short
-     * right now (other slots, buffers not yet collected): a retryable error, so that Flink restarts.
+     * class's to judge: rethrown. A refused direct buffer is a {@link TwopcRecordRejectedException}
+     * (the job stops once, naming the record's size and the setting): Flink sizes direct memory
+     * once for the TaskManager's life and its network buffers keep most of it, so a record that
+     * does not fit now would not fit after a restart either, and a retryable error would restart
+     * the job on it forever. The JDK has already collected unreachable buffers before refusing.
      */
     private RuntimeException refusedDirectMemory(OutOfMemoryError e, int recordBytes, int needed) {
         String message = String.valueOf(e.getMessage());
@@ -140,27 +141,28 @@ public final class RecordBatcher {
             throw e;
         }
         long max = maxDirectMemory();
-        String what = "a record of " + recordBytes + " bytes is larger than the batch buffer (" + data.capacity()
-                + " bytes) and crosses in direct memory of its own, which the JVM refused (" + message + ")";
-        if (max > 0 && needed > max) {
-            return new TwopcRecordRejectedException(what + ": it is larger than the JVM's whole direct memory ("
-                    + max + " bytes), so every replay would fail the same way. Filter or split such records "
-                    + "before the sink, or give the task managers more off-heap memory "
-                    + "(taskmanager.memory.task.off-heap.size)");
-        }
-        return new io.twopc.flink.TwopcException(what + ". The task manager's direct memory is short now; Flink "
-                + "restarts from the last completed checkpoint. If it keeps happening, give the task managers "
-                + "more off-heap memory (taskmanager.memory.task.off-heap.size)");
+        TwopcRecordRejectedException rejected = new TwopcRecordRejectedException("a record of " + recordBytes
+                + " bytes is larger than the batch buffer (" + data.capacity() + " bytes) and crosses in direct "
+                + "memory of its own, which the JVM refused (" + message + (max > 0 ? "; at most " + max
+                + " bytes of direct memory in all" : "") + "). Filter or split such records before the sink, or "
+                + "give the task managers more off-heap memory (taskmanager.memory.task.off-heap.size), then "
+                + "restart the job from its latest checkpoint");
+        rejected.initCause(e);
+        return rejected;
     }
 
-    /** The JVM's {@code -XX:MaxDirectMemorySize} in bytes, or -1 when not set on the command line. */
+    /**
+     * The JVM's {@code -XX:MaxDirectMemorySize} in bytes (the last one given wins, as in the JVM),
+     * or -1 when the command line sets none. For messages only.
+     */
     static long maxDirectMemory() {
+        long max = -1;
         for (String arg : java.lang.management.ManagementFactory.getRuntimeMXBean().getInputArguments()) {
             if (arg.startsWith("-XX:MaxDirectMemorySize=")) {
-                return parseSize(arg.substring("-XX:MaxDirectMemorySize=".length()));
+                max = parseSize(arg.substring("-XX:MaxDirectMemorySize=".length()));
             }
         }
-        return -1;
+        return max;
     }
 
     /** A JVM size ({@code 128m}, {@code 1g}, {@code 4096}); -1 when it cannot be read. */
