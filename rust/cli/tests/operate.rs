@@ -776,19 +776,45 @@ fn inspect_flags_a_partly_visible_checkpoint_and_a_gap_after_a_lost_stop() {
     assert_eq!(code, 0, "{v:#}");
 }
 
+/// Subtask 0 of run-a committed checkpoint 2 (`ok`), subtask 1 prepared it
+/// (`pending`) and the job stopped before its commit: the checkpoint
+/// completed and is partly visible.
+fn partly_visible_checkpoint(
+    tag: &str,
+) -> (TempDir, PathBuf, TransactionHandle, TransactionHandle) {
+    let (dir, out, clock) = output(tag);
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
+    let ok = prepare_one(&mut s0, &["a"], 2);
+    let pending = prepare_one(&mut s1, &["b", "c"], 2);
+    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    drop((s0, s1));
+    (dir, out, ok, pending)
+}
+
+/// `twopc decide --commit` of `pending` succeeds, and inspect then finds
+/// nothing needing attention.
+fn commit_by_hand_completes_the_checkpoint(out: &Path, pending: &TransactionHandle) {
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--commit",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    let (code, v) = inspect_json(out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
 /// Subtask 0 committed checkpoint 2, subtask 1 prepared it and the job
 /// stopped before its commit: the checkpoint completed, so the advice is to
 /// commit, never to abort.
 #[test]
 fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint() {
-    let (_dir, out, clock) = output("partial");
-    let opts = SinkOptions::default();
-    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
-    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
-    let ok = prepare_one(&mut s0, &["a"], 2);
-    let pending = prepare_one(&mut s1, &["b", "c"], 2);
-    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
-    drop((s0, s1));
+    let (_dir, out, _ok, pending) = partly_visible_checkpoint("partial");
     let (code, v) = inspect_json(&out);
     assert_eq!(code, 1);
     let partly = findings(&v, "partly-visible-checkpoint");
@@ -801,17 +827,7 @@ fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint()
     assert!(partly[0].contains(&cmd), "{}", partly[0]);
     assert!(partly[0].contains("never aborted"), "{}", partly[0]);
     // Following the advice resolves it.
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--commit",
-        pending.transaction.as_str(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let (code, v) = inspect_json(&out);
-    assert_eq!(code, 0, "{v:#}");
+    commit_by_hand_completes_the_checkpoint(&out, &pending);
 }
 
 /// The same partly visible checkpoint: `decide --abort` of the transaction
@@ -821,14 +837,7 @@ fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint()
 /// proof (a restore into a new job keeps the lineage): only the same run's is.
 #[test]
 fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
-    let (_dir, out, clock) = output("partial-abort");
-    let opts = SinkOptions::default();
-    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
-    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
-    let ok = prepare_one(&mut s0, &["a"], 2);
-    let pending = prepare_one(&mut s1, &["b", "c"], 2);
-    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
-    drop((s0, s1));
+    let (_dir, out, ok, pending) = partly_visible_checkpoint("partial-abort");
     let abort = |txn: &str| {
         twopc(&[
             "decide",
@@ -854,18 +863,7 @@ fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
         1,
         "still staged: {v:#}"
     );
-    // Committing it, as advised, completes the checkpoint.
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--commit",
-        pending.transaction.as_str(),
-    ]);
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    let (code, v) = inspect_json(&out);
-    assert_eq!(code, 0, "{v:#}");
+    commit_by_hand_completes_the_checkpoint(&out, &pending);
 }
 
 #[test]

@@ -285,10 +285,7 @@ public class TwopcTablePostgresITCase {
                 + pgOptions(pg, sinkId, table, "'password-env' = '" + PASSWORD_VARIABLE + "'") + ")");
         Throwable failure = runToFailure(tEnv.executeSql(
                 "INSERT INTO pg_rows SELECT id, CAST(1.2345 AS DECIMAL(10, 4)) FROM numbers"));
-        List<String> messages = new ArrayList<>();
-        for (Throwable t = failure; t != null; t = t.getCause()) {
-            messages.add(String.valueOf(t.getMessage()));
-        }
+        List<String> messages = messagesOf(failure);
         String all = String.join("\n", messages);
         assertThat(all).contains("column \"amount\"", "numeric(10,2)", "DECIMAL(10, 4)",
                 "round its 4 fraction digits to 2");
@@ -309,10 +306,7 @@ public class TwopcTablePostgresITCase {
         tEnv.executeSql("CREATE TABLE pg_rows (id BIGINT) WITH ("
                 + pgOptions(pg, sinkId, table, "'password' = '" + wrong + "'") + ")");
         Throwable failure = runToFailure(tEnv.executeSql("INSERT INTO pg_rows SELECT id FROM numbers"));
-        List<String> messages = new ArrayList<>();
-        for (Throwable t = failure; t != null; t = t.getCause()) {
-            messages.add(String.valueOf(t.getMessage()));
-        }
+        List<String> messages = messagesOf(failure);
         String all = String.join("\n", messages);
         assertThat(all).contains("password authentication failed").doesNotContain(wrong);
         assertThat(TwopcItSupport.findCause(failure, org.apache.flink.runtime.execution.SuppressRestartsException.class))
@@ -329,11 +323,17 @@ public class TwopcTablePostgresITCase {
         tEnv.executeSql("CREATE TABLE pg_rows (id BIGINT) WITH ("
                 + pgOptions(pg, sinkId, table, "'password-env' = 'TWOPC_NO_SUCH_VARIABLE'") + ")");
         Throwable failure = runToFailure(tEnv.executeSql("INSERT INTO pg_rows SELECT id FROM numbers"));
+        List<String> messages = messagesOf(failure);
+        assertThat(String.join("\n", messages))
+                .contains("environment variable TWOPC_NO_SUCH_VARIABLE, which is not set on this task manager");
+    }
+
+    /** The messages of {@code failure} and of every cause under it, outermost first. */
+    private static List<String> messagesOf(Throwable failure) {
         List<String> messages = new ArrayList<>();
         for (Throwable t = failure; t != null; t = t.getCause()) {
             messages.add(String.valueOf(t.getMessage()));
         }
-        assertThat(String.join("\n", messages))
-                .contains("environment variable TWOPC_NO_SUCH_VARIABLE, which is not set on this task manager");
+        return messages;
     }
 }
