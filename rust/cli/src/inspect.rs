@@ -968,6 +968,33 @@ pub(crate) fn prepared_finding(
             ),
         )
     } else if let Some(reference) = other_run {
+        // Committed transactions of the same checkpoint number in the
+        // lineage may be this run's (then the checkpoint completed and an
+        // abort would lose records; `twopc decide` refuses it) or a later
+        // run's after a rewind: say so instead of offering the abort plainly.
+        // Any checkpoint numbered alike or later counts: a completed one
+        // of the same run holds this transaction (see `twopc decide`).
+        let committed_since = ctx
+            .checkpoints
+            .range((h.lineage.0, c)..=(h.lineage.0, u64::MAX))
+            .next();
+        let abort_advice = match committed_since {
+            Some(((_, at), (txns, _))) => format!(
+                "`--abort {txn}` only if it did not: {txns} transaction(s) of checkpoint {at} \
+                 of this lineage are committed, and if any is run {}'s, a checkpoint holding \
+                 this one completed (`twopc decide` then refuses the abort; if its output is \
+                 not wanted, remove it first with `twopc reconcile {} --sink {sink} --lineage \
+                 {} --after-checkpoint {}`)",
+                h.run,
+                ctx.destination,
+                h.lineage,
+                c.saturating_sub(1)
+            ),
+            None => format!(
+                "`--abort {txn}` if it did not or its output is not wanted (or start with the \
+                 fresh-start policy ABORT_PREPARED, which aborts every such leftover)"
+            ),
+        };
         Finding::new(
             "prepared-other-run",
             Some(ctx.sink),
@@ -977,9 +1004,7 @@ pub(crate) fn prepared_finding(
                  job started without state stops on it. Restore run {}'s latest \
                  checkpoint or savepoint so recovery commits it; or, while no job of \
                  this sink runs, decide it by hand: `twopc decide {} --sink {sink} \
-                 --commit {txn}` if checkpoint {c} of run {} completed, `--abort {txn}` \
-                 if it did not or its output is not wanted (or start with the \
-                 fresh-start policy ABORT_PREPARED, which aborts every such leftover)",
+                 --commit {txn}` if checkpoint {c} of run {} completed, {abort_advice}",
                 h.run,
                 if ctx.run_given {
                     " (given with --run)"

@@ -287,6 +287,42 @@ fn prepared_transaction_of_another_run() {
     assert_eq!(v["attention"][0]["kind"], "prepared");
 }
 
+/// A prepared transaction of another run whose checkpoint number has
+/// committed transactions in its lineage: the plain abort advice is not
+/// given, since `twopc decide` refuses it when they are that run's; the
+/// reconcile that removes them is named instead.
+#[test]
+fn prepared_transaction_of_another_run_with_committed_siblings_is_not_advised_a_plain_abort() {
+    let (_dir, out, clock) = output("runs-siblings");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "events", "run-old", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "events", "run-old", 1, 2, opts, &clock, None);
+    commit_one(&mut s0, &["1"], 2);
+    let left = prepare_one(&mut s1, &["2"], 2);
+    drop((s0, s1));
+
+    let (code, v) = json(&out, &["--run", "run-new"]);
+    assert_eq!(code, 1);
+    let f = &v["attention"][0];
+    assert_eq!(f["kind"], "prepared-other-run", "{v:#}");
+    let msg = f["message"].as_str().unwrap();
+    assert!(
+        msg.contains(&format!(
+            "`--abort {}` only if it did not",
+            left.transaction
+        )),
+        "{msg}"
+    );
+    assert!(
+        msg.contains(&format!("--lineage {} --after-checkpoint 1", left.lineage)),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("if it did not or its output is not wanted"),
+        "{msg}"
+    );
+}
+
 #[test]
 fn interrupted_commit_is_explained_and_recovery_finishes_it() {
     let (dir, out, clock) = output("unfinished");

@@ -857,6 +857,14 @@ fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
         err.contains(&format!("--commit {}", pending.transaction)),
         "{err}"
     );
+    // The way out when the checkpoint's output is not wanted is named.
+    assert!(
+        err.contains(&format!(
+            "twopc reconcile <destination> --sink orders --lineage {} --after-checkpoint 1",
+            pending.lineage
+        )),
+        "{err}"
+    );
     let (_, v) = inspect_json(&out);
     assert_eq!(
         findings(&v, "partly-visible-checkpoint").len(),
@@ -864,6 +872,141 @@ fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
         "still staged: {v:#}"
     );
     commit_by_hand_completes_the_checkpoint(&out, &pending);
+}
+
+/// The way out the refusal names when the checkpoint's output is not
+/// wanted: reconcile removes what the lineage committed after checkpoint
+/// 1, and the abort is accepted then, leaving nothing of checkpoint 2.
+#[test]
+fn after_reconcile_removed_a_completed_checkpoint_its_prepared_transaction_may_be_aborted() {
+    let (_dir, out, ok, pending) = partly_visible_checkpoint("partial-unwanted");
+    let lineage = pending.lineage.to_string();
+    let o = reconcile_at(&out, &lineage, "1", &["--apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--abort",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        !part(&out, &ok).exists(),
+        "the committed sibling's output was removed"
+    );
+    assert!(!part(&out, &pending).exists());
+    let (code, v) = inspect_json(&out);
+    assert_eq!(code, 0, "{v:#}");
+}
+
+/// A sibling claimed for commit (the process died between the claim and
+/// the publication) proves the checkpoint completed as a committed one
+/// does: aborting the other transaction of that checkpoint is refused,
+/// naming the claimed one, and nothing changes.
+#[test]
+fn decide_refuses_to_abort_a_transaction_whose_sibling_was_claimed_for_commit() {
+    let (_dir, out, clock) = output("claimed-sibling");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
+    let claimed = prepare_one(&mut s0, &["a"], 2);
+    let pending = prepare_one(&mut s1, &["b", "c"], 2);
+    drop((s0, s1));
+    let layout = twopc_fs::Layout::new(&out, &twopc_core::SinkId::new("orders").unwrap());
+    fs::rename(
+        layout.staging_dir(&claimed.transaction),
+        layout.committing.join(claimed.transaction.as_str()),
+    )
+    .unwrap();
+    let before = snapshot(&out);
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--abort",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(claimed.transaction.as_str()), "{err}");
+    assert!(err.contains("claimed for commit"), "{err}");
+    assert!(
+        err.contains(&format!("--commit {}", claimed.transaction)),
+        "{err}"
+    );
+    assert_eq!(snapshot(&out), before, "nothing changed");
+}
+
+/// A later checkpoint of the same run committed proves as much: it holds
+/// every transaction the run prepared before and had not committed (and a
+/// Sink V2 writer may number a checkpoint's transaction below its
+/// siblings' after a checkpoint that failed before reaching it), so the
+/// abort of the transaction numbered 2 is refused when 3 is committed.
+#[test]
+fn decide_refuses_to_abort_a_transaction_older_than_a_committed_checkpoint_of_its_run() {
+    let (_dir, out, clock) = output("later-sibling");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
+    let pending = prepare_one(&mut s1, &["b"], 2);
+    let later = commit_one(&mut s0, &["a"], 3);
+    drop((s0, s1));
+    let before = snapshot(&out);
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--abort",
+        pending.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
+    let err = stderr(&o);
+    assert!(err.contains(later.transaction.as_str()), "{err}");
+    assert!(err.contains("checkpoint 3 completed"), "{err}");
+    assert_eq!(snapshot(&out), before, "nothing changed");
+}
+
+/// Only the same run proves a checkpoint completed: after a restore into
+/// a new run (same lineage), that run's checkpoint 4 says nothing about
+/// the checkpoint 4 the earlier run prepared and never completed, so its
+/// abort is accepted.
+#[test]
+fn another_runs_commit_of_the_same_checkpoint_number_does_not_block_an_abort() {
+    let (t, p) = leftover("other-run-sibling");
+    // Run-b, restored from run-a's checkpoint 3 at parallelism 2: its
+    // subtask 1 takes the state (the lineage comes with it) but owns only
+    // its own share, so its recovery leaves subtask 0's leftover prepared;
+    // it commits its checkpoint 4.
+    let restore = Restore {
+        states: vec![t.state_at_3.clone()],
+        checkpoint: 3,
+        known: Vec::new(),
+    };
+    let mut b = open_sink(
+        &t.out,
+        "orders",
+        "run-b",
+        1,
+        2,
+        SinkOptions::default(),
+        &t.clock,
+        Some(&restore),
+    );
+    let other = commit_one(&mut b, &["z"], 4);
+    drop(b);
+    assert_eq!(other.lineage.to_string(), t.lineage, "the same lineage");
+    assert!(
+        snapshot(&t.out)
+            .keys()
+            .any(|k| k.to_string_lossy().contains(p.transaction.as_str())),
+        "run-a's leftover is still staged"
+    );
+    let o = decide(&t, "--abort", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
 }
 
 #[test]

@@ -17,15 +17,16 @@
 //!   recovery rules: a transaction whose commit was decided is only ever
 //!   committed; one never prepared, or whose handle cannot be read, is
 //!   never committed; committed output is never aborted, nor is a prepared
-//!   transaction whose checkpoint a committed transaction of the same run
-//!   and checkpoint shows completed.
+//!   transaction that a completed checkpoint holds, as a transaction of
+//!   the same run numbered alike or later shows once it is committed or
+//!   claimed for commit (see `committed_sibling`).
 
 use crate::clock::Clock;
 use crate::committer::{CommitOutcome, Committer};
 use crate::config::RetryPolicy;
 use crate::destination::{
     AbortStatus, CommittedTransaction, Destination, OperationRecord, OwnerClaim, Ownership,
-    StagedState,
+    StagedState, StagedTransaction,
 };
 use crate::error::{DestinationError, DestinationErrorKind, SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
@@ -465,7 +466,9 @@ fn decide_now<D: Destination, C: Clock>(
         "listing staged transactions",
         "Nothing was changed.",
     ))?;
-    let found = staged.into_iter().find(|s| &s.transaction == txn);
+    let (mut found, others): (Vec<_>, Vec<_>) =
+        staged.into_iter().partition(|s| &s.transaction == txn);
+    let found = found.pop();
     let commit = |dest: &mut D, h| -> Result<Decided, OperatorError> {
         log::warn!("twopc sink '{sink}': committing transaction {txn} by hand");
         let outcome = committer.commit(dest, clock, h).map_err(|e| match e {
@@ -550,17 +553,43 @@ fn decide_now<D: Destination, C: Clock>(
              abort it: `twopc decide <destination> --sink {sink} --abort {txn}`"
         ))),
         (StagedState::Prepared(h), Decision::Abort) => {
-            if let Some(sibling) = committed_sibling(dest, sink, h)? {
-                let c = h.checkpoint().unwrap_or_default();
+            let c = h.checkpoint().unwrap_or_default();
+            let records = h.prepared().map_or(0, |p| p.records);
+            // A sibling claimed for commit proves the checkpoint completed
+            // as well as a committed one: once anything finishes its
+            // commit, the checkpoint is partly visible.
+            let sibling = match claimed_sibling(&others, h) {
+                Some((claimed, at)) => Some((claimed.clone(), at, true)),
+                None => {
+                    committed_sibling(dest, sink, h)?.map(|c| (c.transaction, c.checkpoint, false))
+                }
+            };
+            if let Some((sibling, at, claimed)) = sibling {
+                let lineage = h.lineage;
+                let before = c.saturating_sub(1);
+                let (how, finish_sibling) = if claimed {
+                    (
+                        "claimed for commit (not yet finished)",
+                        format!("commit {sibling} (`--commit {sibling}`), then "),
+                    )
+                } else {
+                    ("committed", String::new())
+                };
                 return Err(refuse(format!(
                     "transaction {txn} was prepared for checkpoint {c} of run {}, and transaction \
-                     {} of that same checkpoint and run is committed: checkpoint {c} completed, \
-                     so its output is partly visible and this transaction's {} records exist \
+                     {sibling} of checkpoint {at} of the same run is {how}: checkpoint {at} \
+                     completed, and a completed checkpoint holds every transaction its run \
+                     prepared before it and had not committed, so checkpoint {c}'s output is \
+                     (or becomes) partly visible and this transaction's {records} records exist \
                      nowhere else. An abort would lose them; commit it: `twopc decide \
-                     <destination> --sink {sink} --commit {txn}`",
+                     <destination> --sink {sink} --commit {txn}`. If that output is not wanted \
+                     (the job will be restored \
+                     from checkpoint {before} or earlier), {finish_sibling}remove what lineage \
+                     {lineage} committed after checkpoint {before} with `twopc reconcile \
+                     <destination> --sink {sink} --lineage {lineage} --after-checkpoint \
+                     {before}` (add --apply after reading its plan); this abort is accepted \
+                     after that",
                     h.run,
-                    sibling.transaction,
-                    h.prepared().map_or(0, |p| p.records),
                 )));
             }
             abort(dest)
@@ -571,11 +600,21 @@ fn decide_now<D: Destination, C: Clock>(
 }
 
 /// A committed transaction of the checkpoint that `handle` was prepared
-/// for, by the same run in the same lineage: proof that the checkpoint
-/// completed, so `handle` is in its state and must be committed. Only the
-/// same run proves it: Flink never numbers two checkpoints of one job
-/// alike, while a restore into a new job keeps the lineage and, after a
-/// rewind, may number a checkpoint as an earlier run did.
+/// for, or of a later one, by the same run in the same lineage: proof that
+/// a checkpoint at or after `handle`'s completed, so `handle` is in its
+/// state and must be committed (a run's every checkpoint holds the
+/// transactions it prepared before and has not committed yet).
+///
+/// "Or later" matters on Sink V2: a writer numbers a transaction by the
+/// last checkpoint it saw plus one, so after a checkpoint that was aborted
+/// before it reached every subtask, two transactions of one checkpoint may
+/// carry different numbers. A number is never above the checkpoint's own,
+/// and no checkpoint between the two completed (it did not reach this
+/// subtask), so any completed checkpoint numbered at least `handle`'s
+/// holds it.
+///
+/// Only the same run proves it: a restore into a new job keeps the lineage
+/// and, after a rewind, may number a checkpoint as an earlier run did.
 fn committed_sibling<D: Destination>(
     dest: &mut D,
     sink: &SinkId,
@@ -593,7 +632,25 @@ fn committed_sibling<D: Destination>(
         ))?;
     Ok(committed
         .into_iter()
-        .find(|c| c.checkpoint == checkpoint && c.run == handle.run))
+        .find(|c| c.checkpoint >= checkpoint && c.run == handle.run))
+}
+
+/// A staged transaction among `others` claimed for commit for the same
+/// checkpoint as `handle` or a later one, by the same run in the same
+/// lineage: a claim is made only once its checkpoint completed (see
+/// [`committed_sibling`] for why a later one and only the same run count).
+fn claimed_sibling<'a>(
+    others: &'a [StagedTransaction],
+    handle: &TransactionHandle,
+) -> Option<(&'a TransactionId, u64)> {
+    let checkpoint = handle.checkpoint()?;
+    others.iter().find_map(|s| match &s.state {
+        StagedState::Committing(h2) if h2.lineage == handle.lineage && h2.run == handle.run => h2
+            .checkpoint()
+            .filter(|c| *c >= checkpoint)
+            .map(|c| (&s.transaction, c)),
+        _ => None,
+    })
 }
 
 /// The commit record of `txn`, if the destination has one.

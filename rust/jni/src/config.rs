@@ -820,6 +820,13 @@ pub(crate) mod tests {
         c.check_interval(60_000).unwrap();
         assert_eq!(c.needed_retention_ms(3_600_000), 2 * 3_600_000 + 600_000);
         assert_eq!(c.needed_retention_ms(0), 2 * 1000 + 600_000);
+        // The other way round: a configured interval longer than the job's
+        // (checkpoints spaced out during a backlog) counts too.
+        let mut c = c;
+        c.checkpoint_interval_ms = 3_600_000;
+        let err = c.check_interval(60_000).unwrap_err();
+        assert!(err.to_string().contains("1h"), "{err}");
+        assert_eq!(c.needed_retention_ms(60_000), 2 * 3_600_000 + 600_000);
     }
 
     #[test]
