@@ -257,6 +257,7 @@ struct TxnSql {
     clean_side: String,
     committed_after: String,
     insert_tombstone: String,
+    delete_tombstone: String,
     delete_record: String,
     retract_rows: Option<String>,
 }
@@ -1766,20 +1767,48 @@ impl PgDestination {
         }
         let gid = gid_literal(txn).map_err(|m| self.err(DestinationErrorKind::Corrupt, m))?;
         let sql = self.prepared_sql();
-        let (tomb, delete_side) = (sql.insert_tombstone.clone(), sql.delete_side.clone());
+        let (tomb, untomb, delete_side) = (
+            sql.insert_tombstone.clone(),
+            sql.delete_tombstone.clone(),
+            sql.delete_side.clone(),
+        );
         let sink = self.sink.as_str().to_string();
         let now = to_i64(now_ms, "time")?;
         // Tombstone first: if the rollback then happens and anything after
         // it fails, a later commit still says "expired", not "rolled back
         // outside twopc".
-        self.control.run("recording the expiry", |c| {
-            Ok(c.execute(&tomb, &[&txn.as_str(), &sink, &now])?)
+        // Whether this call wrote the record (an earlier expiry may have).
+        let recorded = self.control.run("recording the expiry", |c| {
+            Ok(c.execute(&tomb, &[&txn.as_str(), &sink, &now])? == 1)
         })?;
         match self.control.run("ROLLBACK PREPARED (expiry)", |c| {
             Ok(c.batch_execute(&format!("ROLLBACK PREPARED {gid}"))?)
         }) {
             Ok(()) => {}
             Err(f) if f.is(UNDEFINED_OBJECT) => {}
+            Err(f) if f.is(INSUFFICIENT_PRIVILEGE) => {
+                // Refused for certain (another role prepared it): it stays
+                // prepared, so the record this call wrote goes, or a
+                // rollback by its owner would later read as this sink's
+                // expiry. One written by another expiry is left to it.
+                let removed = if recorded {
+                    self.control
+                        .run("removing the refused expiry's record", |c| {
+                            Ok(c.execute(&untomb, &[&txn.as_str()])?)
+                        })
+                } else {
+                    Ok(0)
+                };
+                if let Err(e) = removed {
+                    log::warn!(
+                        "twopc sink '{sink}': the expiry of {txn} was refused and its record in \
+                         the expiry table could not be removed ({}); should its owner roll it \
+                         back, a commit of it will say it expired",
+                        e.error
+                    );
+                }
+                return Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED (expiry)"));
+            }
             Err(f) => return Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED (expiry)")),
         }
         self.delete_side_best_effort(&delete_side, txn);
@@ -2227,6 +2256,7 @@ impl TxnSql {
                  VALUES ($1, $2, to_timestamp($3::int8 / 1000.0)) \
                  ON CONFLICT (transaction_id) DO NOTHING"
             ),
+            delete_tombstone: format!("DELETE FROM {e} WHERE transaction_id = $1"),
             delete_record: format!("DELETE FROM {cr} WHERE transaction_id = $1"),
             retract_rows: options
                 .transaction_id_column

@@ -479,19 +479,44 @@ fn read_columns(
     oid: u32,
     secrets: &Secrets,
 ) -> Result<Vec<Column>, StartupError> {
+    // The declared-type check judges a column by the type its values are
+    // kept as: `walk` follows domains to their base type (a domain over a
+    // domain too) and an array to its element (an array of a domain, a
+    // domain over an array), keeping the first type modifier met on the
+    // way (a column's own, then each domain's: a domain carries the
+    // modifier of the type it is declared as). The deepest step of each
+    // column is that type.
     let rows = client
         .query(
-            "SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
+            "WITH RECURSIVE walk(attnum, typ, typmod, is_array, depth) AS ( \
+                 SELECT a.attnum, a.atttypid, a.atttypmod, false, 0 \
+                 FROM pg_attribute a \
+                 WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
+               UNION ALL \
+                 SELECT w.attnum, \
+                        CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE t.typelem END, \
+                        CASE WHEN w.typmod >= 0 OR t.typtype <> 'd' THEN w.typmod \
+                             ELSE t.typtypmod END, \
+                        w.is_array OR t.typtype <> 'd', \
+                        w.depth + 1 \
+                 FROM walk w JOIN pg_type t ON t.oid = w.typ \
+                 WHERE w.depth < 64 AND (t.typtype = 'd' OR (NOT w.is_array \
+                       AND t.typcategory = 'A' AND t.typelem <> 0)) \
+             ), \
+             kept AS ( \
+                 SELECT DISTINCT ON (attnum) attnum, typ, typmod, is_array \
+                 FROM walk ORDER BY attnum, depth DESC \
+             ) \
+             SELECT a.attname::text, a.attnotnull, a.atthasdef OR a.attidentity <> '', \
                     a.attgenerated <> '', format_type(a.atttypid, a.atttypmod), \
                     t.typcategory = 'S', a.attidentity = 'a', \
-                    COALESCE(e.typname, b.typname, t.typname)::text, e.oid IS NOT NULL, \
-                    CASE WHEN b.oid IS NULL THEN a.atttypmod ELSE t.typtypmod END, \
+                    k.typname::text, kept.is_array, kept.typmod, \
                     CASE WHEN a.attcollation <> 0 AND a.attcollation <> t.typcollation \
                          THEN ' COLLATE ' || quote_ident(cn.nspname) || '.' || quote_ident(co.collname) \
                          ELSE '' END \
              FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid \
-             LEFT JOIN pg_type e ON t.typcategory = 'A' AND e.oid = t.typelem \
-             LEFT JOIN pg_type b ON t.typtype = 'd' AND b.oid = t.typbasetype \
+             JOIN kept ON kept.attnum = a.attnum \
+             JOIN pg_type k ON k.oid = kept.typ \
              LEFT JOIN pg_collation co ON co.oid = a.attcollation \
              LEFT JOIN pg_namespace cn ON cn.oid = co.collnamespace \
              WHERE a.attrelid = $1 AND a.attnum > 0 AND NOT a.attisdropped \
@@ -556,7 +581,9 @@ fn check_columns(
                  PostgreSQL column keeps it (a restored job's prepared transactions are then \
                  committed by its recovery), or change the PostgreSQL column once no transaction \
                  of this sink is prepared (`twopc inspect` lists them; an ALTER TABLE waits for \
-                 the row locks they hold)",
+                 the row locks they hold). To let PostgreSQL convert the values as releases \
+                 before this check did, set 'sink.check-column-types' = 'false' in the table's \
+                 WITH clause",
                 quote_ident(name),
                 c.type_sql,
                 declared_name(declared)
@@ -718,8 +745,9 @@ fn check_unique_key(
                           JOIN pg_attribute a \
                             ON a.attrelid = i.indrelid AND a.attnum = i.indkey[n]), \
                     i.indimmediate, \
-                    coalesce((SELECT c.conname::text FROM pg_constraint c \
-                              WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid), \
+                    coalesce((SELECT '\"' || replace(c.conname, '\"', '\"\"') || '\"' FROM pg_constraint c \
+                              WHERE c.conindid = i.indexrelid AND c.conrelid = i.indrelid \
+                                AND c.contype IN ('p', 'u')), \
                              i.indexrelid::regclass::text), \
                     coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false), \
                     NOT EXISTS (SELECT 1 FROM generate_series(0, i.indnkeyatts - 1) AS n \
@@ -747,7 +775,9 @@ fn check_unique_key(
     let keys: Vec<String> = key_columns.iter().map(|k| quote_ident(k)).collect();
     let keys = keys.join(", ");
     if let Some(deferrable) = matching.iter().find(|r| !r.get::<_, bool>(1)) {
-        let name = quote_ident(&deferrable.get::<_, String>(2));
+        // Quoted by the server already (a regclass is schema-qualified
+        // where the search path needs it).
+        let name: String = deferrable.get(2);
         return Err(ConfigError::new(format!(
             "the unique constraint {name} of {table} on ({keys}) is DEFERRABLE, and INSERT ... \
              ON CONFLICT ({keys}) refuses to run while a deferrable constraint matches its \
@@ -767,7 +797,7 @@ fn check_unique_key(
     // agree on equality whatever their order (a "C" index on a default
     // column is a common choice).
     if let Some(other) = matching.iter().find(|r| !r.get::<_, bool>(4)) {
-        let name = quote_ident(&other.get::<_, String>(2));
+        let name: String = other.get(2);
         return Err(ConfigError::new(format!(
             "the unique index {name} of {table} compares its key ({keys}) under another \
              collation than the columns' own, and the idempotent mode matches a batch's keys \

@@ -234,9 +234,23 @@ fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
             h.transaction, f.sink
         ));
         assert!(!warned.is_empty(), "no warning naming the owner");
-        assert!(warned[0].contains("only"), "{}", warned[0]);
+        let owner = owner_of(&mut f.admin, h.transaction.as_str());
+        assert!(warned[0].contains(&format!("{owner:?}")), "{}", warned[0]);
         let err = other.abort(&h.transaction).unwrap_err();
         assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+        // An expiry refused the same way leaves no expiry record behind:
+        // should the owner roll it back, a commit must not read as expired.
+        let err = other.expire(&h.transaction, 1).unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+        let tombstones: i64 = f
+            .admin
+            .query_one(
+                "SELECT count(*) FROM public.twopc_expired WHERE transaction_id = $1",
+                &[&h.transaction.as_str()],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(tombstones, 0, "the refused expiry's record was removed");
         let owner = owner_of(&mut f.admin, h.transaction.as_str());
         for needle in ["42501", &format!("prepared by role {owner:?}"), "superuser"] {
             assert!(
@@ -265,6 +279,102 @@ fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
     rollback_all(&mut f.admin, &f.sink.clone());
     cleanup(&mut f);
+    if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// A transaction whose role was dropped after it prepared it (PostgreSQL
+/// allows that; `pg_prepared_xacts.owner` reads NULL then) is listed, and
+/// finishing it as an ordinary role is refused naming the way out (a
+/// superuser), without a panic on the NULL owner in the listing or the
+/// refusal.
+#[test]
+fn a_transaction_whose_role_was_dropped_is_listed_and_named() {
+    capture_logs();
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "dropped_owner", "id bigint NOT NULL, body text");
+    // The sink's control tables exist before the short-lived role writes.
+    drop(f.open("run0"));
+    let (gone, other) = (unique("gone"), unique("stays"));
+    let pw = "dropped-owner-pw-81c3";
+    let mut admin = admin(&url);
+    admin.batch_execute("SET lock_timeout = '20s'").unwrap();
+    // Grants on this test's tables only: GRANT ... ON ALL TABLES, run by
+    // tests in parallel, may meet "tuple concurrently updated".
+    let tables: Vec<String> = admin
+        .query(
+            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' \
+               AND (tablename LIKE 'twopc\\_%' OR tablename = $1)",
+            &[&f.table],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let on = tables.join(", ");
+    let grant = |role: &str| {
+        format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
+        )
+    };
+    admin.batch_execute(&grant(&gone)).unwrap();
+    admin.batch_execute(&grant(&other)).unwrap();
+    let table = f.table.clone();
+    let sink = f.sink.clone();
+    let result = || {
+        let as_gone = options_as(&url, &gone, pw, table.clone(), &["id", "body"]);
+        let mut s = open(&as_gone, f.ctx("run1"), sink_options(), None).unwrap();
+        let h = prepared(&mut s, &rows(0..2, "d"), 1);
+        drop(s);
+        f.admin
+            .batch_execute(&format!("REVOKE ALL ON {on} FROM {gone}; DROP ROLE {gone}"))
+            .unwrap();
+        let owner: Option<String> = f
+            .admin
+            .query_one(
+                "SELECT owner::text FROM pg_prepared_xacts WHERE gid = $1",
+                &[&h.transaction.as_str()],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(owner, None, "PostgreSQL reads the dropped role as NULL");
+
+        let as_other = options_as(&url, &other, pw, table.clone(), &["id", "body"]);
+        let mut d = PgDestination::connect(as_other, &f.ctx("run2")).unwrap();
+        let staged = d.staged().unwrap();
+        assert!(
+            staged
+                .iter()
+                .any(|t| t.transaction == h.transaction && t.is_prepared()),
+            "{staged:?}"
+        );
+        let warned = logged(&format!("{} of sink '{}'", h.transaction, sink));
+        assert!(
+            warned.iter().any(|w| w.contains("since dropped")),
+            "{warned:?}"
+        );
+        let err = d.abort(&h.transaction).unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+        assert!(err.to_string().contains("dropped since"), "{err}");
+        assert!(err.to_string().contains("superuser"), "{err}");
+        assert_eq!(
+            prepared_gids(&mut f.admin, &sink).len(),
+            1,
+            "still prepared"
+        );
+    };
+    let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
+    rollback_all(&mut admin, &sink);
+    for sql in [
+        format!("REVOKE ALL ON {on} FROM {other}"),
+        format!("DROP ROLE {other}"),
+        format!("REVOKE ALL ON {on} FROM {gone}"),
+        format!("DROP ROLE IF EXISTS {gone}"),
+    ] {
+        let _ = admin.batch_execute(&sql);
+    }
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
     }

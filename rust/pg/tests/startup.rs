@@ -368,3 +368,79 @@ fn declared_types_are_judged_through_a_domain() {
     drop(f);
     let _ = admin.batch_execute(&format!("DROP DOMAIN {domain} CASCADE"));
 }
+
+/// The base type is found however deep it lies: a domain over a domain,
+/// an array of a domain, and a domain over an array are each judged by
+/// the type their values are kept as (each passed the check before it
+/// followed more than one step).
+#[test]
+fn declared_types_are_judged_through_domain_chains_and_arrays() {
+    let url = server!();
+    let mut admin = admin(&url);
+    let (d1, d2, stamps) = (unique("amt1"), unique("amt2"), unique("stamps"));
+    admin
+        .batch_execute(&format!(
+            "CREATE DOMAIN {d1} AS numeric(10,2); CREATE DOMAIN {d2} AS {d1}; \
+             CREATE DOMAIN {stamps} AS timestamptz[]"
+        ))
+        .unwrap();
+    let f = Fixture::with_columns(
+        &url,
+        "decl_chain",
+        &format!("id bigint PRIMARY KEY, a {d2}, b {d1}[], c {stamps}"),
+    );
+    let mut opts = f.opts.clone();
+    opts.columns = vec!["id".into(), "a".into(), "b".into(), "c".into()];
+    let with = |types: [&str; 4]| {
+        let mut o = opts.clone();
+        o.declared_types = types.iter().map(|t| t.to_string()).collect();
+        o
+    };
+    let msg = config_error(
+        &with([
+            "bigint",
+            "decimal:10:4",
+            "array:decimal:10:2",
+            "array:timestamp_ltz:6",
+        ]),
+        1,
+    );
+    assert!(msg.contains("column \"a\""), "{msg}");
+    assert!(msg.contains("round its 4 fraction digits to 2"), "{msg}");
+    let msg = config_error(
+        &with([
+            "bigint",
+            "decimal:10:2",
+            "array:decimal:10:4",
+            "array:timestamp_ltz:6",
+        ]),
+        1,
+    );
+    assert!(msg.contains("column \"b\""), "{msg}");
+    assert!(msg.contains("round its 4 fraction digits to 2"), "{msg}");
+    let msg = config_error(
+        &with([
+            "bigint",
+            "decimal:10:2",
+            "array:decimal:10:2",
+            "array:timestamp:6",
+        ]),
+        1,
+    );
+    assert!(msg.contains("column \"c\""), "{msg}");
+    assert!(msg.contains("session's time zone"), "{msg}");
+    PgDestination::connect(
+        with([
+            "bigint",
+            "decimal:10:2",
+            "array:decimal:10:2",
+            "array:timestamp_ltz:6",
+        ]),
+        &ctx(&unique("decl-chain-ok"), "run1", 0, 1),
+    )
+    .unwrap();
+    drop(f);
+    let _ = admin.batch_execute(&format!(
+        "DROP DOMAIN {stamps} CASCADE; DROP DOMAIN {d2} CASCADE; DROP DOMAIN {d1} CASCADE"
+    ));
+}
