@@ -445,7 +445,8 @@ public final class PostgresDestination implements Serializable {
             problems.add("PostgreSQL COPY format is null; use PostgresCopyFormat.CSV or PostgresCopyFormat.TEXT");
         }
         checkName("control schema", controlSchema, problems);
-        if (connectTimeout == null || connectTimeout.isNegative() || connectTimeout.toMillis() == 0) {
+        // Compared, not converted: toMillis() overflows on a very large duration.
+        if (connectTimeout == null || connectTimeout.compareTo(Duration.ofMillis(1)) < 0) {
             problems.add("PostgreSQL connect timeout " + connectTimeout + " must be at least 1 ms, e.g. "
                     + "Duration.ofSeconds(10)");
         } else if (connectTimeout.getSeconds() > Integer.MAX_VALUE) {

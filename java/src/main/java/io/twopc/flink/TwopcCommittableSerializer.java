@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import io.twopc.flink.internal.Escalation;
+
 import org.apache.flink.annotation.Internal;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 
@@ -41,12 +43,12 @@ public final class TwopcCommittableSerializer implements SimpleVersionedSerializ
             return new TwopcCommittable(serialized.clone());
         }
         if (version != VERSION) {
-            throw new IOException("twopc committable of serializer version " + version + ", but this release "
+            throw Escalation.unreadableState("twopc committable of serializer version " + version + ", but this release "
                     + "reads versions 1.." + VERSION + "; restore with the twopc release that wrote the state, "
                     + "or a newer one");
         }
         if (serialized.length == 0 || (serialized[0] & ~END_OF_INPUT) != 0) {
-            throw new IOException("twopc committable state is corrupted: "
+            throw Escalation.unreadableState("twopc committable state is corrupted: "
                     + (serialized.length == 0 ? "it is empty" : "unknown flags 0x"
                             + Integer.toHexString(serialized[0] & 0xff))
                     + " (serializer version " + VERSION + "). Restore from another checkpoint or savepoint");

@@ -1,5 +1,7 @@
 package io.twopc.flink;
 
+import io.twopc.flink.internal.Escalation;
+
 import org.apache.flink.annotation.Internal;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 
@@ -26,7 +28,7 @@ public final class TwopcWriterStateSerializer implements SimpleVersionedSerializ
     @Override
     public TwopcWriterState deserialize(int version, byte[] serialized) throws IOException {
         if (version != VERSION) {
-            throw new IOException("twopc writer state of serializer version " + version + ", but this release "
+            throw Escalation.unreadableState("twopc writer state of serializer version " + version + ", but this release "
                     + "reads version " + VERSION + "; restore with the twopc release that wrote the state, "
                     + "or a newer one");
         }

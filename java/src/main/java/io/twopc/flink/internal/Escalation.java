@@ -32,6 +32,17 @@ public final class Escalation {
     }
 
     /**
+     * State a serializer cannot read (written by a newer release, or damaged): an {@link
+     * java.io.IOException}, as the serializer's contract says, whose cause is a {@link
+     * SuppressRestartsException} around a {@link io.twopc.flink.TwopcStateException}. Every restart
+     * would restore the same bytes, so the job stops once with the message instead of looping.
+     */
+    public static java.io.IOException unreadableState(String message) {
+        return new java.io.IOException(message,
+                new SuppressRestartsException(new io.twopc.flink.TwopcStateException(message)));
+    }
+
+    /**
      * A record the sink's own serialization schema refused ({@link io.twopc.flink.CsvRowSchema},
      * the SQL connector's rows), said as the subtask's: the schema does not know which subtask it
      * serves. Any other error is returned as it is.

@@ -25,11 +25,15 @@ import java.util.regex.Pattern;
 @Internal
 public final class KnownFlinkIssues {
     private static final AtomicBoolean WARNED = new AtomicBoolean();
-    private static final Pattern VERSION = Pattern.compile("(\\d+)\\.(\\d+)\\.(\\d+)");
+    private static final Pattern VERSION = Pattern.compile("(\\d{1,9})\\.(\\d{1,9})\\.(\\d{1,9})(?!\\d)");
 
     private KnownFlinkIssues() {}
 
-    /** Whether Flink {@code version} commits the final checkpoint's committables early. */
+    /**
+     * Whether Flink {@code version} commits the final checkpoint's committables early. A version
+     * that does not read as three numbers of at most nine digits (a vendor's build number) is
+     * taken for unaffected: this only decides a warning, and must never fail the committer.
+     */
     static boolean commitsAfterEndOfInputEarly(String version) {
         Matcher m = VERSION.matcher(version == null ? "" : version);
         if (!m.lookingAt()) {

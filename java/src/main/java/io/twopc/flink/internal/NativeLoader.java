@@ -160,8 +160,15 @@ public final class NativeLoader {
                     throw new IOException(source + " cannot be read");
                 }
                 Files.copy(in, copy, StandardCopyOption.REPLACE_EXISTING);
-            } catch (IOException | RuntimeException e) {
-                Files.deleteIfExists(copy);
+            } catch (Throwable e) {
+                // Whatever stopped the copy (an Error too), the partial file goes, and the first
+                // failure is the one reported.
+                try {
+                    Files.deleteIfExists(copy);
+                } catch (IOException | RuntimeException cleanup) {
+                    e.addSuppressed(cleanup);
+                    copy.toFile().deleteOnExit();
+                }
                 throw e;
             }
             return copy;

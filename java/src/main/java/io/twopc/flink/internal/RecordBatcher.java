@@ -63,6 +63,18 @@ public final class RecordBatcher {
     private final Sink sink;
     /** Allocates the direct buffer of a record larger than the batch (a test replaces it). */
     private final IntFunction<ByteBuffer> oversized;
+    /**
+     * The buffer of the last record larger than the batch, kept for the next one: one buffer
+     * grown as needed instead of one per record, because a dropped direct buffer is freed only
+     * when a GC finds it, and a stream with many large records would otherwise fill direct memory
+     * with dead buffers until the JVM refused a record that fits. Kept only up to {@link
+     * #KEPT_FACTOR} times the batch's bytes (a rare huge record must not hold its memory for the
+     * writer's life); released by {@link #discard}.
+     */
+    private ByteBuffer single;
+    static final int KEPT_FACTOR = 4;
+    /** The end offset of that record. */
+    private final ByteBuffer singleEnd = ByteBuffer.allocateDirect(4).order(ByteOrder.LITTLE_ENDIAN);
     private int records;
 
     /**
@@ -100,20 +112,32 @@ public final class RecordBatcher {
         if (data.remaining() < needed) {
             flush();
             if (data.capacity() < needed) {
-                // A record larger than the batch buffer crosses alone in buffers of its own.
-                ByteBuffer single;
-                try {
-                    single = oversized.apply(needed);
-                } catch (OutOfMemoryError e) {
-                    throw refusedDirectMemory(e, record.length, needed);
+                // A record larger than the batch buffer crosses alone in a buffer of its own. The
+                // native side copies a batch during the call and keeps no reference to it, so the
+                // buffer is reused as the batch buffer is.
+                boolean keep = (long) needed <= (long) KEPT_FACTOR * data.capacity();
+                ByteBuffer buffer = single;
+                if (buffer == null || buffer.capacity() < needed) {
+                    if (keep) {
+                        // The old one is dropped first, so that the JVM may free it if it must.
+                        single = null;
+                    }
+                    try {
+                        buffer = oversized.apply(needed);
+                    } catch (OutOfMemoryError e) {
+                        throw refusedDirectMemory(e, record.length, needed);
+                    }
+                    if (keep) {
+                        single = buffer;
+                    }
                 }
-                single.put(record);
+                buffer.clear();
+                buffer.put(record);
                 if (terminatorBytes != 0) {
-                    single.put((byte) terminator);
+                    buffer.put((byte) terminator);
                 }
-                ByteBuffer end = ByteBuffer.allocateDirect(4).order(ByteOrder.LITTLE_ENDIAN);
-                end.putInt(0, needed);
-                sink.write(new Batch(single, needed, end, 1, terminator));
+                singleEnd.putInt(0, needed);
+                sink.write(new Batch(buffer, needed, singleEnd, 1, terminator));
                 return;
             }
         }
@@ -203,10 +227,14 @@ public final class RecordBatcher {
         sink.write(batch);
     }
 
-    /** Drops what is collected (the transaction is being aborted). */
+    /**
+     * Drops what is collected (the transaction is being aborted, or the writer closes), and the
+     * buffer kept for records larger than the batch.
+     */
     public void discard() {
         data.clear();
         records = 0;
+        single = null;
     }
 
     public int pendingRecords() {

@@ -396,9 +396,10 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
     }
 
     /**
-     * A date and time, its fraction cut to {@code precision} digits as Flink's own casts do. A
-     * value may hold more digits than its column's type declares (Flink does not cut values that
-     * reach a table from a DataStream or a function), and PostgreSQL would round them instead:
+     * A date and time, its fraction cut to {@code precision} digits, towards the earlier instant
+     * (before 1970 too: the fields of a {@code LocalDateTime} are never negative). A value may
+     * hold more digits than its column's type declares (Flink does not cut values that reach a
+     * table from a DataStream or a function), and PostgreSQL would round them instead:
      * 23:59:59.9999995 into a {@code timestamp(6)} becomes the next day.
      */
     static String timestamp(LocalDateTime t, int precision, boolean utc) {

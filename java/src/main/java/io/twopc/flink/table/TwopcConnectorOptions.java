@@ -251,6 +251,13 @@ public final class TwopcConnectorOptions {
             .defaultValue(PostgresDestination.DEFAULT_CONTROL_SCHEMA)
             .withDescription("PostgreSQL tables: the schema of the sink's own tables (created when absent).");
 
+    public static final ConfigOption<Boolean> CHECK_COLUMN_TYPES = ConfigOptions.key("sink.check-column-types")
+            .booleanType()
+            .defaultValue(true)
+            .withDescription("PostgreSQL tables: stop the job at its start when a PostgreSQL column would change "
+                    + "the DDL's values without an error (round a fraction, read a timestamp in the session's "
+                    + "time zone). 'false' lets PostgreSQL convert them, as releases before the check did.");
+
     public static final ConfigOption<Duration> CONNECT_TIMEOUT = ConfigOptions.key("connect-timeout")
             .durationType()
             .defaultValue(PostgresDestination.DEFAULT_CONNECT_TIMEOUT)

@@ -66,7 +66,7 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
 
     /** Options only a PostgreSQL table takes. */
     static final List<ConfigOption<?>> POSTGRES_OPTIONS = Arrays.asList(URL, TABLE_NAME, USERNAME, PASSWORD,
-            PASSWORD_ENV, MODE, TRANSACTION_ID_COLUMN, CONTROL_SCHEMA, CONNECT_TIMEOUT);
+            PASSWORD_ENV, MODE, TRANSACTION_ID_COLUMN, CONTROL_SCHEMA, CONNECT_TIMEOUT, CHECK_COLUMN_TYPES);
 
     @Override
     public String factoryIdentifier() {
@@ -161,8 +161,12 @@ public final class TwopcDynamicTableSinkFactory implements DynamicTableSinkFacto
                     + "PostgreSQL table, not declared in the DDL, that the sink fills with each row's transaction id");
         }
         PostgresRowSchema.checkTypes(table, rowType);
-        PostgresDestination destination = postgresDestination(table, options, columns, keys, idempotent, txnColumn)
-                .withDeclaredColumnTypes(PostgresRowSchema.declaredTypes(rowType));
+        PostgresDestination unchecked = postgresDestination(table, options, columns, keys, idempotent, txnColumn);
+        // Without declared types the native side has nothing to judge: PostgreSQL converts the
+        // values, as before the check existed (the way out for a job whose columns it refuses).
+        PostgresDestination destination = options.get(CHECK_COLUMN_TYPES)
+                ? unchecked.withDeclaredColumnTypes(PostgresRowSchema.declaredTypes(rowType))
+                : unchecked;
         PostgresRowSchema schema = new PostgresRowSchema(rowType, idempotent);
         TwopcDynamicTableSink sink = TwopcDynamicTableSink.forPostgres(table,
                 common.andThen(b -> b.forPostgres(destination)), schema, parallelism, idempotent, keys,

@@ -5,6 +5,7 @@ import static org.assertj.core.api.Assertions.assertThatThrownBy;
 
 import org.junit.Test;
 
+import java.nio.ByteBuffer;
 import java.nio.ByteOrder;
 import java.nio.charset.StandardCharsets;
 import java.util.ArrayList;
@@ -140,6 +141,45 @@ public class RecordBatcherTest {
                 .isInstanceOf(IllegalArgumentException.class);
         assertThatThrownBy(() -> new RecordBatcher(64, 10, -2, b -> { }))
                 .isInstanceOf(IllegalArgumentException.class);
+    }
+
+    /**
+     * Records larger than the batch share one buffer, grown when a larger one comes: a buffer per
+     * record would leave dead direct buffers until a GC, and a stream of large records would then
+     * meet the JVM's refusal although each record fits. Each record still crosses whole and alone;
+     * a record beyond four batches' bytes is not kept.
+     */
+    @Test
+    public void recordsLargerThanTheBatchReuseOneBufferGrownAsNeeded() {
+        List<List<String>> handed = new ArrayList<>();
+        List<Integer> allocated = new ArrayList<>();
+        RecordBatcher batcher = new RecordBatcher(16, 100, '\n', b -> handed.add(records(b)), size -> {
+            allocated.add(size);
+            return ByteBuffer.allocateDirect(size);
+        });
+        String a = "a".repeat(40);
+        String b = "b".repeat(30);
+        String c = "c".repeat(60);
+        batcher.add(utf8(a));
+        batcher.add(utf8(b));
+        batcher.add(utf8("x"));
+        batcher.add(utf8(c));
+        batcher.add(utf8(b));
+        batcher.flush();
+        assertThat(handed).containsExactly(List.of(a), List.of(b), List.of("x"), List.of(c), List.of(b));
+        assertThat(allocated).containsExactly(41, 61);
+        // Dropped with the writer: the next one allocates again.
+        batcher.discard();
+        batcher.add(utf8(b));
+        assertThat(allocated).containsExactly(41, 61, 31);
+        // A record beyond four batches' bytes has a buffer of its own each time, never kept.
+        String huge = "h".repeat(80);
+        batcher.add(utf8(huge));
+        batcher.add(utf8(huge));
+        batcher.add(utf8(b));
+        assertThat(allocated).containsExactly(41, 61, 31, 81, 81);
+        assertThat(handed.subList(handed.size() - 3, handed.size()))
+                .containsExactly(List.of(huge), List.of(huge), List.of(b));
     }
 
     /**

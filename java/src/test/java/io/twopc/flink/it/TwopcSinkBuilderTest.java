@@ -234,6 +234,12 @@ public class TwopcSinkBuilderTest {
                 PostgresDestination.url("postgres://app@db.example:5432/shop")
                         .table("public.orders").columns("id", "customer").connectTimeout(Duration.ofNanos(500_000)))))
                 .contains("connect timeout PT0.0005S must be at least 1 ms");
+        // Too large to count in milliseconds: refused by name, not an ArithmeticException.
+        assertThat(problemOfPostgres(validPostgres().forPostgres(
+                PostgresDestination.url("postgres://app@db.example:5432/shop")
+                        .table("public.orders").columns("id", "customer")
+                        .connectTimeout(java.time.temporal.ChronoUnit.FOREVER.getDuration()))))
+                .contains("connect timeout", "too large");
     }
 
     @Test

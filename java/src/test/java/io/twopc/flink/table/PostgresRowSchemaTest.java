@@ -103,8 +103,8 @@ public class PostgresRowSchemaTest {
 
     /**
      * A value with more fraction digits than its column declares (Flink does not cut values that
-     * reach a table from a DataStream or a function) is cut to the declared precision, as Flink's
-     * casts do; PostgreSQL would round it, here into the next year.
+     * reach a table from a DataStream or a function) is cut to the declared precision, towards the
+     * earlier instant, before 1970 too; PostgreSQL would round it, here into the next year.
      */
     @Test
     public void timestampFractionsAreCutToTheDeclaredPrecisionNotRounded() {
@@ -112,6 +112,9 @@ public class PostgresRowSchemaTest {
         assertThat(PostgresRowSchema.timestamp(last, 6, false)).isEqualTo("2024-12-31 23:59:59.999999000");
         assertThat(PostgresRowSchema.timestamp(last, 3, true)).isEqualTo("2024-12-31 23:59:59.999000000+00");
         assertThat(PostgresRowSchema.timestamp(last, 0, false)).isEqualTo("2024-12-31 23:59:59.000000000");
+        LocalDateTime before1970 = LocalDateTime.of(1969, 12, 31, 23, 59, 59, 999_999_900);
+        assertThat(PostgresRowSchema.timestamp(before1970, 6, false)).isEqualTo("1969-12-31 23:59:59.999999000");
+        assertThat(PostgresRowSchema.timestamp(before1970, 0, false)).isEqualTo("1969-12-31 23:59:59.000000000");
         RowType types = RowType.of(new TimestampType(3), new LocalZonedTimestampType(6));
         TimestampData value = TimestampData.fromLocalDateTime(last);
         assertThat(text(new PostgresRowSchema(types, false), GenericRowData.of(value, value)))

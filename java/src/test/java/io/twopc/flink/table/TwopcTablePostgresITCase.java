@@ -292,6 +292,17 @@ public class TwopcTablePostgresITCase {
         assertThat(TwopcItSupport.findCause(failure, org.apache.flink.runtime.execution.SuppressRestartsException.class))
                 .as("a configuration that cannot work stops the job without a restart loop: %s", all).isNotNull();
         assertThat(pg.count(table)).isZero();
+        assertThat(all).as("the way out is named").contains("'sink.check-column-types' = 'false'");
+
+        // With the check turned off, PostgreSQL converts the values, as before the check existed.
+        StreamTableEnvironment unchecked = streaming(1, 200);
+        numbers(unchecked, 100, 100);
+        unchecked.executeSql("CREATE TABLE pg_rows (id BIGINT, amount DECIMAL(10, 4)) WITH ("
+                + pgOptions(pg, sinkId, table, "'password-env' = '" + PASSWORD_VARIABLE + "'")
+                + ", 'sink.check-column-types' = 'false')");
+        runToEnd(unchecked.executeSql("INSERT INTO pg_rows SELECT id, CAST(1.2345 AS DECIMAL(10, 4)) FROM numbers"));
+        assertThat(pg.queryStrings("SELECT DISTINCT amount::text FROM " + table)).containsExactly("1.23");
+        assertThat(pg.count(table)).isEqualTo(100);
     }
 
     // ------------------------------------------------------------------ passwords
