@@ -276,6 +276,22 @@ fn idempotent_keys_need_a_unique_index_checked_at_once_on_exactly_their_columns(
     let h = s.begin().unwrap();
     s.write(&h.transaction, &batch(&["1\ta"])).unwrap();
     s.write(&h.transaction, &batch(&["1\tb"])).unwrap();
+    drop(s);
+
+    // A foreign key of the table onto its own key uses the key's index
+    // too: the index's constraint is the unique one, not the foreign key
+    // (the lookup took both and the start failed with "more than one row
+    // returned by a subquery").
+    let mut g = Fixture::with_columns(&url, "key_self_ref", "k bigint PRIMARY KEY, v bigint");
+    g.admin
+        .batch_execute(&format!(
+            "ALTER TABLE {t} ADD FOREIGN KEY (v) REFERENCES {t} (k)",
+            t = g.table
+        ))
+        .unwrap();
+    let mut s = open(&idempotent(&g, &["k"]), g.ctx("run1"), sink_options(), None).unwrap();
+    let h = s.begin().unwrap();
+    s.write(&h.transaction, &batch(&["1\t\\N"])).unwrap();
 }
 
 /// The SQL connector's declared types against the PostgreSQL columns: a
