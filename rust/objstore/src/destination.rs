@@ -512,6 +512,37 @@ impl ObjectStoreDestination {
         Ok(names)
     }
 
+    /// Another sink that `txn`'s upload keys read as the transaction of
+    /// too (see `Layout::other_sinks_reading`) and whose control area holds
+    /// anything in this prefix: one listing of at most one key per reading,
+    /// made only for uploads without a marker of this sink.
+    async fn other_sink_here(
+        &self,
+        txn: &TransactionId,
+        uploads: &[OpenUpload],
+    ) -> Result<Option<SinkId>, DestinationError> {
+        let mut others: Vec<SinkId> = uploads
+            .iter()
+            .filter_map(|u| self.layout.other_sinks_reading(&u.key, txn))
+            .flatten()
+            .collect();
+        others.sort();
+        others.dedup();
+        for other in others {
+            let area = self.layout.control_area_of(&other);
+            let first = self
+                .store
+                .list(Some(&path(area.trim_end_matches('/'))?))
+                .try_next()
+                .await
+                .map_err(|e| self.err("listing", &area, e))?;
+            if first.is_some() {
+                return Ok(Some(other));
+            }
+        }
+        Ok(None)
+    }
+
     /// The open uploads of exactly `key`.
     async fn uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, DestinationError> {
         let mut uploads = self.api.list_multipart_uploads(key).await.map_err(|e| {
@@ -1380,6 +1411,24 @@ impl ObjectStoreDestination {
                     // No marker, or one naming another upload (its own was
                     // completed or aborted).
                     other => {
+                        // Without a marker of this sink, a name that reads
+                        // as another sink's too is that sink's when it has
+                        // run in this prefix: aborting it would lose its
+                        // prepared output (found by review).
+                        if other.is_none() {
+                            if let Some(owner) = self.other_sink_here(&txn, &uploads).await? {
+                                log::warn!(
+                                    "the multipart upload of {} reads as transaction {txn} of \
+                                     sink '{}' and as one of sink '{owner}', which has run in \
+                                     this prefix: left to sink '{owner}'. Give the two sinks \
+                                     part prefixes that cannot be read as each other's (no \
+                                     '-' in either, or different prefixes or buckets)",
+                                    uploads[0].key,
+                                    self.layout.sink
+                                );
+                                continue;
+                            }
+                        }
                         let completed = other.and_then(Result::ok).map(|(_, l)| l);
                         if self
                             .abort_strays_of_published(&txn, completed.as_ref(), &uploads)

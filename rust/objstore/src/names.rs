@@ -119,25 +119,37 @@ impl Layout {
     /// for sure; a name from an earlier configuration that reads as
     /// another sink's must not be acted on.
     pub fn could_be_another_sinks(&self, key: &str, txn: &TransactionId) -> bool {
-        let Some(name) = key.strip_prefix(&self.under_prefix("")) else {
-            return true;
-        };
-        let Some(start) = name.find(txn.as_str()) else {
-            return true;
-        };
+        self.other_sinks_reading(key, txn)
+            .is_none_or(|others| !others.is_empty())
+    }
+
+    /// The other sinks whose transaction `key` (a part key of `txn`) could
+    /// as well be (see [`Layout::could_be_another_sinks`]); `None` when
+    /// `key` is not under the prefix or does not hold `txn`.
+    pub fn other_sinks_reading(&self, key: &str, txn: &TransactionId) -> Option<Vec<SinkId>> {
+        let name = key.strip_prefix(&self.under_prefix(""))?;
+        let start = name.find(txn.as_str())?;
         let end = start + txn.as_str().len();
         // Every '-' before ours could start another sink's transaction id
         // that ends where ours does: one in the earlier part prefix, and
         // one inside this sink's own id (`part-a-b.…` is sink `a-b`'s under
         // `part` and sink `b`'s under `part-a`). Ours starts right after
         // the separator.
-        name[..end]
-            .char_indices()
-            .filter(|&(at, c)| c == '-' && at + 1 != start)
-            .any(|(at, _)| {
-                TransactionId::parse(&name[at + 1..end])
-                    .is_some_and(|other| other.sink != self.sink)
-            })
+        Some(
+            name[..end]
+                .char_indices()
+                .filter(|&(at, c)| c == '-' && at + 1 != start)
+                .filter_map(|(at, _)| TransactionId::parse(&name[at + 1..end]))
+                .map(|other| other.sink)
+                .filter(|other| other != &self.sink)
+                .collect(),
+        )
+    }
+
+    /// `prefix/_twopc/<sink>/`: where another sink of this prefix keeps
+    /// its control objects (present once it has run).
+    pub fn control_area_of(&self, sink: &SinkId) -> String {
+        self.under_prefix(&format!("{CONTROL_DIR}/{sink}/"))
     }
 }
 
@@ -201,6 +213,22 @@ mod tests {
         let t = TransactionId::compose(&dashed.sink, 1, 0xab, 2);
         assert!(dashed.could_be_another_sinks(&format!("out/part-{t}"), &t));
         assert!(dashed.could_be_another_sinks(&dashed.part_key(&t), &t));
+        // The readings are named: today's key of sink `s` under `part-x`
+        // is also sink `x-s`'s under `part`.
+        let t = TransactionId::compose(&SinkId::new("s").unwrap(), 1, 0xab, 2);
+        let under_dashed_prefix = Layout {
+            part_prefix: "part-x".into(),
+            ..layout("out")
+        };
+        assert_eq!(
+            under_dashed_prefix.other_sinks_reading(&under_dashed_prefix.part_key(&t), &t),
+            Some(vec![SinkId::new("x-s").unwrap()])
+        );
+        assert_eq!(l.other_sinks_reading(&l.part_key(&t), &t), Some(vec![]));
+        assert_eq!(
+            under_dashed_prefix.control_area_of(&SinkId::new("x-s").unwrap()),
+            "out/_twopc/x-s/"
+        );
     }
 
     #[test]

@@ -1098,3 +1098,42 @@ fn transactions_prepared_under_earlier_part_names_are_listed_aborted_and_expired
     );
     assert_eq!(object(&earlier, 4), Some(lines(&recs)), "untouched");
 }
+
+/// Two sinks in one prefix whose part names read as each other's: sink
+/// `orders` under the part prefix `part-t` names its objects
+/// `part-t-orders.…`, which is also how sink `t-orders` under `part` names
+/// its own. A prepared upload of `orders` has no marker of `t-orders`, so
+/// `t-orders` listed it as an open transaction of its own, and its
+/// lingering cleanup aborted it: a completed checkpoint's output of
+/// `orders` was lost (found by review). Now an upload without a marker of
+/// the sink, whose name another sink that has run in the prefix could have
+/// given it, is left to that sink.
+#[test]
+fn a_prepared_upload_of_a_sink_whose_names_read_as_anothers_is_left_alone() {
+    let endpoint = server!();
+    let mut victim_opts = options(&endpoint);
+    victim_opts.part_prefix = "part-t".into();
+    let mut victim = open(&victim_opts);
+    let recs = records(3, 10, 5);
+    let h = stage(&mut victim, 1, 3, &recs);
+
+    let mut other_opts = victim_opts.clone();
+    other_opts.part_prefix = "part".into();
+    let other_sink = twopc_core::SinkId::new("t-orders").unwrap();
+    let mut other = ObjectStoreDestination::open(other_opts, &other_sink).unwrap();
+    let misread = twopc_core::ids::TransactionId::compose(&other_sink, 0, 0xabcd, 1);
+    assert_eq!(
+        other.layout().part_key(&misread),
+        victim.layout().part_key(&txn(1)),
+        "the two sinks name this object alike"
+    );
+    let staged = other.staged().unwrap();
+    assert!(
+        staged.iter().all(|t| t.transaction != misread),
+        "another sink's prepared upload listed as this sink's: {staged:?}"
+    );
+    // What a lingering cleanup would have done had it been listed: the
+    // victim's upload must survive until its commit.
+    assert_eq!(victim.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    assert_eq!(object(&victim, 1), Some(lines(&recs)));
+}
