@@ -37,7 +37,7 @@ use std::collections::BTreeMap;
 use std::fs::File;
 
 use twopc_core::destination::HistoryPolicy;
-use twopc_core::error::DestinationError;
+use twopc_core::error::{DestinationError, DestinationErrorKind};
 use twopc_core::handle::TransactionHandle;
 use twopc_core::ids::{CheckpointId, LineageId, TransactionId};
 
@@ -173,7 +173,7 @@ impl History<'_> {
             // A retraction rewrote a segment meanwhile: its replacement was
             // written before the old one went, so a new listing has it.
         }
-        Err(self.reader.corrupt(format!(
+        Err(kept_changing(format!(
             "the history segments in {} kept changing while {txn} was looked up",
             self.dir.path().display()
         )))
@@ -213,7 +213,7 @@ impl History<'_> {
             }
             return Ok(by_txn.into_values().collect());
         }
-        Err(self.reader.corrupt(format!(
+        Err(kept_changing(format!(
             "the history segments in {} kept changing while they were read",
             self.dir.path().display()
         )))
@@ -301,6 +301,18 @@ pub(crate) fn effective(policy: &HistoryPolicy) -> HistoryPolicy {
         max_segment: policy.max_segment.clamp(1, MAX_SEGMENT_RECORDS),
         ..*policy
     }
+}
+
+/// Segments that vanished under every re-read: other subtasks rewriting
+/// them (retractions of a rewind, compactions) faster than this one reads,
+/// not damage (a segment removed from outside is simply not listed again).
+/// Retryable: a restart reads a settled history (found by review: it was
+/// a fatal "corrupt" error that stopped the job).
+fn kept_changing(what: String) -> DestinationError {
+    DestinationError::new(
+        DestinationErrorKind::Io,
+        format!("{what}; other subtasks were rewriting them, so this is retried"),
+    )
 }
 
 #[cfg(test)]

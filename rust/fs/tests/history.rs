@@ -666,3 +666,55 @@ fn a_repeated_retraction_leaves_no_twin_segment_behind() {
     assert_eq!(d.lineages().unwrap()[0].committed, 19);
     assert_eq!(leftover_dups(&t), 0);
 }
+
+/// Renames each history segment it sees read to a new nonce (the same
+/// content), as a retraction's rewrite does, while `left` is above zero.
+struct SegmentsMoveUnderReads {
+    left: Mutex<u32>,
+}
+
+impl IoFaults for SegmentsMoveUnderReads {
+    fn inject(&self, step: IoStep, timing: IoTiming, path: &Path) -> Option<io::Error> {
+        let segment = path.parent().and_then(|p| p.file_name()) == Some("history".as_ref());
+        if step != IoStep::Read || timing != IoTiming::Before || !segment {
+            return None;
+        }
+        let mut left = self.left.lock().unwrap();
+        if *left == 0 {
+            return None;
+        }
+        *left -= 1;
+        let name = path.file_name()?.to_str()?;
+        let mut seg = twopc_fs::SegmentName::parse(name)?;
+        seg.nonce = seg.nonce.wrapping_add(1);
+        fs::rename(path, path.with_file_name(seg.render())).unwrap();
+        None
+    }
+}
+
+/// Segments that other subtasks keep rewriting while this one reads (the
+/// retractions of a rewind running on every subtask at once) are a
+/// retryable error once the re-reads run out, never a fatal "corrupt" one
+/// (found by review: the job stopped as if the history were damaged), and
+/// the next read, once they settle, answers in full.
+#[test]
+fn segments_rewritten_under_every_re_read_are_a_retryable_error() {
+    let t = TempDir::fast("history-moving");
+    {
+        let mut d = dest(&t.0);
+        commit_range(&mut d, 1, 12);
+        d.compact_history(&policy()).unwrap();
+    }
+    assert!(count_files(&history_dir(&t)) > 0, "a folded history");
+    let faults = Arc::new(SegmentsMoveUnderReads {
+        left: Mutex::new(1_000),
+    });
+    let mut d =
+        FsDestination::open_with_faults(options(&t.0, IoMode::Buffered), &sink(), faults.clone())
+            .unwrap();
+    let err = d.committed_after(LineageId(7), 0).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(err.to_string().contains("kept changing"), "{err}");
+    *faults.left.lock().unwrap() = 0;
+    assert_eq!(committed_seqs(&mut d, 0), (1..=12).collect::<Vec<_>>());
+}
