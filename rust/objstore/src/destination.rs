@@ -415,12 +415,21 @@ impl ObjectStoreDestination {
                 )
             })
         })?;
-        if let Some(why) = crate::retention::refusal(
-            &rules.unwrap_or_default(),
+        let rules = rules.unwrap_or_default();
+        let why = crate::retention::refusal(
+            &rules,
             &self.layout.bucket,
             &self.layout.parts_of_sink(),
             needed_ms,
-        ) {
+        )
+        .or_else(|| {
+            crate::retention::control_refusal(
+                &rules,
+                &self.layout.bucket,
+                &self.layout.control_area_of(&self.layout.sink),
+            )
+        });
+        if let Some(why) = why {
             return Err(DestinationError::new(
                 DestinationErrorKind::NotPermitted,
                 format!("sink '{}': {why}", self.layout.sink),

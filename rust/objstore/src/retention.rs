@@ -68,6 +68,35 @@ pub fn refusal(
     None
 }
 
+/// The first enabled rule that expires objects under the sink's control
+/// area (`control_prefix`, `prefix/_twopc/<sink>/`), as a message naming
+/// it: it would delete commit records, history segments and prepare
+/// markers, after which a restore cannot tell what was committed (the
+/// history then reads as damaged, and every restore stops). A rule
+/// narrowed by tag or size is passed over, as in [`refusal`].
+pub fn control_refusal(
+    rules: &[LifecycleRule],
+    bucket: &str,
+    control_prefix: &str,
+) -> Option<String> {
+    let rule = rules.iter().find(|r| {
+        r.enabled
+            && !r.narrowed
+            && r.expires_objects
+            && (control_prefix.starts_with(&r.prefix) || r.prefix.starts_with(control_prefix))
+    })?;
+    Some(format!(
+        "bucket {bucket}: lifecycle rule {} expires objects under {control_prefix}, where the \
+         sink keeps its commit records, history and prepare markers. Once it deletes them, a \
+         restore cannot tell what was committed and stops. Narrow the rule's prefix (or filter) \
+         so that it does not cover {control_prefix}: expire the output objects only",
+        rule.id
+            .as_deref()
+            .map(|id| format!("'{id}'"))
+            .unwrap_or_else(|| "(without an ID)".to_string()),
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -79,7 +108,31 @@ mod tests {
             prefix: prefix.into(),
             narrowed: false,
             abort_incomplete_days: days,
+            expires_objects: false,
         }
+    }
+
+    #[test]
+    fn a_rule_expiring_the_control_area_is_refused_by_name() {
+        let expiring = |id: &str, prefix: &str| LifecycleRule {
+            expires_objects: true,
+            ..rule(id, prefix, None)
+        };
+        let control = "out/_twopc/s/";
+        let why = control_refusal(&[expiring("all", "out/")], "b", control).unwrap();
+        assert!(why.contains("'all'") && why.contains(control), "{why}");
+        assert!(control_refusal(&[expiring("whole", "")], "b", control).is_some());
+        assert!(control_refusal(&[expiring("inside", "out/_twopc/")], "b", control).is_some());
+        // Output only, another prefix, disabled, narrowed, or not expiring.
+        assert!(control_refusal(&[expiring("parts", "out/part-")], "b", control).is_none());
+        assert!(control_refusal(&[expiring("logs", "logs/")], "b", control).is_none());
+        let mut off = expiring("off", "");
+        off.enabled = false;
+        let mut tagged = expiring("tagged", "");
+        tagged.narrowed = true;
+        assert!(
+            control_refusal(&[off, tagged, rule("abort", "", Some(30))], "b", control).is_none()
+        );
     }
 
     #[test]

@@ -57,6 +57,10 @@ pub struct LifecycleRule {
     /// multipart uploads: S3 refuses that combination).
     pub narrowed: bool,
     pub abort_incomplete_days: Option<u64>,
+    /// True when it expires (deletes) current objects, after some days or
+    /// at a date: such a rule over the sink's control area deletes its
+    /// commit records, history and markers.
+    pub expires_objects: bool,
 }
 
 /// After a page of ListMultipartUploads: the markers of the next page,
@@ -122,6 +126,16 @@ struct RuleXml {
     prefix: Option<String>,
     filter: Option<FilterXml>,
     abort_incomplete_multipart_upload: Option<AbortXml>,
+    expiration: Option<ExpirationXml>,
+}
+
+/// `Expiration`: `Days` or `Date` delete current objects;
+/// `ExpiredObjectDeleteMarker` alone only removes delete markers.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct ExpirationXml {
+    days: Option<serde::de::IgnoredAny>,
+    date: Option<serde::de::IgnoredAny>,
 }
 
 #[derive(Deserialize)]
@@ -413,6 +427,9 @@ impl From<RuleXml> for LifecycleRule {
             abort_incomplete_days: r
                 .abort_incomplete_multipart_upload
                 .and_then(|a| a.days_after_initiation),
+            expires_objects: r
+                .expiration
+                .is_some_and(|e| e.days.is_some() || e.date.is_some()),
         }
     }
 }
@@ -444,6 +461,17 @@ mod tests {
         );
         assert_eq!(rules[1].abort_incomplete_days, None);
         assert!(rules[2].narrowed && rules[2].prefix == "x");
+        assert!(rules[1].expires_objects && !rules[0].expires_objects);
+        let xml = r#"<LifecycleConfiguration>
+  <Rule><ID>dated</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <Expiration><Date>2030-01-01T00:00:00Z</Date></Expiration></Rule>
+  <Rule><ID>markers</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <Expiration><ExpiredObjectDeleteMarker>true</ExpiredObjectDeleteMarker></Expiration></Rule>
+</LifecycleConfiguration>"#;
+        let c: LifecycleConfigurationXml = quick_xml::de::from_str(xml).unwrap();
+        let rules: Vec<LifecycleRule> = c.rule.into_iter().map(LifecycleRule::from).collect();
+        assert!(rules[0].expires_objects, "a date expires objects");
+        assert!(!rules[1].expires_objects, "delete markers only");
     }
 
     #[test]

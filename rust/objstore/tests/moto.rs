@@ -441,6 +441,35 @@ fn a_lifecycle_rule_shorter_than_needed_is_refused_by_name() {
     assert!(ObjectStoreDestination::open_checked(fresh, &sink(), needed).is_ok());
 }
 
+/// A rule that expires objects over the sink's control area (a data
+/// retention rule on the whole prefix) would delete its commit records and
+/// history: refused by name; one over the output objects only is not.
+#[test]
+fn a_lifecycle_rule_expiring_the_control_area_is_refused_by_name() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let d = open(&o);
+    let rule = |prefix: &str| {
+        format!(
+            "<LifecycleConfiguration><Rule><ID>keep-30-days</ID><Filter><Prefix>{prefix}</Prefix>\
+             </Filter><Status>Enabled</Status><Expiration><Days>30</Days></Expiration></Rule>\
+             </LifecycleConfiguration>"
+        )
+    };
+    d.block_on(d.api().put_lifecycle(&rule("out/"))).unwrap();
+    let err = match ObjectStoreDestination::open_checked(o.clone(), &sink(), 3_600_000) {
+        Err(e) => e,
+        Ok(_) => panic!("a rule expiring the control area was accepted"),
+    };
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted);
+    for part in ["'keep-30-days'", "out/_twopc/orders/", "commit records"] {
+        assert!(err.message.contains(part), "{part} not in: {err}");
+    }
+    d.block_on(d.api().put_lifecycle(&rule("out/part-")))
+        .unwrap();
+    assert!(ObjectStoreDestination::open_checked(o, &sink(), 3_600_000).is_ok());
+}
+
 #[test]
 fn lingering_uploads_are_listed_open_or_prepared_and_aborted() {
     let endpoint = server!();
