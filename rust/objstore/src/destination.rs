@@ -1311,7 +1311,36 @@ impl ObjectStoreDestination {
                 continue; // recorded; only its marker was left
             }
             let Some(meta) = self.head(&location.key).await? else {
-                continue; // aborted or lost: a commit of it reports which
+                // Aborted or lost (a commit of it reports which), unless the
+                // upload is open after all and only the listing by prefix
+                // missed it: a server that lists uploads by exact key only
+                // (MinIO does, minio/minio#20989) hides every staged
+                // transaction, and a fresh start's check, the lingering
+                // cleanup and the retention would pass them over silently.
+                if location.key.starts_with(&self.layout.parts_of_sink())
+                    && self
+                        .uploads_of(&location.key)
+                        .await?
+                        .iter()
+                        .any(|u| u.upload_id == location.upload_id)
+                {
+                    return Err(DestinationError::new(
+                        DestinationErrorKind::NotPermitted,
+                        format!(
+                            "sink '{}' at s3://{}: the upload of prepared transaction {txn} \
+                             ({}) is open, yet the listing of multipart uploads under {} did \
+                             not show it: this server lists multipart uploads by exact key \
+                             only, not by prefix (MinIO does), so the sink cannot see its \
+                             staged transactions. Nothing was changed. Use a server whose \
+                             ListMultipartUploads filters by prefix as S3 does",
+                            self.layout.sink,
+                            self.layout.bucket,
+                            location.key,
+                            self.layout.parts_of_sink()
+                        ),
+                    ));
+                }
+                continue;
             };
             if !Self::is_completion_of(meta.size, meta.e_tag.as_deref(), &location) {
                 continue;

@@ -38,6 +38,8 @@ pub struct RequestInfo {
     pub call: S3Call,
     /// The URL path (bucket and key, percent-encoded).
     pub path: String,
+    /// The URL query (percent-encoded), empty when there is none.
+    pub query: String,
 }
 
 /// What to do with one request.
@@ -49,6 +51,10 @@ pub enum FaultAction {
     /// Send, let the server act on it, then fail as if the connection broke
     /// before the answer arrived.
     FailAfter(String),
+    /// Do not send; answer 200 with this body, as a server that behaves
+    /// otherwise than S3 would (e.g. one that lists multipart uploads only
+    /// by exact key).
+    Answer(String),
 }
 
 /// Decides the fate of each request.
@@ -121,9 +127,11 @@ impl HttpService for Faulty {
         let info = RequestInfo {
             call: classify(&request),
             path: request.uri().path().to_string(),
+            query: request.uri().query().unwrap_or("").to_string(),
         };
         match self.faults.decide(&info) {
             FaultAction::Proceed => self.inner.execute(request).await,
+            FaultAction::Answer(body) => Ok(http::Response::new(body.into())),
             FaultAction::FailBefore(why) => Err(injected(
                 HttpErrorKind::Connect,
                 format!("injected before sending: {why}"),

@@ -1166,3 +1166,56 @@ fn a_prepared_upload_of_a_sink_whose_names_read_as_anothers_is_left_alone() {
     assert_eq!(victim.commit(&h, 10).unwrap(), CommitStatus::Committed);
     assert_eq!(object(&victim, 1), Some(lines(&recs)));
 }
+
+/// A server that lists multipart uploads only for an exact key, as MinIO
+/// does (minio/minio#20989): a listing by a prefix that is not a whole key
+/// answers no upload.
+#[derive(Debug)]
+struct ListsByExactKeyOnly;
+
+impl RequestFaults for ListsByExactKeyOnly {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        let prefix = request
+            .query
+            .split('&')
+            .find_map(|kv| kv.strip_prefix("prefix="))
+            .unwrap_or("");
+        if request.call == S3Call::ListUploads && prefix.ends_with('.') {
+            FaultAction::Answer(
+                "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>\
+                 </ListMultipartUploadsResult>"
+                    .to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// On such a server the sink would see none of its staged transactions:
+/// a fresh start's check, the lingering cleanup and the retention would
+/// pass a completed checkpoint's prepared transaction over in silence. The
+/// first listing that meets one says so and stops, changing nothing.
+#[test]
+fn a_server_that_lists_uploads_by_exact_key_only_is_refused_not_trusted() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    let recs = records(3, 10, 6);
+    let h = stage(&mut d, 1, 3, &recs);
+    let mut quirky =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(ListsByExactKeyOnly))
+            .unwrap();
+    let err = quirky.staged().unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+    for part in [
+        h.transaction.as_str(),
+        "by exact key only",
+        "Nothing was changed",
+    ] {
+        assert!(err.message.contains(part), "{part} not in: {err}");
+    }
+    // Untouched: the compliant server's sink commits it.
+    assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
+    assert_eq!(object(&d, 1), Some(lines(&recs)));
+}
