@@ -972,19 +972,13 @@ pub(crate) fn prepared_finding(
         // lineage may be this run's (then the checkpoint completed and an
         // abort would lose records; `twopc decide` refuses it) or a later
         // run's after a rewind: say so instead of offering the abort plainly.
-        // Any checkpoint numbered alike or later counts: a completed one
-        // of the same run holds this transaction (see `twopc decide`).
-        let committed_since = ctx
-            .checkpoints
-            .range((h.lineage.0, c)..=(h.lineage.0, u64::MAX))
-            .next();
-        let abort_advice = match committed_since {
-            Some(((_, at), (txns, _))) => format!(
-                "`--abort {txn}` only if it did not: {txns} transaction(s) of checkpoint {at} \
-                 of this lineage are committed, and if any is run {}'s, a checkpoint holding \
-                 this one completed (`twopc decide` then refuses the abort; if its output is \
-                 not wanted, remove it first with `twopc reconcile {} --sink {sink} --lineage \
-                 {} --after-checkpoint {}`)",
+        let abort_advice = match ctx.checkpoints.get(&(h.lineage.0, c)) {
+            Some((txns, _)) => format!(
+                "`--abort {txn}` only if it did not: {txns} transaction(s) of checkpoint {c} \
+                 of this lineage are committed, and if any is run {}'s the checkpoint \
+                 completed (`twopc decide` then refuses the abort; if its output is not \
+                 wanted, remove it first with `twopc reconcile {} --sink {sink} --lineage {} \
+                 --after-checkpoint {}`)",
                 h.run,
                 ctx.destination,
                 h.lineage,

@@ -940,36 +940,6 @@ fn decide_refuses_to_abort_a_transaction_whose_sibling_was_claimed_for_commit() 
     assert_eq!(snapshot(&out), before, "nothing changed");
 }
 
-/// A later checkpoint of the same run committed proves as much: it holds
-/// every transaction the run prepared before and had not committed (and a
-/// Sink V2 writer may number a checkpoint's transaction below its
-/// siblings' after a checkpoint that failed before reaching it), so the
-/// abort of the transaction numbered 2 is refused when 3 is committed.
-#[test]
-fn decide_refuses_to_abort_a_transaction_older_than_a_committed_checkpoint_of_its_run() {
-    let (_dir, out, clock) = output("later-sibling");
-    let opts = SinkOptions::default();
-    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
-    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts, &clock, None);
-    let pending = prepare_one(&mut s1, &["b"], 2);
-    let later = commit_one(&mut s0, &["a"], 3);
-    drop((s0, s1));
-    let before = snapshot(&out);
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--abort",
-        pending.transaction.as_str(),
-    ]);
-    assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
-    let err = stderr(&o);
-    assert!(err.contains(later.transaction.as_str()), "{err}");
-    assert!(err.contains("checkpoint 3 completed"), "{err}");
-    assert_eq!(snapshot(&out), before, "nothing changed");
-}
-
 /// Only the same run proves a checkpoint completed: after a restore into
 /// a new run (same lineage), that run's checkpoint 4 says nothing about
 /// the checkpoint 4 the earlier run prepared and never completed, so its

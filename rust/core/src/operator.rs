@@ -17,9 +17,9 @@
 //!   recovery rules: a transaction whose commit was decided is only ever
 //!   committed; one never prepared, or whose handle cannot be read, is
 //!   never committed; committed output is never aborted, nor is a prepared
-//!   transaction that a completed checkpoint holds, as a transaction of
-//!   the same run numbered alike or later shows once it is committed or
-//!   claimed for commit (see `committed_sibling`).
+//!   transaction whose checkpoint a transaction of the same run and
+//!   checkpoint, committed or claimed for commit, shows completed (see
+//!   `committed_sibling`).
 
 use crate::clock::Clock;
 use crate::committer::{CommitOutcome, Committer};
@@ -559,12 +559,10 @@ fn decide_now<D: Destination, C: Clock>(
             // as well as a committed one: once anything finishes its
             // commit, the checkpoint is partly visible.
             let sibling = match claimed_sibling(&others, h) {
-                Some((claimed, at)) => Some((claimed.clone(), at, true)),
-                None => {
-                    committed_sibling(dest, sink, h)?.map(|c| (c.transaction, c.checkpoint, false))
-                }
+                Some(claimed) => Some((claimed.clone(), true)),
+                None => committed_sibling(dest, sink, h)?.map(|c| (c.transaction, false)),
             };
-            if let Some((sibling, at, claimed)) = sibling {
+            if let Some((sibling, claimed)) = sibling {
                 let lineage = h.lineage;
                 let before = c.saturating_sub(1);
                 let (how, finish_sibling) = if claimed {
@@ -577,18 +575,19 @@ fn decide_now<D: Destination, C: Clock>(
                 };
                 return Err(refuse(format!(
                     "transaction {txn} was prepared for checkpoint {c} of run {}, and transaction \
-                     {sibling} of checkpoint {at} of the same run is {how}: checkpoint {at} \
-                     completed, and a completed checkpoint holds every transaction its run \
-                     prepared before it and had not committed, so checkpoint {c}'s output is \
-                     (or becomes) partly visible and this transaction's {records} records exist \
-                     nowhere else. An abort would lose them; commit it: `twopc decide \
-                     <destination> --sink {sink} --commit {txn}`. If that output is not wanted \
-                     (the job will be restored \
-                     from checkpoint {before} or earlier), {finish_sibling}remove what lineage \
-                     {lineage} committed after checkpoint {before} with `twopc reconcile \
-                     <destination> --sink {sink} --lineage {lineage} --after-checkpoint \
-                     {before}` (add --apply after reading its plan); this abort is accepted \
-                     after that",
+                     {sibling} of that same checkpoint and run is {how}: checkpoint {c} \
+                     completed, so its output is (or becomes) partly visible and this \
+                     transaction's {records} records exist nowhere else. An abort would lose \
+                     them; commit it: `twopc decide <destination> --sink {sink} --commit {txn}`. \
+                     (One exception: a Sink V2 job that failed over numbers its next checkpoint \
+                     after the restored one again, so if this transaction is a leftover of the \
+                     failed attempt, restart the job from its latest checkpoint instead: its \
+                     recovery aborts such leftovers and commits what that checkpoint holds.) \
+                     If that output is not wanted (the job will be restored from checkpoint \
+                     {before} or earlier), {finish_sibling}remove what lineage {lineage} \
+                     committed after checkpoint {before} with `twopc reconcile <destination> \
+                     --sink {sink} --lineage {lineage} --after-checkpoint {before}` (add --apply \
+                     after reading its plan); this abort is accepted after that",
                     h.run,
                 )));
             }
@@ -600,18 +599,17 @@ fn decide_now<D: Destination, C: Clock>(
 }
 
 /// A committed transaction of the checkpoint that `handle` was prepared
-/// for, or of a later one, by the same run in the same lineage: proof that
-/// a checkpoint at or after `handle`'s completed, so `handle` is in its
-/// state and must be committed (a run's every checkpoint holds the
-/// transactions it prepared before and has not committed yet).
+/// for, by the same run in the same lineage: proof that the checkpoint
+/// completed, so `handle` is in its state and must be committed.
 ///
-/// "Or later" matters on Sink V2: a writer numbers a transaction by the
-/// last checkpoint it saw plus one, so after a checkpoint that was aborted
-/// before it reached every subtask, two transactions of one checkpoint may
-/// carry different numbers. A number is never above the checkpoint's own,
-/// and no checkpoint between the two completed (it did not reach this
-/// subtask), so any completed checkpoint numbered at least `handle`'s
-/// holds it.
+/// Only the same number counts. A later one would prove it only within
+/// one attempt of the job: after a failover to an earlier checkpoint the
+/// job keeps its id (the run) and commits later checkpoints that do not
+/// hold what the failed attempt prepared, and the commit records do not
+/// tell attempts apart (found by review). So a Sink V2 writer's
+/// transaction numbered below its siblings (after a checkpoint that
+/// failed before reaching it) is not caught here; restoring the job's
+/// latest checkpoint is the safe way to resolve it.
 ///
 /// Only the same run proves it: a restore into a new job keeps the lineage
 /// and, after a rewind, may number a checkpoint as an earlier run did.
@@ -632,23 +630,26 @@ fn committed_sibling<D: Destination>(
         ))?;
     Ok(committed
         .into_iter()
-        .find(|c| c.checkpoint >= checkpoint && c.run == handle.run))
+        .find(|c| c.checkpoint == checkpoint && c.run == handle.run))
 }
 
 /// A staged transaction among `others` claimed for commit for the same
-/// checkpoint as `handle` or a later one, by the same run in the same
-/// lineage: a claim is made only once its checkpoint completed (see
-/// [`committed_sibling`] for why a later one and only the same run count).
+/// checkpoint as `handle`, by the same run in the same lineage: a claim is
+/// made only once its checkpoint completed (see [`committed_sibling`] for
+/// why only the same number and run count).
 fn claimed_sibling<'a>(
     others: &'a [StagedTransaction],
     handle: &TransactionHandle,
-) -> Option<(&'a TransactionId, u64)> {
+) -> Option<&'a TransactionId> {
     let checkpoint = handle.checkpoint()?;
     others.iter().find_map(|s| match &s.state {
-        StagedState::Committing(h2) if h2.lineage == handle.lineage && h2.run == handle.run => h2
-            .checkpoint()
-            .filter(|c| *c >= checkpoint)
-            .map(|c| (&s.transaction, c)),
+        StagedState::Committing(h2)
+            if h2.lineage == handle.lineage
+                && h2.run == handle.run
+                && h2.checkpoint() == Some(checkpoint) =>
+        {
+            Some(&s.transaction)
+        }
         _ => None,
     })
 }

@@ -521,31 +521,27 @@ impl ObjectStoreDestination {
         Ok(names)
     }
 
-    /// Another sink that `txn`'s upload keys read as the transaction of
-    /// too (see `Layout::other_sinks_reading`) and whose control area holds
-    /// anything in this prefix: one listing of at most one key per reading,
-    /// made only for uploads without a marker of this sink.
-    async fn other_sink_here(
+    /// Another sink's transaction that `txn`'s upload keys read as too
+    /// (see `Layout::other_readings`) and that this other sink prepared:
+    /// its prepare marker is there. One HEAD per reading, made only for
+    /// uploads without a marker of this sink.
+    async fn prepared_by_other_sink(
         &self,
         txn: &TransactionId,
         uploads: &[OpenUpload],
-    ) -> Result<Option<SinkId>, DestinationError> {
-        let mut others: Vec<SinkId> = uploads
+    ) -> Result<Option<TransactionId>, DestinationError> {
+        let mut others: Vec<TransactionId> = uploads
             .iter()
-            .filter_map(|u| self.layout.other_sinks_reading(&u.key, txn))
+            .filter_map(|u| self.layout.other_readings(&u.key, txn))
             .flatten()
             .collect();
         others.sort();
         others.dedup();
         for other in others {
-            let area = self.layout.control_area_of(&other);
-            let first = self
-                .store
-                .list(Some(&path(area.trim_end_matches('/'))?))
-                .try_next()
-                .await
-                .map_err(|e| self.err("listing", &area, e))?;
-            if first.is_some() {
+            let Some(marker) = self.layout.marker_of_other_sink(&other) else {
+                continue;
+            };
+            if self.head(&marker).await?.is_some() {
                 return Ok(Some(other));
             }
         }
@@ -1317,9 +1313,17 @@ impl ObjectStoreDestination {
                 // (MinIO does, minio/minio#20989) hides every staged
                 // transaction, and a fresh start's check, the lingering
                 // cleanup and the retention would pass them over silently.
-                if location.key.starts_with(&self.layout.parts_of_sink())
+                let open_by_key = location.key.starts_with(&self.layout.parts_of_sink())
                     && self
                         .uploads_of(&location.key)
+                        .await?
+                        .iter()
+                        .any(|u| u.upload_id == location.upload_id);
+                // Listed again by prefix before concluding: a listing that
+                // merely lagged behind the upload shows it now.
+                if open_by_key
+                    && !self
+                        .sink_uploads()
                         .await?
                         .iter()
                         .any(|u| u.upload_id == location.upload_id)
@@ -1450,17 +1454,20 @@ impl ObjectStoreDestination {
                     // completed or aborted).
                     other => {
                         // Without a marker of this sink, a name that reads
-                        // as another sink's too is that sink's when it has
-                        // run in this prefix: aborting it would lose its
-                        // prepared output (found by review).
+                        // as another sink's transaction too is that sink's
+                        // when that sink prepared it (its marker is there):
+                        // aborting it would lose its prepared output (found
+                        // by review).
                         if other.is_none() {
-                            if let Some(owner) = self.other_sink_here(&txn, &uploads).await? {
+                            if let Some(theirs) =
+                                self.prepared_by_other_sink(&txn, &uploads).await?
+                            {
                                 log::warn!(
                                     "the multipart upload of {} reads as transaction {txn} of \
-                                     sink '{}' and as one of sink '{owner}', which has run in \
-                                     this prefix: left to sink '{owner}'. Give the two sinks \
-                                     part prefixes that cannot be read as each other's (no \
-                                     '-' in either, or different prefixes or buckets)",
+                                     sink '{}' and as transaction {theirs}, which its sink \
+                                     prepared: left to that sink. Give the two sinks part \
+                                     prefixes that cannot be read as each other's (no '-' in \
+                                     either, or different prefixes or buckets)",
                                     uploads[0].key,
                                     self.layout.sink
                                 );

@@ -119,14 +119,14 @@ impl Layout {
     /// for sure; a name from an earlier configuration that reads as
     /// another sink's must not be acted on.
     pub fn could_be_another_sinks(&self, key: &str, txn: &TransactionId) -> bool {
-        self.other_sinks_reading(key, txn)
+        self.other_readings(key, txn)
             .is_none_or(|others| !others.is_empty())
     }
 
-    /// The other sinks whose transaction `key` (a part key of `txn`) could
-    /// as well be (see [`Layout::could_be_another_sinks`]); `None` when
-    /// `key` is not under the prefix or does not hold `txn`.
-    pub fn other_sinks_reading(&self, key: &str, txn: &TransactionId) -> Option<Vec<SinkId>> {
+    /// The transactions of other sinks that `key` (a part key of `txn`)
+    /// could as well be (see [`Layout::could_be_another_sinks`]); `None`
+    /// when `key` is not under the prefix or does not hold `txn`.
+    pub fn other_readings(&self, key: &str, txn: &TransactionId) -> Option<Vec<TransactionId>> {
         let name = key.strip_prefix(&self.under_prefix(""))?;
         let start = name.find(txn.as_str())?;
         let end = start + txn.as_str().len();
@@ -140,16 +140,26 @@ impl Layout {
                 .char_indices()
                 .filter(|&(at, c)| c == '-' && at + 1 != start)
                 .filter_map(|(at, _)| TransactionId::parse(&name[at + 1..end]))
-                .map(|other| other.sink)
-                .filter(|other| other != &self.sink)
+                .filter(|other| other.sink != self.sink)
+                .map(|other| other.id)
                 .collect(),
         )
     }
 
-    /// `prefix/_twopc/<sink>/`: where another sink of this prefix keeps
-    /// its control objects (present once it has run).
+    /// `prefix/_twopc/<sink>/`: where a sink of this prefix keeps its
+    /// control objects.
     pub fn control_area_of(&self, sink: &SinkId) -> String {
         self.under_prefix(&format!("{CONTROL_DIR}/{sink}/"))
+    }
+
+    /// The prepare marker another sink of this prefix writes for its
+    /// transaction `txn` (whose id names that sink).
+    pub fn marker_of_other_sink(&self, txn: &TransactionId) -> Option<String> {
+        let parsed = TransactionId::parse(txn.as_str())?;
+        Some(format!(
+            "{}{PREPARED}/{txn}",
+            self.control_area_of(&parsed.sink)
+        ))
     }
 }
 
@@ -220,14 +230,15 @@ mod tests {
             part_prefix: "part-x".into(),
             ..layout("out")
         };
+        let other = TransactionId::compose(&SinkId::new("x-s").unwrap(), 1, 0xab, 2);
         assert_eq!(
-            under_dashed_prefix.other_sinks_reading(&under_dashed_prefix.part_key(&t), &t),
-            Some(vec![SinkId::new("x-s").unwrap()])
+            under_dashed_prefix.other_readings(&under_dashed_prefix.part_key(&t), &t),
+            Some(vec![other.clone()])
         );
-        assert_eq!(l.other_sinks_reading(&l.part_key(&t), &t), Some(vec![]));
+        assert_eq!(l.other_readings(&l.part_key(&t), &t), Some(vec![]));
         assert_eq!(
-            under_dashed_prefix.control_area_of(&SinkId::new("x-s").unwrap()),
-            "out/_twopc/x-s/"
+            under_dashed_prefix.marker_of_other_sink(&other).unwrap(),
+            format!("out/_twopc/x-s/prepared/{other}")
         );
     }
 

@@ -73,7 +73,8 @@ pub fn refusal(
 /// it: it would delete commit records, history segments and prepare
 /// markers, after which a restore cannot tell what was committed (the
 /// history then reads as damaged, and every restore stops). A rule
-/// narrowed by tag or size is passed over, as in [`refusal`].
+/// narrowed by tag is passed over (the sink tags nothing); one narrowed by
+/// size is not: control objects are small and many size rules match them.
 pub fn control_refusal(
     rules: &[LifecycleRule],
     bucket: &str,
@@ -81,7 +82,7 @@ pub fn control_refusal(
 ) -> Option<String> {
     let rule = rules.iter().find(|r| {
         r.enabled
-            && !r.narrowed
+            && !r.by_tag
             && r.expires_objects
             && (control_prefix.starts_with(&r.prefix) || r.prefix.starts_with(control_prefix))
     })?;
@@ -109,6 +110,7 @@ mod tests {
             narrowed: false,
             abort_incomplete_days: days,
             expires_objects: false,
+            by_tag: false,
         }
     }
 
@@ -130,9 +132,14 @@ mod tests {
         off.enabled = false;
         let mut tagged = expiring("tagged", "");
         tagged.narrowed = true;
+        tagged.by_tag = true;
         assert!(
             control_refusal(&[off, tagged, rule("abort", "", Some(30))], "b", control).is_none()
         );
+        // Small objects only: the control objects are small.
+        let mut small = expiring("small", "out/");
+        small.narrowed = true;
+        assert!(control_refusal(&[small], "b", control).is_some());
     }
 
     #[test]

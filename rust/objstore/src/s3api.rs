@@ -61,6 +61,9 @@ pub struct LifecycleRule {
     /// at a date: such a rule over the sink's control area deletes its
     /// commit records, history and markers.
     pub expires_objects: bool,
+    /// True when it filters by tag (the sink's objects carry none, so
+    /// such a rule never matches them); a size filter may match them.
+    pub by_tag: bool,
 }
 
 /// After a page of ListMultipartUploads: the markers of the next page,
@@ -402,23 +405,23 @@ impl S3Api {
 
 impl From<RuleXml> for LifecycleRule {
     fn from(r: RuleXml) -> Self {
-        let (prefix, narrowed) = match r.filter {
+        // (prefix, filtered by tag, filtered by size)
+        let (prefix, by_tag, by_size) = match r.filter {
             Some(f) => match f.and {
                 Some(a) => (
                     a.prefix.unwrap_or_default(),
-                    !a.tag.is_empty()
-                        || a.object_size_greater_than.is_some()
-                        || a.object_size_less_than.is_some(),
+                    !a.tag.is_empty(),
+                    a.object_size_greater_than.is_some() || a.object_size_less_than.is_some(),
                 ),
                 None => (
                     f.prefix.unwrap_or_default(),
-                    f.tag.is_some()
-                        || f.object_size_greater_than.is_some()
-                        || f.object_size_less_than.is_some(),
+                    f.tag.is_some(),
+                    f.object_size_greater_than.is_some() || f.object_size_less_than.is_some(),
                 ),
             },
-            None => (r.prefix.unwrap_or_default(), false),
+            None => (r.prefix.unwrap_or_default(), false, false),
         };
+        let narrowed = by_tag || by_size;
         LifecycleRule {
             id: r.id,
             enabled: r.status.as_deref() == Some("Enabled"),
@@ -430,6 +433,7 @@ impl From<RuleXml> for LifecycleRule {
             expires_objects: r
                 .expiration
                 .is_some_and(|e| e.days.is_some() || e.date.is_some()),
+            by_tag,
         }
     }
 }
@@ -460,7 +464,7 @@ mod tests {
             ("logs/", false)
         );
         assert_eq!(rules[1].abort_incomplete_days, None);
-        assert!(rules[2].narrowed && rules[2].prefix == "x");
+        assert!(rules[2].narrowed && rules[2].by_tag && rules[2].prefix == "x");
         assert!(rules[1].expires_objects && !rules[0].expires_objects);
         let xml = r#"<LifecycleConfiguration>
   <Rule><ID>dated</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
@@ -471,6 +475,7 @@ mod tests {
         let c: LifecycleConfigurationXml = quick_xml::de::from_str(xml).unwrap();
         let rules: Vec<LifecycleRule> = c.rule.into_iter().map(LifecycleRule::from).collect();
         assert!(rules[0].expires_objects, "a date expires objects");
+        assert!(!rules[0].by_tag);
         assert!(!rules[1].expires_objects, "delete markers only");
     }
 

@@ -1165,6 +1165,30 @@ fn a_prepared_upload_of_a_sink_whose_names_read_as_anothers_is_left_alone() {
     // victim's upload must survive until its commit.
     assert_eq!(victim.commit(&h, 10).unwrap(), CommitStatus::Committed);
     assert_eq!(object(&victim, 1), Some(lines(&recs)));
+
+    // Names that only could collide do not hide a sink's own uploads:
+    // `part-eu-orders.…` reads as sink `orders`'s under `part-eu` too, but
+    // `orders` prepared no such transaction, so `eu-orders` still lists its
+    // own open upload (and its lingering cleanup may abort it).
+    let mut eu_opts = victim_opts.clone();
+    eu_opts.part_prefix = "part".into();
+    let eu_sink = twopc_core::SinkId::new("eu-orders").unwrap();
+    let mut eu = ObjectStoreDestination::open(eu_opts.clone(), &eu_sink).unwrap();
+    let own = twopc_core::ids::TransactionId::compose(&eu_sink, 0, 0xabcd, 1);
+    let mut buf = RecordBatchBuf::terminated_by(b'\n');
+    buf.push(b"x");
+    eu.write(&own, buf.batch()).unwrap();
+    // The attempt dies; the next one lists what it left.
+    drop(eu);
+    let mut eu = ObjectStoreDestination::open(eu_opts, &eu_sink).unwrap();
+    let staged = eu.staged().unwrap();
+    assert!(
+        staged
+            .iter()
+            .any(|t| t.transaction == own && t.state == StagedState::Open),
+        "its own open upload is listed: {staged:?}"
+    );
+    assert_eq!(eu.abort(&own).unwrap(), AbortStatus::Aborted);
 }
 
 /// A server that lists multipart uploads only for an exact key, as MinIO
