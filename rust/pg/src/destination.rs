@@ -165,8 +165,15 @@ use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 /// the same key), shorter than Flink's default checkpoint timeout. A
 /// `lock_timeout` set for the sink's user or database (or in the
 /// connection's options) is kept: it is an operator's choice.
+///
+/// The isolation level is READ COMMITTED whatever the role's or database's
+/// default: at prepare the transaction locks its handle row, which the
+/// control session committed after the transaction's first statement, and
+/// a REPEATABLE READ or SERIALIZABLE snapshot would not see it, so every
+/// prepare failed as if the row had been removed (found by review).
 const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0; \
      SET statement_timeout = 0; \
+     SET default_transaction_isolation = 'read committed'; \
      SELECT set_config('transaction_timeout', '0', false) \
        WHERE current_setting('server_version_num')::int >= 170000; \
      SELECT set_config('lock_timeout', '1min', false) \

@@ -380,6 +380,74 @@ fn a_transaction_whose_role_was_dropped_is_listed_and_named() {
     }
 }
 
+/// A role (or database) whose default isolation level is REPEATABLE READ
+/// or SERIALIZABLE: the writer's transaction still runs at READ COMMITTED,
+/// so at prepare it sees the handle row the control session committed
+/// after its first statement. Before, every prepare failed saying the row
+/// had vanished, and no checkpoint ever committed (found by review).
+#[test]
+fn a_stricter_default_isolation_level_does_not_fail_every_prepare() {
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "isolation", "id bigint NOT NULL, body text");
+    // The sink's control tables exist before the role writes.
+    drop(f.open("run0"));
+    let pw = "isolation-pw-4e1a";
+    let tables: Vec<String> = f
+        .admin
+        .query(
+            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' \
+               AND (tablename LIKE 'twopc\\_%' OR tablename = $1)",
+            &[&f.table],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    let on = tables.join(", ");
+    let mut roles = Vec::new();
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        for (i, level) in ["repeatable read", "serializable"].into_iter().enumerate() {
+            let role = unique("strict");
+            roles.push(role.clone());
+            f.admin
+                .batch_execute(&format!(
+                    "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+                     ALTER ROLE {role} SET default_transaction_isolation = '{level}'; \
+                     GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
+                ))
+                .unwrap();
+            let opts = options_as(&url, &role, pw, f.table.clone(), &["id", "body"]);
+            let run = format!("run{}", i + 1);
+            // The second run starts next to the first one's output.
+            let append = SinkOptions {
+                fresh_start: FreshStartPolicy::Append,
+                ..sink_options()
+            };
+            let mut s = open(&opts, f.ctx(&run), append, None).unwrap();
+            let first = i as i64 * 10;
+            committed(&mut s, &rows(first..first + 3, level), 1);
+        }
+        assert_eq!(
+            count(&mut f.admin, &f.table),
+            6,
+            "{level_rows:?}",
+            level_rows = visible(&mut f.admin, &f.table)
+        );
+    }));
+    rollback_all(&mut f.admin, &f.sink.clone());
+    for role in &roles {
+        for sql in [
+            format!("REVOKE ALL ON {on} FROM {role}"),
+            format!("DROP ROLE {role}"),
+        ] {
+            let _ = f.admin.batch_execute(&sql);
+        }
+    }
+    if let Err(p) = result {
+        std::panic::resume_unwind(p);
+    }
+}
+
 /// The role that prepared `gid`, as PostgreSQL records it.
 fn owner_of(admin: &mut postgres::Client, gid: &str) -> String {
     admin
