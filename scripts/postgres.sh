@@ -8,6 +8,14 @@
 #   scripts/postgres.sh stop      stop the server and delete the cluster
 #   scripts/postgres.sh status    exit 0 when running
 #   scripts/postgres.sh url       print the export line again
+#   scripts/postgres.sh standby   a hot standby of the server on
+#                                 TWOPC_PRIMARY_PORT (streaming replication,
+#                                 created with pg_basebackup if absent), on
+#                                 TWOPC_PG_PORT; prints an export of
+#                                 TWOPC_PG_STANDBY_URL. The tests use it to
+#                                 check that a sink pointed at a standby is
+#                                 refused by name:
+#     eval "$(TWOPC_PG_PORT=54331 TWOPC_PRIMARY_PORT=54329 scripts/postgres.sh standby)"
 #
 # `start` prints one line on stdout, an export of the connection URL, so
 #   eval "$(scripts/postgres.sh start)"
@@ -62,6 +70,7 @@ max_prepared() {
 url_line() {
     local var=TWOPC_PG_URL
     [ "$(max_prepared)" = 0 ] && var=TWOPC_PG_URL_NO_2PC
+    [ -f "$DATA/standby.signal" ] && var=TWOPC_PG_STANDBY_URL
     echo "export $var=postgres://$USER_NAME:$PASSWORD@127.0.0.1:$PORT/$DB_NAME"
 }
 
@@ -226,6 +235,40 @@ start)
     wait_ready
     url_line
     ;;
+standby)
+    ensure_installed
+    primary="${TWOPC_PRIMARY_PORT:?set TWOPC_PRIMARY_PORT to the port of the server to replicate}"
+    if [ ! -f "$DATA/PG_VERSION" ]; then
+        say "creating a hot standby of the server on port $primary in $DATA (port $PORT)"
+        if [ -e "$DIR" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ] && [ ! -e "$MARKER" ]; then
+            say "$DIR exists and was not created by this script; choose another TWOPC_PG_DIR"
+            exit 1
+        fi
+        mkdir -p "$DIR"
+        touch "$MARKER"
+        if [ "$(id -u)" = 0 ]; then
+            chown postgres: "$DIR"
+        fi
+        chmod 700 "$DIR"
+        # Over the primary's Unix socket, where initdb's default rules trust
+        # local replication connections. -R writes standby.signal and the
+        # primary_conninfo the standby streams from.
+        as_owner "$BIN/pg_basebackup" -h "/tmp/twopc-pg-$primary" -p "$primary" -U postgres \
+            -D "$DATA" -R -X stream >"$DIR/basebackup.log" 2>&1 || {
+            cat "$DIR/basebackup.log" >&2
+            exit 1
+        }
+    fi
+    if is_running; then
+        say "already running on 127.0.0.1:$PORT ($DATA)"
+    else
+        # The copied settings name the primary's port and socket: rewritten.
+        start_server
+        say "started a hot standby on 127.0.0.1:$PORT ($DATA, log $LOG)"
+    fi
+    wait_ready
+    url_line
+    ;;
 restart)
     ensure_installed
     if [ ! -f "$DATA/PG_VERSION" ]; then
@@ -264,7 +307,7 @@ url)
     url_line
     ;;
 *)
-    say "usage: $0 start|restart|stop|status|url"
+    say "usage: $0 start|restart|stop|status|url|standby"
     exit 2
     ;;
 esac

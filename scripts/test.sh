@@ -28,11 +28,13 @@ step() {
 }
 
 # Throw-away PostgreSQL servers on loopback for the PostgreSQL destination's
-# tests: one with max_prepared_transactions set, one with it at 0 (the
-# start-up check must reject that). Both are stopped and removed on exit.
+# tests: one with max_prepared_transactions set, a hot standby of it (a sink
+# pointed at a standby must be refused by name), one with it at 0 (the
+# start-up check must reject that). All are stopped and removed on exit.
 # A local S3 server (moto, from PyPI into a venv) for the object-store
 # destination's tests.
 stop_servers() {
+    TWOPC_PG_PORT=54331 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
     bash scripts/postgres.sh stop >/dev/null 2>&1 || true
     TWOPC_PG_PORT=54330 bash scripts/postgres.sh stop >/dev/null 2>&1 || true
     bash scripts/s3.sh stop >/dev/null 2>&1 || true
@@ -42,6 +44,8 @@ trap stop_servers EXIT
 # stops the run here (an `eval "$(...)"` would go on without it).
 say "starting PostgreSQL test servers"
 servers=$(bash scripts/postgres.sh start)
+eval "$servers"
+servers=$(TWOPC_PG_PORT=54331 TWOPC_PRIMARY_PORT=54329 bash scripts/postgres.sh standby)
 eval "$servers"
 servers=$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 bash scripts/postgres.sh start)
 eval "$servers"

@@ -159,10 +159,20 @@ impl Link {
                 .batch_execute(self.setup)
                 .map_err(|e| fail(e, "setting up the session"))?;
         }
-        let pid: i32 = client
-            .query_one("SELECT pg_backend_pid()", &[])
-            .map_err(|e| fail(e, "setting up the session"))?
-            .get(0);
+        let row = client
+            .query_one(
+                "SELECT pg_backend_pid(), pg_is_in_recovery(), \
+                 current_setting('transaction_read_only') = 'on'",
+                &[],
+            )
+            .map_err(|e| fail(e, "setting up the session"))?;
+        let pid: i32 = row.get(0);
+        if let Some(message) = read_only_refusal(self.role, row.get(1), row.get(2)) {
+            // Dropped here, so the next call connects again: a standby
+            // promoted meanwhile, or a multi-host URL's next pick, may be
+            // writable then.
+            return Err(self.lost(message));
+        }
         self.generation += 1;
         if self.generation > 1 {
             log::info!(
@@ -355,6 +365,34 @@ impl Link {
             }
         }
     }
+}
+
+/// Why a new session on a server that cannot take writes is refused, or
+/// `None` when it can. Checked when the session opens, not left to the
+/// first statement: on a hot standby `COMMIT PREPARED` fails with 25006,
+/// which would read as a commit whose outcome is unknown, and the writer's
+/// COPY would fail once per checkpoint with the server's bare words. A
+/// session is refused as unavailable (retryable): a standby gets promoted,
+/// a read-only mode set for maintenance or a full disk gets lifted, and a
+/// multi-host URL may pick another server at the next attempt.
+fn read_only_refusal(role: &str, in_recovery: bool, read_only: bool) -> Option<String> {
+    if in_recovery {
+        return Some(format!(
+            "the {role} connection reached a PostgreSQL server in recovery (a hot standby): \
+             twopc writes, prepares and commits on a primary only, and nothing was run there. \
+             Point the sink at the primary; with several hosts in the URL, add \
+             target_session_attrs=read-write"
+        ));
+    }
+    if read_only {
+        return Some(format!(
+            "the {role} connection is read-only (default_transaction_read_only is on for the \
+             sink's user, its database or the server): twopc cannot write its records or its \
+             control tables, and nothing was run. Turn it off for the sink's user (ALTER ROLE \
+             ... SET default_transaction_read_only = off) or point the sink at a writable server"
+        ));
+    }
+    None
 }
 
 #[cfg(test)]

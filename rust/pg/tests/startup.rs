@@ -6,7 +6,9 @@
 mod common;
 
 use common::*;
+use std::ops::Not;
 use twopc_core::TwopcError;
+
 use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions};
 
 fn config_error(opts: &PgOptions, parallelism: u32) -> String {
@@ -459,4 +461,91 @@ fn declared_types_are_judged_through_domain_chains_and_arrays() {
     let _ = admin.batch_execute(&format!(
         "DROP DOMAIN {stamps} CASCADE; DROP DOMAIN {d2} CASCADE; DROP DOMAIN {d1} CASCADE"
     ));
+}
+
+/// The error of a connect that must be refused as retryable (the server
+/// may become writable), with its message.
+fn refused_for_now(opts: &PgOptions) -> String {
+    match PgDestination::connect(opts.clone(), &ctx(&unique("ro"), "run1", 0, 1)) {
+        Ok(d) => panic!("connect must fail, got {d:?}"),
+        Err(e @ TwopcError::Scan { .. }) => e.to_string(),
+        Err(e) => panic!("expected a retryable start-up error, got: {e}"),
+    }
+}
+
+/// A sink pointed at a hot standby is refused when it connects, by name and
+/// with the way out, instead of failing later at its first COPY, or at a
+/// COMMIT PREPARED whose refusal (25006) would read as an unknown outcome.
+/// With the standby first in a multi-host connection string, the advice
+/// given (target_session_attrs=read-write) is shown to work.
+#[test]
+fn a_hot_standby_is_refused_by_name() {
+    let standby = server!("TWOPC_PG_STANDBY_URL");
+    let url = server!();
+    let f = Fixture::new(&url, "standby");
+    // The table must have reached the standby, so that the refusal is the
+    // standby's, not a missing table's.
+    let mut replica = admin(&standby);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    while replica
+        .query_one("SELECT to_regclass($1::text) IS NOT NULL", &[&f.table])
+        .unwrap()
+        .get::<_, bool>(0)
+        .not()
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the standby did not replay the table"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let msg = refused_for_now(&options(&standby, &f.table));
+    for needle in [
+        "control connection reached a PostgreSQL server in recovery (a hot standby)",
+        "nothing was run there",
+        "target_session_attrs=read-write",
+    ] {
+        assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
+    }
+    let (_, password) = split_password(&url);
+    let both = |attrs: &str| {
+        let mut o = f.opts.clone();
+        o.endpoint = Endpoint::Url(format!(
+            "host=127.0.0.1,127.0.0.1 port={},{} dbname=twopc user=twopc{attrs}",
+            port_of(&standby),
+            port_of(&url)
+        ));
+        o.password = password.clone().map(Password::new);
+        o
+    };
+    let msg = refused_for_now(&both(""));
+    assert!(msg.contains("a hot standby"), "{msg}");
+    PgDestination::connect(
+        both(" target_session_attrs=read-write"),
+        &ctx(&unique("ro"), "run1", 0, 1),
+    )
+    .expect("with target_session_attrs=read-write the primary is chosen");
+}
+
+/// A session made read-only by default_transaction_read_only (set here in
+/// the connection's options, as an ALTER ROLE or a server's read-only mode
+/// would) is refused when it connects, naming the setting.
+#[test]
+fn a_read_only_session_is_refused_by_name() {
+    let url = server!();
+    let f = Fixture::new(&url, "readonly");
+    let mut opts = f.opts.clone();
+    let Endpoint::Url(plain) = &opts.endpoint else {
+        unreachable!("options() gives a URL")
+    };
+    opts.endpoint = Endpoint::Url(format!(
+        "{plain}?options=-c%20default_transaction_read_only%3Don"
+    ));
+    let msg = refused_for_now(&opts);
+    for needle in [
+        "connection is read-only (default_transaction_read_only is on",
+        "ALTER ROLE ... SET default_transaction_read_only = off",
+    ] {
+        assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
+    }
 }

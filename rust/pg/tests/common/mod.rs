@@ -32,7 +32,9 @@ pub fn url_from(var: &str) -> Option<String> {
         _ => panic!(
             "{var} is not set: these tests need a PostgreSQL server. Run \
              `eval \"$(scripts/postgres.sh start)\"` (and, for TWOPC_PG_URL_NO_2PC, \
-             `eval \"$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 scripts/postgres.sh start)\"`) \
+             `eval \"$(TWOPC_PG_PORT=54330 TWOPC_PG_MAX_PREPARED=0 scripts/postgres.sh start)\"`; \
+             for TWOPC_PG_STANDBY_URL, `eval \"$(TWOPC_PG_PORT=54331 TWOPC_PRIMARY_PORT=54329 \
+             scripts/postgres.sh standby)\"`) \
              and run the tests again; set TWOPC_PG_OPTIONAL=1 to skip them instead"
         ),
     }
