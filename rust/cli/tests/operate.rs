@@ -382,9 +382,14 @@ fn leftover(tag: &str) -> (Three, TransactionHandle) {
 }
 
 fn decide(t: &Three, how: &str, txn: &str) -> std::process::Output {
+    decide_at(&t.out, how, txn)
+}
+
+/// `twopc decide <out> --sink orders <how> <txn>`.
+fn decide_at(out: &Path, how: &str, txn: &str) -> std::process::Output {
     twopc(&[
         "decide",
-        t.out.to_str().unwrap(),
+        out.to_str().unwrap(),
         "--sink",
         "orders",
         how,
@@ -796,14 +801,7 @@ fn partly_visible_checkpoint(
 /// `twopc decide --commit` of `pending` succeeds, and inspect then finds
 /// nothing needing attention.
 fn commit_by_hand_completes_the_checkpoint(out: &Path, pending: &TransactionHandle) {
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--commit",
-        pending.transaction.as_str(),
-    ]);
+    let o = decide_at(out, "--commit", pending.transaction.as_str());
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     let (code, v) = inspect_json(out);
     assert_eq!(code, 0, "{v:#}");
@@ -838,16 +836,7 @@ fn inspect_advises_committing_a_prepared_transaction_of_a_completed_checkpoint()
 #[test]
 fn decide_refuses_to_abort_a_prepared_transaction_of_a_completed_checkpoint() {
     let (_dir, out, ok, pending) = partly_visible_checkpoint("partial-abort");
-    let abort = |txn: &str| {
-        twopc(&[
-            "decide",
-            out.to_str().unwrap(),
-            "--sink",
-            "orders",
-            "--abort",
-            txn,
-        ])
-    };
+    let abort = |txn: &str| decide_at(&out, "--abort", txn);
     let o = abort(pending.transaction.as_str());
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let err = stderr(&o);
@@ -883,14 +872,7 @@ fn after_reconcile_removed_a_completed_checkpoint_its_prepared_transaction_may_b
     let lineage = pending.lineage.to_string();
     let o = reconcile_at(&out, &lineage, "1", &["--apply"]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--abort",
-        pending.transaction.as_str(),
-    ]);
+    let o = decide_at(&out, "--abort", pending.transaction.as_str());
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(
         !part(&out, &ok).exists(),
@@ -921,14 +903,7 @@ fn decide_refuses_to_abort_a_transaction_whose_sibling_was_claimed_for_commit() 
     )
     .unwrap();
     let before = snapshot(&out);
-    let o = twopc(&[
-        "decide",
-        out.to_str().unwrap(),
-        "--sink",
-        "orders",
-        "--abort",
-        pending.transaction.as_str(),
-    ]);
+    let o = decide_at(&out, "--abort", pending.transaction.as_str());
     assert_eq!(o.status.code(), Some(3), "{}", stderr(&o));
     let err = stderr(&o);
     assert!(err.contains(claimed.transaction.as_str()), "{err}");

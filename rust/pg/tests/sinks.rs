@@ -32,6 +32,23 @@ fn row(f: &mut Fixture, control_schema: &str) -> Option<Row> {
         .map(|r| (r.get(0), r.get(1), r.get(2), r.get(3), r.get(4)))
 }
 
+/// The control tables and `table`, quoted and comma-separated, for GRANTs
+/// on this test's tables only, never on other tests' tables (which they may
+/// be altering or dropping meanwhile).
+fn tables_of(admin: &mut postgres::Client, table: &str) -> String {
+    let tables: Vec<String> = admin
+        .query(
+            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' \
+               AND (tablename LIKE 'twopc\\_%' OR tablename = $1)",
+            &[&table],
+        )
+        .unwrap()
+        .iter()
+        .map(|r| r.get(0))
+        .collect();
+    tables.join(", ")
+}
+
 #[test]
 fn a_transactional_sink_records_its_resolved_table_and_updates_it_when_it_changes() {
     let url = server!();
@@ -203,18 +220,20 @@ fn a_transaction_another_role_prepared_is_listed_and_not_taken_for_absent() {
     let h = prepared(&mut s, &rows(0..2, "p"), 1);
     drop(s);
     let table = f.table.clone();
-    f.admin
-        .batch_execute(&format!(
+    let on = tables_of(&mut f.admin, &table);
+    grant_serialized(
+        &mut f.admin,
+        &format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
-             GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA public TO {role}"
-        ))
-        .unwrap();
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
+        ),
+    );
     let cleanup = |f: &mut Fixture| {
         for sql in [
-            format!("REVOKE ALL ON ALL TABLES IN SCHEMA public FROM {role}"),
+            format!("REVOKE ALL ON {on} FROM {role}"),
             format!("DROP ROLE {role}"),
         ] {
-            if let Err(e) = f.admin.batch_execute(&sql) {
+            if let Err(e) = grants_serialized(&mut f.admin, &sql) {
                 eprintln!("cleanup: {sql}: {e}");
             }
         }
@@ -300,27 +319,15 @@ fn a_transaction_whose_role_was_dropped_is_listed_and_named() {
     let pw = "dropped-owner-pw-81c3";
     let mut admin = admin(&url);
     admin.batch_execute("SET lock_timeout = '20s'").unwrap();
-    // Grants on this test's tables only: GRANT ... ON ALL TABLES, run by
-    // tests in parallel, may meet "tuple concurrently updated".
-    let tables: Vec<String> = admin
-        .query(
-            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' \
-               AND (tablename LIKE 'twopc\\_%' OR tablename = $1)",
-            &[&f.table],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let on = tables.join(", ");
+    let on = tables_of(&mut admin, &f.table);
     let grant = |role: &str| {
         format!(
             "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
              GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
         )
     };
-    admin.batch_execute(&grant(&gone)).unwrap();
-    admin.batch_execute(&grant(&other)).unwrap();
+    grant_serialized(&mut admin, &grant(&gone));
+    grant_serialized(&mut admin, &grant(&other));
     let table = f.table.clone();
     let sink = f.sink.clone();
     let result = || {
@@ -328,9 +335,10 @@ fn a_transaction_whose_role_was_dropped_is_listed_and_named() {
         let mut s = open(&as_gone, f.ctx("run1"), sink_options(), None).unwrap();
         let h = prepared(&mut s, &rows(0..2, "d"), 1);
         drop(s);
-        f.admin
-            .batch_execute(&format!("REVOKE ALL ON {on} FROM {gone}; DROP ROLE {gone}"))
-            .unwrap();
+        grant_serialized(
+            &mut f.admin,
+            &format!("REVOKE ALL ON {on} FROM {gone}; DROP ROLE {gone}"),
+        );
         let owner: Option<String> = f
             .admin
             .query_one(
@@ -373,7 +381,7 @@ fn a_transaction_whose_role_was_dropped_is_listed_and_named() {
         format!("REVOKE ALL ON {on} FROM {gone}"),
         format!("DROP ROLE IF EXISTS {gone}"),
     ] {
-        let _ = admin.batch_execute(&sql);
+        let _ = grants_serialized(&mut admin, &sql);
     }
     if let Err(p) = outcome {
         std::panic::resume_unwind(p);
@@ -392,30 +400,20 @@ fn a_stricter_default_isolation_level_does_not_fail_every_prepare() {
     // The sink's control tables exist before the role writes.
     drop(f.open("run0"));
     let pw = "isolation-pw-4e1a";
-    let tables: Vec<String> = f
-        .admin
-        .query(
-            "SELECT quote_ident(tablename) FROM pg_tables WHERE schemaname = 'public' \
-               AND (tablename LIKE 'twopc\\_%' OR tablename = $1)",
-            &[&f.table],
-        )
-        .unwrap()
-        .iter()
-        .map(|r| r.get(0))
-        .collect();
-    let on = tables.join(", ");
+    let on = tables_of(&mut f.admin, &f.table);
     let mut roles = Vec::new();
     let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         for (i, level) in ["repeatable read", "serializable"].into_iter().enumerate() {
             let role = unique("strict");
             roles.push(role.clone());
-            f.admin
-                .batch_execute(&format!(
+            grant_serialized(
+                &mut f.admin,
+                &format!(
                     "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
                      ALTER ROLE {role} SET default_transaction_isolation = '{level}'; \
                      GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
-                ))
-                .unwrap();
+                ),
+            );
             let opts = options_as(&url, &role, pw, f.table.clone(), &["id", "body"]);
             let run = format!("run{}", i + 1);
             // The second run starts next to the first one's output.
@@ -440,7 +438,7 @@ fn a_stricter_default_isolation_level_does_not_fail_every_prepare() {
             format!("REVOKE ALL ON {on} FROM {role}"),
             format!("DROP ROLE {role}"),
         ] {
-            let _ = f.admin.batch_execute(&sql);
+            let _ = grants_serialized(&mut f.admin, &sql);
         }
     }
     if let Err(p) = result {

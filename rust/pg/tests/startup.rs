@@ -11,6 +11,13 @@ use twopc_core::TwopcError;
 
 use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions};
 
+/// `opts` with the declared (Flink) types of its columns.
+fn declaring(opts: &PgOptions, types: &[&str]) -> PgOptions {
+    let mut o = opts.clone();
+    o.declared_types = types.iter().map(|t| t.to_string()).collect();
+    o
+}
+
 fn config_error(opts: &PgOptions, parallelism: u32) -> String {
     let sink = unique("startup");
     match PgDestination::connect(opts.clone(), &ctx(&sink, "run1", 0, parallelism)) {
@@ -311,11 +318,7 @@ fn declared_types_that_postgres_would_change_silently_are_rejected() {
     );
     let mut opts = f.opts.clone();
     opts.columns = vec!["id".into(), "amount".into(), "at".into(), "tags".into()];
-    let with = |types: [&str; 4]| {
-        let mut o = opts.clone();
-        o.declared_types = types.iter().map(|t| t.to_string()).collect();
-        o
-    };
+    let with = |types: [&str; 4]| declaring(&opts, &types);
     let msg = config_error(
         &with([
             "bigint",
@@ -377,12 +380,14 @@ fn declared_types_are_judged_through_a_domain() {
     );
     let mut opts = f.opts.clone();
     opts.columns = vec!["id".into(), "amount".into()];
-    opts.declared_types = vec!["bigint".into(), "decimal:10:4".into()];
-    let msg = config_error(&opts, 1);
+    let msg = config_error(&declaring(&opts, &["bigint", "decimal:10:4"]), 1);
     assert!(msg.contains("column \"amount\""), "{msg}");
     assert!(msg.contains("round its 4 fraction digits to 2"), "{msg}");
-    opts.declared_types = vec!["bigint".into(), "decimal:10:2".into()];
-    PgDestination::connect(opts, &ctx(&unique("decl-dom-ok"), "run1", 0, 1)).unwrap();
+    PgDestination::connect(
+        declaring(&opts, &["bigint", "decimal:10:2"]),
+        &ctx(&unique("decl-dom-ok"), "run1", 0, 1),
+    )
+    .unwrap();
     drop(f);
     let _ = admin.batch_execute(&format!("DROP DOMAIN {domain} CASCADE"));
 }
@@ -409,11 +414,7 @@ fn declared_types_are_judged_through_domain_chains_and_arrays() {
     );
     let mut opts = f.opts.clone();
     opts.columns = vec!["id".into(), "a".into(), "b".into(), "c".into()];
-    let with = |types: [&str; 4]| {
-        let mut o = opts.clone();
-        o.declared_types = types.iter().map(|t| t.to_string()).collect();
-        o
-    };
+    let with = |types: [&str; 4]| declaring(&opts, &types);
     let msg = config_error(
         &with([
             "bigint",

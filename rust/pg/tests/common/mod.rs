@@ -540,3 +540,23 @@ pub fn logged(needle: &str) -> Vec<String> {
 pub fn commit_log(h: &TransactionHandle) -> Vec<String> {
     logged(&format!("commit of transaction {}", h.transaction))
 }
+
+/// Runs `sql` (role creations, GRANTs, REVOKEs) in one transaction under
+/// an advisory lock that every test's grants in the public schema take:
+/// two transactions granting on the same table at once (the control tables
+/// are shared by the tests running in parallel) fail with "tuple
+/// concurrently updated". Rolled back on error, so `admin` stays usable.
+pub fn grants_serialized(admin: &mut Client, sql: &str) -> Result<(), postgres::Error> {
+    let r = admin.batch_execute(&format!(
+        "BEGIN; SELECT pg_advisory_xact_lock(70319050); {sql}; COMMIT"
+    ));
+    if r.is_err() {
+        let _ = admin.batch_execute("ROLLBACK");
+    }
+    r
+}
+
+/// [`grants_serialized`], which must succeed.
+pub fn grant_serialized(admin: &mut Client, sql: &str) {
+    grants_serialized(admin, sql).unwrap()
+}
