@@ -307,6 +307,17 @@ pub struct PgDestination {
     records_only: bool,
     /// Test hook (see [`PgDestination::lose_writer_session_after_next_copy`]).
     lose_writer_after_copy: bool,
+    /// Test hook (see [`PgDestination::after_next_refusal`]).
+    after_next_refusal: Option<Box<dyn FnOnce() + Send>>,
+}
+
+/// What a refused finish of a prepared transaction means (see
+/// [`PgDestination::refusal`]).
+enum Refusal {
+    /// It stays prepared: the error to report.
+    Stays(DestinationError),
+    /// Its owner finished it meanwhile: resolve it as not prepared.
+    Gone,
 }
 
 /// The advisory lock held for one sink and subtask, and the writer session
@@ -398,6 +409,7 @@ impl PgDestination {
             segments_known: false,
             records_only: false,
             lose_writer_after_copy: false,
+            after_next_refusal: None,
             options,
         }
     }
@@ -598,6 +610,14 @@ impl PgDestination {
     #[doc(hidden)]
     pub fn lose_writer_session_after_next_copy(&mut self) {
         self.lose_writer_after_copy = true;
+    }
+
+    /// For tests: `hook` runs after the next refusal of a finish of a
+    /// prepared transaction by another role (42501), before the refusal is
+    /// looked into, as when its owner finishes it at that moment.
+    #[doc(hidden)]
+    pub fn after_next_refusal(&mut self, hook: impl FnOnce() + Send + 'static) {
+        self.after_next_refusal = Some(Box::new(hook));
     }
 
     /// For tests: the value of setting `name` in the writer session
@@ -878,19 +898,19 @@ impl PgDestination {
         error::other(&self.secrets, kind, msg)
     }
 
-    /// The error of a `COMMIT PREPARED` or `ROLLBACK PREPARED` of `txn`
-    /// that failed as `f`. PostgreSQL lets only the role that prepared a
-    /// transaction, or a superuser, finish it (SQLSTATE 42501): that is no
-    /// weather a restart waits out, so it is `NotPermitted` (fatal), naming
-    /// the role and what to do. Anything else is `f`'s own error.
-    fn finishing_failed(
-        &mut self,
-        f: Failure,
-        txn: &TransactionId,
-        verb: &str,
-    ) -> DestinationError {
+    /// What a refused `ROLLBACK PREPARED` or `COMMIT PREPARED` means. Only
+    /// 42501 (another role prepared it) is looked into: the transaction
+    /// stays prepared, and the error names the role that may finish it
+    /// (`NotPermitted`, fatal: no restart waits that out);
+    /// or it is no longer prepared, because its owner finished it between
+    /// the refusal and the look-up, and the caller resolves it as one
+    /// PostgreSQL does not hold (a commit record or none), not as refused.
+    fn refusal(&mut self, f: Failure, txn: &TransactionId, verb: &str) -> Refusal {
         if !f.is(INSUFFICIENT_PRIVILEGE) {
-            return f.error;
+            return Refusal::Stays(f.error);
+        }
+        if let Some(hook) = self.after_next_refusal.take() {
+            hook();
         }
         let looked_up = self
             .control
@@ -901,6 +921,15 @@ impl PgDestination {
                 )?)
             });
         let who = match looked_up {
+            Ok(None) => {
+                log::info!(
+                    "twopc sink '{}': {verb} of {txn} was refused ({}), and the transaction is \
+                     no longer prepared: its owner finished it meanwhile",
+                    self.sink,
+                    f.error.message
+                );
+                return Refusal::Gone;
+            }
             // NULL when the role that prepared it was dropped since.
             Ok(Some(row)) => match row.get::<_, Option<String>>(0) {
                 Some(owner) => format!(
@@ -917,7 +946,7 @@ impl PgDestination {
                     f.error.message
                 ),
             },
-            _ => format!(
+            Err(_) => format!(
                 "this connection's role may not finish it: only the role that prepared it or a \
                  superuser may ({}; `SELECT owner FROM pg_prepared_xacts` names the role). It \
                  stays prepared and holds its row locks. Connect this sink (or `twopc decide`) as \
@@ -925,10 +954,10 @@ impl PgDestination {
                 f.error.message
             ),
         };
-        self.err(
+        Refusal::Stays(self.err(
             DestinationErrorKind::NotPermitted,
             format!("{verb} of prepared transaction {txn} was refused: {who}"),
-        )
+        ))
     }
 
     fn txn_sql(&self) -> Option<&TxnSql> {
@@ -1409,7 +1438,10 @@ impl PgDestination {
             }
             Err(f) if f.is(UNDEFINED_OBJECT) => self.resolve_not_prepared(handle, &gid),
             Err(f) if f.is(INSUFFICIENT_PRIVILEGE) => {
-                Err(self.finishing_failed(f, txn, "COMMIT PREPARED"))
+                match self.refusal(f, txn, "COMMIT PREPARED") {
+                    Refusal::Gone => self.resolve_not_prepared(handle, &gid),
+                    Refusal::Stays(e) => Err(e),
+                }
             }
             Err(f) => Err(self.err(
                 f.error.kind,
@@ -1522,25 +1554,39 @@ impl PgDestination {
                 Ok(AbortStatus::Aborted)
             }
             Err(f) if f.is(UNDEFINED_OBJECT) => {
-                // Loose records only: the id names no checkpoint to find a
-                // history segment by. A folded transaction answers NotFound
-                // rather than WasCommitted; nothing is removed either way
-                // (see the history module).
-                let (committed, _) = self.control.run("looking up the commit record", |c| {
-                    let committed = c.query_opt(&find_record, &[&txn.as_str()])?.is_some();
-                    let removed = c.execute(&delete_side, &[&txn.as_str()])?;
-                    Ok((committed, removed))
-                })?;
-                Ok(if committed {
-                    AbortStatus::WasCommitted
-                } else if was_open {
-                    AbortStatus::Aborted
-                } else {
-                    AbortStatus::NotFound
-                })
+                self.abort_not_prepared(txn, was_open, &find_record, &delete_side)
             }
-            Err(f) => Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED")),
+            Err(f) => match self.refusal(f, txn, "ROLLBACK PREPARED") {
+                Refusal::Gone => self.abort_not_prepared(txn, was_open, &find_record, &delete_side),
+                Refusal::Stays(e) => Err(e),
+            },
         }
+    }
+
+    /// The answer to an abort of a transaction PostgreSQL does not hold
+    /// (42704, or finished by its owner meanwhile). Loose records only: the
+    /// id names no checkpoint to find a history segment by. A folded
+    /// transaction answers NotFound rather than WasCommitted; nothing is
+    /// removed either way (see the history module).
+    fn abort_not_prepared(
+        &mut self,
+        txn: &TransactionId,
+        was_open: bool,
+        find_record: &str,
+        delete_side: &str,
+    ) -> Result<AbortStatus, DestinationError> {
+        let (committed, _) = self.control.run("looking up the commit record", |c| {
+            let committed = c.query_opt(find_record, &[&txn.as_str()])?.is_some();
+            let removed = c.execute(delete_side, &[&txn.as_str()])?;
+            Ok((committed, removed))
+        })?;
+        Ok(if committed {
+            AbortStatus::WasCommitted
+        } else if was_open {
+            AbortStatus::Aborted
+        } else {
+            AbortStatus::NotFound
+        })
     }
 
     /// The sink's prepared transactions, with their handles; with
@@ -1814,9 +1860,13 @@ impl PgDestination {
                         e.error
                     );
                 }
-                return Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED (expiry)"));
+                match self.refusal(f, txn, "ROLLBACK PREPARED (expiry)") {
+                    // Its owner finished it: nothing is left to expire.
+                    Refusal::Gone => {}
+                    Refusal::Stays(e) => return Err(e),
+                }
             }
-            Err(f) => return Err(self.finishing_failed(f, txn, "ROLLBACK PREPARED (expiry)")),
+            Err(f) => return Err(f.error),
         }
         self.delete_side_best_effort(&delete_side, txn);
         Ok(())

@@ -9,7 +9,7 @@ mod common;
 
 use common::*;
 use twopc_core::config::{FreshStartPolicy, SinkOptions};
-use twopc_core::destination::Destination;
+use twopc_core::destination::{AbortStatus, CommitStatus, Destination};
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::SinkId;
 use twopc_pg::{PgDestination, PgMode, SinkRecord};
@@ -198,6 +198,97 @@ fn a_user_who_may_not_create_the_sinks_table_runs_the_sink_with_a_warning() {
     let outcome = std::panic::catch_unwind(std::panic::AssertUnwindSafe(result));
     cleanup(&mut f);
     if let Err(p) = outcome {
+        std::panic::resume_unwind(p);
+    }
+}
+
+/// A finish of another role's transaction is refused (42501), and its
+/// owner finishes it before the refusal is looked into: the answer is what
+/// PostgreSQL's state then says, not "refused". A commit finds its commit
+/// record (committed earlier), an abort finds none (not found), an expiry
+/// has nothing left to do and leaves no expiry record. Before, each was
+/// reported as refused, naming a role that no longer held anything, and
+/// the job stopped.
+#[test]
+fn a_refused_finish_whose_owner_finished_it_meanwhile_is_not_reported_refused() {
+    let url = server!();
+    let mut f = Fixture::with_columns(&url, "owner_race", "id bigint NOT NULL, body text");
+    let role = unique("racer");
+    let pw = "racer-pw-17b9";
+    let mut s = f.open("run1");
+    let committed = prepared(&mut s, &rows(0..2, "c"), 1);
+    let aborted = prepared(&mut s, &rows(2..4, "a"), 2);
+    let expired = prepared(&mut s, &rows(4..6, "e"), 3);
+    drop(s);
+    let table = f.table.clone();
+    let on = tables_of(&mut f.admin, &table);
+    grant_serialized(
+        &mut f.admin,
+        &format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}'; \
+             GRANT SELECT, INSERT, UPDATE, DELETE ON {on} TO {role}"
+        ),
+    );
+    let opts = options_as(&url, &role, pw, table.clone(), &["id", "body"]);
+    // The owner's session finishes `gid` with `verb` when the hook runs.
+    let owner_finishes = |verb: &'static str, gid: String| {
+        let mut owner = admin(&url);
+        move || {
+            owner
+                .batch_execute(&format!("{verb} PREPARED '{gid}'"))
+                .unwrap()
+        }
+    };
+    let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut other = PgDestination::connect(opts.clone(), &f.ctx("run2")).unwrap();
+        other.after_next_refusal(owner_finishes(
+            "COMMIT",
+            committed.transaction.as_str().to_string(),
+        ));
+        assert_eq!(
+            other.commit(&committed, 0).unwrap(),
+            CommitStatus::AlreadyCommitted
+        );
+        other.after_next_refusal(owner_finishes(
+            "ROLLBACK",
+            aborted.transaction.as_str().to_string(),
+        ));
+        assert_eq!(
+            other.abort(&aborted.transaction).unwrap(),
+            AbortStatus::NotFound
+        );
+        other.after_next_refusal(owner_finishes(
+            "ROLLBACK",
+            expired.transaction.as_str().to_string(),
+        ));
+        other.expire(&expired.transaction, 1).unwrap();
+        let tombstones: i64 = f
+            .admin
+            .query_one(
+                "SELECT count(*) FROM public.twopc_expired WHERE transaction_id = $1",
+                &[&expired.transaction.as_str()],
+            )
+            .unwrap()
+            .get(0);
+        assert_eq!(tombstones, 0, "an expiry that did not happen left a record");
+        assert!(prepared_gids(&mut f.admin, &f.sink).is_empty());
+        let ids: Vec<i64> = f
+            .admin
+            .query(&format!("SELECT id FROM {table} ORDER BY id"), &[])
+            .unwrap()
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        assert_eq!(ids, vec![0, 1], "only the committed transaction's rows");
+    }));
+    rollback_all(&mut f.admin, &f.sink.clone());
+    for sql in [
+        format!("REVOKE ALL ON {on} FROM {role}"),
+        format!("DROP ROLE {role}"),
+    ] {
+        let _ = grants_serialized(&mut f.admin, &sql);
+    }
+    if let Err(p) = result {
         std::panic::resume_unwind(p);
     }
 }
