@@ -1004,6 +1004,24 @@ impl FsDestination {
                     .stat(DATA_FILE)
                     .map_err(io_err("reading", &claimed.child(DATA_FILE)))?
                 {
+                    // Checked before it is shown, as a first commit checks
+                    // it against the marker: a truncated or changed file
+                    // must not become visible and then be found wrong
+                    // (found by review).
+                    if data.kind != EntryKind::File || data.len != record.data_len {
+                        self.sync_claim()?;
+                        return Ok(CommitStatus::Missing {
+                            evidence: format!(
+                                "it was committed at {} with {} bytes, but its claimed data file \
+                                 {} has {} and was not published: it was truncated or changed \
+                                 before its publication",
+                                twopc_core::timefmt::utc(record.committed_at_ms),
+                                record.data_len,
+                                claimed.child(DATA_FILE).display(),
+                                data.len
+                            ),
+                        });
+                    }
                     // Visible under another name already (a reader renamed
                     // it while a visible-first commit was finishing): never
                     // a second copy.

@@ -126,6 +126,8 @@ impl Dir {
     /// Opens a subdirectory; a link or a file there is an error.
     pub(crate) fn open_dir(&self, name: &str) -> io::Result<Dir> {
         check_name(name)?;
+        self.faults
+            .check(IoStep::Read, IoTiming::Before, &self.child(name))?;
         let fd = rustix::fs::openat(&self.fd, name, nofollow_dir(), Mode::empty())?;
         Ok(Dir {
             fd,

@@ -108,10 +108,22 @@ impl Reader<'_> {
         match parent.open_dir(name) {
             Ok(d) => Ok(Some(d)),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-            Err(e) => Err(self.corrupt(format!(
-                "{} is not a directory of twopc's ({e})",
-                parent.child(name).display()
-            ))),
+            // A file (ENOTDIR), a link (ELOOP with O_NOFOLLOW) or a name no
+            // directory of twopc's has: put there by someone else. Anything
+            // else (EMFILE, EIO, ESTALE, EACCES, ...) is the file system's
+            // answer of the moment, reported as such: a restart may get
+            // past it, a "corrupt" would stop the job for good.
+            Err(e)
+                if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
+                    || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())
+                    || e.kind() == std::io::ErrorKind::InvalidInput =>
+            {
+                Err(self.corrupt(format!(
+                    "{} is not a directory of twopc's ({e})",
+                    parent.child(name).display()
+                )))
+            }
+            Err(e) => Err(DestinationError::io("opening", &parent.child(name), e)),
         }
     }
 

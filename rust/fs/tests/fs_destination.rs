@@ -475,6 +475,87 @@ fn interrupted_commit_is_finished(order: &str, stop_after: &str) {
     assert!(d.staged().unwrap().is_empty(), "{case}");
 }
 
+/// A commit interrupted after its record, whose claimed data was then
+/// truncated: the retry reports it missing and does not publish it. Before,
+/// the short file was made visible and only then found wrong.
+#[test]
+fn claimed_data_changed_after_the_record_is_never_published() {
+    let t = TempDir::new("claimed-short");
+    let (mut d, faults) = faulty_with(FsOptions::new(&t.0));
+    let h = stage(&mut d, 1, 3, &["x", "y"]);
+    faults.arm(IoStep::Publish, IoTiming::Before, 5);
+    d.commit(&h, 5).unwrap_err();
+    assert!(faults.fired());
+    let claimed = d
+        .layout()
+        .committing
+        .join(h.transaction.as_str())
+        .join("data");
+    fs::write(&claimed, "x\n").unwrap();
+    match d.commit(&h, 6).unwrap() {
+        CommitStatus::Missing { evidence } => {
+            assert!(evidence.contains("was not published"), "{evidence}");
+            assert!(evidence.contains("with 4 bytes"), "{evidence}");
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(visible_files(&t.0).is_empty(), "{:?}", visible_files(&t.0));
+}
+
+/// Fails the first opening of a transaction's directory whose path ends in
+/// `name` with `errno`.
+struct FailOpen {
+    name: String,
+    errno: i32,
+    fired: std::sync::atomic::AtomicBool,
+}
+
+impl twopc_fs::IoFaults for FailOpen {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        use std::sync::atomic::Ordering;
+        let hit = step == IoStep::Read
+            && timing == IoTiming::Before
+            && path.file_name().is_some_and(|n| n == self.name.as_str())
+            && path.parent().is_some_and(|p| p.ends_with("staging"));
+        (hit && !self.fired.swap(true, Ordering::SeqCst))
+            .then(|| std::io::Error::from_raw_os_error(self.errno))
+    }
+}
+
+/// An error of the moment while a transaction's directory is opened (too
+/// many open files, a failing device, a stale NFS handle) is reported as
+/// the I/O error it is, which a restart may get past, not as damaged
+/// control data (which stops the job for good); the next look succeeds.
+#[test]
+fn a_passing_error_opening_a_transaction_directory_is_not_corruption() {
+    for errno in [
+        24,  /* EMFILE */
+        5,   /* EIO */
+        116, /* ESTALE */
+    ] {
+        let t = TempDir::new("open-emfile");
+        let h = stage(&mut dest(&t.0), 1, 3, &["x"]);
+        let faults = Arc::new(FailOpen {
+            name: h.transaction.as_str().to_string(),
+            errno,
+            fired: Default::default(),
+        });
+        let mut d =
+            FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), faults.clone()).unwrap();
+        let e = d.staged().unwrap_err();
+        assert_eq!(e.kind, DestinationErrorKind::Io, "errno {errno}: {e}");
+        assert!(!e.message.contains("not a directory of twopc"), "{e}");
+        let staged = d.staged().unwrap();
+        assert_eq!(staged.len(), 1, "errno {errno}: {staged:?}");
+        assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    }
+}
+
 #[test]
 fn a_commit_record_whose_output_is_gone_is_never_already_committed() {
     let t = TempDir::new("gone");
