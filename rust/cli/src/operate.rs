@@ -647,7 +647,12 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
         &a.sink,
         &a.transaction,
         a.decision,
-        RetryPolicy::default(),
+        // An operator at a terminal hears about an unreachable destination
+        // within seconds, not after the minute a job's committer waits out.
+        RetryPolicy {
+            max_attempts: 5,
+            ..RetryPolicy::default()
+        },
         &operator_identity(),
     )?;
     let txn = &a.transaction;

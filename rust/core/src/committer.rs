@@ -180,6 +180,26 @@ impl Committer {
             // the task is being cancelled is not unresolved, and must not
             // stop the job.
             Err(e) if crate::interrupt::requested() => Err(self.given_up(handle, &e)),
+            // Refused for certain (rights, a read-only file system, another
+            // role's prepared transaction): the outcome is known, nothing
+            // was committed, and no retry gets past it. Stopped at once,
+            // fatally, saying so, instead of being retried and then
+            // reported as an unknown outcome.
+            Err(e) if e.kind == DestinationErrorKind::NotPermitted => {
+                let err = TwopcError::Destination {
+                    scope: self.scope.clone(),
+                    action: "committing",
+                    transaction: handle.transaction.clone(),
+                    consequence: "The destination refused the commit, so nothing of it is \
+                         visible; retries and restarts would be refused the same way. The \
+                         transaction stays prepared and in the completed checkpoint's state: fix \
+                         what the error names, then restart the job from its latest checkpoint, \
+                         whose recovery commits it by id.",
+                    source: e,
+                };
+                log::error!("{err}");
+                Err(err)
+            }
             Err(e) if attempt >= self.retry.max_attempts => {
                 let err = TwopcError::CommitUnresolved(Box::new(UnresolvedCommit {
                     scope: self.scope.clone(),

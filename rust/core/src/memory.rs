@@ -38,6 +38,9 @@ pub enum Fault {
     FailBefore,
     /// The call takes effect, then reports failure (a lost response).
     FailAfter,
+    /// The call is refused for certain (`NotPermitted`: rights, a
+    /// read-only file system) and has no effect.
+    Refuse,
 }
 
 type FaultFn = Box<dyn FnMut(Operation, &TransactionId) -> Fault + Send>;
@@ -209,6 +212,10 @@ impl MemoryDestination {
                 effect(&mut s)?;
                 Err(injected(op, txn, true))
             }
+            Fault::Refuse => Err(DestinationError::new(
+                DestinationErrorKind::NotPermitted,
+                format!("injected refusal: {op:?} of {txn} is not permitted"),
+            )),
         }
     }
 

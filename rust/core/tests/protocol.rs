@@ -169,6 +169,44 @@ fn commit_still_unknown_after_retries_stops_the_job() {
     assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
 }
 
+/// A commit the destination refuses for certain (rights, a read-only file
+/// system) has a known outcome: nothing was committed, and no retry gets
+/// past it. It stops the job at once, fatally, naming the transaction and
+/// what to do, without a retry and never as an unknown outcome; after the
+/// fix the commit by id succeeds.
+#[test]
+fn a_commit_refused_for_certain_stops_at_once_and_is_not_unresolved() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut sink = open(&store, &clock, ctx("run1", 0, 1), options(), None, 1).unwrap();
+    let h = prepared(&mut sink, &["a"], 5);
+    let attempts = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+    let counted = attempts.clone();
+    store.set_faults(move |op, _| {
+        if op == Operation::Commit {
+            counted.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Fault::Refuse
+        } else {
+            Fault::None
+        }
+    });
+    let started = clock.now_ms();
+    let err = sink.commit(&h).unwrap_err();
+    assert!(err.is_fatal(), "{err}");
+    assert!(!matches!(err, TwopcError::CommitUnresolved(_)), "{err}");
+    assert_eq!(attempts.load(std::sync::atomic::Ordering::SeqCst), 1);
+    assert_eq!(clock.now_ms(), started, "no back-off");
+    let msg = err.to_string();
+    for needle in [
+        h.transaction.as_str(),
+        "refused the commit",
+        "latest checkpoint",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} missing: {msg}");
+    }
+    store.clear_faults();
+    assert_eq!(sink.commit(&h).unwrap(), CommitOutcome::Committed);
+}
+
 /// Flink cancels a task by interrupting its thread, and kills the
 /// TaskManager when the task has not stopped within its cancellation
 /// timeout: a commit that keeps failing is given up as soon as the caller

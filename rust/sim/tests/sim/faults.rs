@@ -278,6 +278,8 @@ impl<D: Destination> FaultyDestination<D> {
                 effect(&mut self.inner)?;
                 Err(injected(op, txn, true))
             }
+            // The schedules draw lost calls and lost responses only.
+            Fault::Refuse => unreachable!("the simulation never refuses a call"),
         }
     }
 }

@@ -42,7 +42,8 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
     public static final int DEFAULT_BATCH_BYTES = 1 << 20;
     public static final Duration DEFAULT_RETENTION = Duration.ofDays(7);
     public static final Duration DEFAULT_RESTART_ALLOWANCE = Duration.ofMinutes(10);
-    public static final int DEFAULT_COMMIT_MAX_ATTEMPTS = 5;
+    /** About 71 s of back-off at the default back-off: rides out a destination's failover. */
+    public static final int DEFAULT_COMMIT_MAX_ATTEMPTS = 20;
     public static final Duration DEFAULT_COMMIT_INITIAL_BACKOFF = Duration.ofMillis(100);
     public static final Duration DEFAULT_COMMIT_MAX_BACKOFF = Duration.ofSeconds(5);
     public static final Duration DEFAULT_OWNER_WAIT = Duration.ofSeconds(10);
