@@ -11,6 +11,9 @@ import org.apache.flink.types.RowKind;
 import java.io.Serializable;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
+import java.time.OffsetDateTime;
+import java.time.ZoneId;
+import java.time.format.DateTimeFormatter;
 import java.util.Collection;
 import java.util.Date;
 import java.util.Map;
@@ -29,7 +32,9 @@ import java.util.Objects;
  *
  * <p>Values: {@code null} is SQL NULL (an unquoted empty field) and {@code ""} the empty string (a
  * quoted one); numbers, booleans and {@code java.time} values are written as PostgreSQL reads them
- * ({@link BigDecimal} without exponent, {@link Date} as an ISO instant); {@code byte[]} is {@code
+ * ({@link BigDecimal} without exponent, {@link Date} as an ISO instant, {@code java.sql.Timestamp}
+ * as the JVM's local date and time with its offset, so that a {@code timestamp} column gets the
+ * local time and a {@code timestamptz} column the instant); {@code byte[]} is {@code
  * bytea} hex ({@code \x...}); anything else is {@code String.valueOf}. A value is quoted when it
  * contains a comma, a double quote, a line break or a backslash (which also covers {@code \.}, the
  * end-of-data marker), with inner quotes doubled, so line breaks inside values stay inside one row.
@@ -149,8 +154,18 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
         if (value instanceof BigDecimal) {
             return ((BigDecimal) value).toPlainString();
         }
-        if (value instanceof java.sql.Timestamp || value instanceof java.sql.Date || value instanceof java.sql.Time) {
-            return value.toString(); // already in a form PostgreSQL reads
+        if (value instanceof java.sql.Timestamp) {
+            // The JVM's wall-clock time with its offset: a timestamp column keeps the wall-clock
+            // time (PostgreSQL ignores the offset there), a timestamptz column gets the right
+            // instant. Without the offset (toString()), timestamptz read the wall-clock time in
+            // the session's time zone, a shifted instant whenever that differs from the JVM's
+            // (found by review).
+            java.sql.Timestamp ts = (java.sql.Timestamp) value;
+            return OffsetDateTime.ofInstant(ts.toInstant(), ZoneId.systemDefault())
+                    .format(DateTimeFormatter.ISO_OFFSET_DATE_TIME);
+        }
+        if (value instanceof java.sql.Date || value instanceof java.sql.Time) {
+            return value.toString(); // a date, or a time of day, as PostgreSQL reads them
         }
         if (value instanceof Date) {
             return ((Date) value).toInstant().toString();

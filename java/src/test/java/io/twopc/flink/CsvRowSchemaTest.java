@@ -138,6 +138,42 @@ public class CsvRowSchemaTest {
         }
     }
 
+    /**
+     * A {@code java.sql.Timestamp} lands as the same instant in a {@code timestamptz} column and
+     * as the JVM's wall-clock time in a {@code timestamp} column, whatever the session's time
+     * zone. Before, it was written without an offset, and a session zone other than the JVM's
+     * shifted the instant.
+     */
+    @Test
+    public void aSqlTimestampIsTheSameInstantWhateverTheSessionTimeZone() throws Exception {
+        TestPostgres pg = TestPostgres.fromEnvironment();
+        String table = TestPostgres.uniqueName("csv_ts");
+        java.sql.Timestamp ts = java.sql.Timestamp.valueOf("2024-03-01 10:00:00.123456");
+        // A session zone whose offset differs from the JVM's.
+        boolean jvmAtPlus14 = java.time.ZoneId.systemDefault().getRules()
+                .getOffset(ts.toInstant()).getTotalSeconds() == 14 * 3600;
+        String sessionZone = jvmAtPlus14 ? "UTC" : "Pacific/Kiritimati";
+        String row = new String(CsvRowSchema.forArrays().serialize(new Object[] {ts, ts}), StandardCharsets.UTF_8);
+        pg.execute("CREATE TABLE " + table + " (local_ts timestamp(6), at_tz timestamptz(6))");
+        try (Connection c = pg.connect()) {
+            try (Statement s = c.createStatement()) {
+                s.execute("SET TimeZone = '" + sessionZone + "'");
+            }
+            c.unwrap(PGConnection.class).getCopyAPI()
+                    .copyIn("COPY " + table + " (local_ts, at_tz) FROM STDIN WITH (FORMAT csv)",
+                            new StringReader(row + "\n"));
+            try (Statement s = c.createStatement();
+                    ResultSet r = s.executeQuery("SELECT local_ts, at_tz FROM " + table)) {
+                assertThat(r.next()).isTrue();
+                assertThat(r.getObject(1, java.time.LocalDateTime.class)).as(row).isEqualTo(ts.toLocalDateTime());
+                assertThat(r.getObject(2, java.time.OffsetDateTime.class).toInstant()).as(row)
+                        .isEqualTo(ts.toInstant());
+            }
+        } finally {
+            pg.execute("DROP TABLE IF EXISTS " + table);
+        }
+    }
+
     static final class Order {
         final long id;
         final String customer;

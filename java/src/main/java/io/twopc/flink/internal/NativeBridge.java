@@ -54,18 +54,16 @@ public final class NativeBridge {
     public static final int STAT_HOUSEKEEPING_FAILURES = 9;
 
     /** Why the library is not loaded in this class loader, or null once it is. */
-    private static final UnsatisfiedLinkError LOAD_FAILURE;
+    private static volatile UnsatisfiedLinkError loadFailure;
 
     static {
-        UnsatisfiedLinkError failure = null;
         try {
             NativeLoader.load(NativeBridge.class);
         } catch (UnsatisfiedLinkError e) {
             // Kept instead of failing the class: every later use reports the same, original
             // message (a failed static initializer would leave only "Could not initialize class").
-            failure = e;
+            loadFailure = e;
         }
-        LOAD_FAILURE = failure;
     }
 
     private NativeBridge() {}
@@ -77,20 +75,43 @@ public final class NativeBridge {
      * directory) a retryable {@link TwopcException}. Both carry the loader's original message.
      */
     public static void ensureLoaded() {
-        if (LOAD_FAILURE == null) {
+        UnsatisfiedLinkError failure = loadFailure;
+        if (failure == null) {
             return;
         }
-        String message = LOAD_FAILURE.getMessage();
-        TwopcException e = NativeLoader.isPermanent(LOAD_FAILURE)
+        if (!NativeLoader.isPermanent(failure)) {
+            // A failed extraction is tried again at every use, so that the restart the error
+            // asks for can succeed: the class loader (and this class) may outlive the job's
+            // attempt, e.g. with the jar in Flink's lib/ (found by review: the first failure was
+            // kept for good, and every restart failed the same way). System.load never ran for
+            // it, so trying again is safe.
+            synchronized (NativeBridge.class) {
+                failure = loadFailure;
+                if (failure != null && !NativeLoader.isPermanent(failure)) {
+                    try {
+                        NativeLoader.load(NativeBridge.class);
+                        loadFailure = null;
+                        return;
+                    } catch (UnsatisfiedLinkError e) {
+                        loadFailure = e;
+                        failure = e;
+                    }
+                } else if (failure == null) {
+                    return;
+                }
+            }
+        }
+        String message = failure.getMessage();
+        TwopcException e = NativeLoader.isPermanent(failure)
                 ? new TwopcConfigException(message)
                 : new TwopcException(message);
-        e.initCause(LOAD_FAILURE);
+        e.initCause(failure);
         throw e;
     }
 
     /** True when the library is loaded in this class loader. */
     public static boolean isLoaded() {
-        return LOAD_FAILURE == null;
+        return loadFailure == null;
     }
 
     /** Checks a configuration exactly as the open calls will; throws what they would. */

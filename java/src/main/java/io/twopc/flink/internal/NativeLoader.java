@@ -45,8 +45,9 @@ public final class NativeLoader {
     /** Per class loader: this class is loaded once by each of them. */
     private static boolean loaded;
     /**
-     * The first failure, kept: a later attempt in the same class loader (a Flink restart of the
-     * job) gets the same message, never a bare "could not initialize class".
+     * The first permanent failure (see {@link #isPermanent}), kept: a later attempt in the same
+     * class loader (a Flink restart of the job) gets the same message, never a bare "could not
+     * initialize class". A failed extraction is not kept: the next attempt tries again.
      */
     private static UnsatisfiedLinkError failure;
 
@@ -80,7 +81,9 @@ public final class NativeLoader {
         try {
             loadOnce(owner);
         } catch (UnsatisfiedLinkError e) {
-            failure = e;
+            if (isPermanent(e)) {
+                failure = e;
+            }
             throw e;
         }
     }

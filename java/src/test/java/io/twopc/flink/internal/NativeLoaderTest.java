@@ -311,6 +311,41 @@ public class NativeLoaderTest {
         }
     }
 
+    /**
+     * A failed extraction (here: the directory for the copy is missing, as when a temporary
+     * directory is full or cleaned) is retryable, and is tried again at the next use in the same
+     * class loader: once the directory is there, the library loads and sinks open. Before, the
+     * first failure was kept for good and every restart failed the same way.
+     */
+    @Test
+    public void aFailedExtractionIsTriedAgainAtTheNextUse() throws Exception {
+        File missing = new File(tmp.getRoot(), "not-yet");
+        String before = System.getProperty(NativeLoader.TMPDIR_PROPERTY);
+        try {
+            System.setProperty(NativeLoader.TMPDIR_PROPERTY, missing.getPath());
+            try (ChildFirst loader = new ChildFirst()) {
+                Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+                assertThat((boolean) bridge.getMethod("isLoaded").invoke(null)).isFalse();
+                for (int attempt = 0; attempt < 2; attempt++) {
+                    Throwable t = causeOf(() -> bridge.getMethod("ensureLoaded").invoke(null));
+                    assertThat(t.getClass().getName()).isEqualTo("io.twopc.flink.TwopcException");
+                    assertThat(t).hasMessageContaining("could not extract");
+                }
+                assertThat(missing.mkdirs()).isTrue();
+                bridge.getMethod("ensureLoaded").invoke(null);
+                assertThat((boolean) bridge.getMethod("isLoaded").invoke(null)).isTrue();
+                long sink = openIn(bridge, tmp.newFolder("after-retry"), "retried");
+                bridge.getMethod("close", long.class).invoke(null, sink);
+            }
+        } finally {
+            if (before == null) {
+                System.clearProperty(NativeLoader.TMPDIR_PROPERTY);
+            } else {
+                System.setProperty(NativeLoader.TMPDIR_PROPERTY, before);
+            }
+        }
+    }
+
     @Test
     public void theLibraryPropertyOverridesTheJar() throws Exception {
         URL packed = NativeBridge.class.getClassLoader().getResource("native/linux-x86_64/libtwopc_jni.so");
