@@ -409,6 +409,47 @@ impl FsDestination {
         self.reader().corrupt(message)
     }
 
+    /// Writes the tombstone of a retraction of `txn` (its time), durably.
+    fn record_retraction(&self, txn: &TransactionId) -> Result<(), DestinationError> {
+        let dir = self
+            .dirs
+            .sink_dir
+            .ensure_dir(names::RETRACTED)
+            .map_err(io_err(
+                "creating",
+                &self.dirs.sink_dir.child(names::RETRACTED),
+            ))?;
+        dir.write_atomically(
+            &self.dirs.tmp,
+            txn.as_str(),
+            now_ms().to_string().as_bytes(),
+            true,
+            IoStep::Note,
+        )
+        .map_err(io_err(
+            "writing retraction record",
+            &dir.child(txn.as_str()),
+        ))
+    }
+
+    /// When a retraction of `txn` began, if one did (see
+    /// [`FsDestination::record_retraction`]).
+    fn retracted_at(&self, txn: &TransactionId) -> Result<Option<u64>, DestinationError> {
+        let dir = match self.dirs.sink_dir.open_dir(names::RETRACTED) {
+            Ok(d) => d,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => {
+                return Err(DestinationError::io(
+                    "opening",
+                    &self.dirs.sink_dir.child(names::RETRACTED),
+                    e,
+                ))
+            }
+        };
+        // The same form as an expiry's tombstone: a time in milliseconds.
+        self.reader().expired_at(&dir, txn)
+    }
+
     fn missing_evidence(&self, txn: &TransactionId) -> Result<String, DestinationError> {
         // The trash first, the tombstone second: an expiry writes its
         // tombstone before it empties the trash, so a removal that is over
@@ -423,6 +464,18 @@ impl FsDestination {
             .into_iter()
             .filter_map(|e| e.name)
             .any(|n| names::parse_trash_name(&n).as_ref() == Some(txn));
+        if let Some(at) = self.retracted_at(txn)? {
+            return Ok(format!(
+                "it was committed, then retracted at {} by a rewind (REPLACE_RANGE or `twopc \
+                 reconcile`), which removed its output and its commit record (tombstone {})",
+                twopc_core::timefmt::utc(at),
+                self.dirs
+                    .sink_dir
+                    .child(names::RETRACTED)
+                    .join(txn.as_str())
+                    .display()
+            ));
+        }
         if let Some(at) = self.reader().expired_at(&self.dirs.expired, txn)? {
             return Ok(format!(
                 "its staged data was removed by retention cleanup at {} (tombstone {})",
@@ -998,7 +1051,12 @@ impl FsDestination {
         record: &CommitRecord,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
+        // Whether the output is known to have been visible: a claim is
+        // removed only after its output was published and made durable, so
+        // without one it was; with one, when this call found it published.
+        let mut shown = true;
         if let Some(claimed) = self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
+            shown = false;
             if let Some(file) = &record.file {
                 if let Some(data) = claimed
                     .stat(DATA_FILE)
@@ -1030,9 +1088,11 @@ impl FsDestination {
                             return Err(self.published_elsewhere(txn, &claimed, &other, file));
                         }
                     }
+                    // Ok only when the output was there at that moment.
                     if self.publish(&claimed, file, record.data_len)? {
                         self.last_visible = Some(std::time::Instant::now());
                     }
+                    shown = true;
                 } else {
                     // Published by another commit, which may not have
                     // synced the output directory yet: durable before the
@@ -1049,14 +1109,43 @@ impl FsDestination {
                 .stat(file)
                 .map_err(io_err("reading", &self.output.child(file)))?;
             if !present.is_some_and(|s| s.kind == EntryKind::File) {
-                return Ok(CommitStatus::Missing {
-                    evidence: format!(
-                        "it was committed at {}, but its output {} is gone: it was removed \
-                         after the commit",
-                        twopc_core::timefmt::utc(record.committed_at_ms),
-                        self.output.child(file).display()
-                    ),
-                });
+                let at = twopc_core::timefmt::utc(record.committed_at_ms);
+                let path = self.output.child(file);
+                if let Some(retracted) = self.retracted_at(txn)? {
+                    return Ok(CommitStatus::Missing {
+                        evidence: format!(
+                            "it was committed at {at}, then retracted at {} by a rewind \
+                             (REPLACE_RANGE or `twopc reconcile`), which removed its output {} \
+                             and was interrupted before its commit record went",
+                            twopc_core::timefmt::utc(retracted),
+                            path.display()
+                        ),
+                    });
+                }
+                if !shown {
+                    return Ok(CommitStatus::Missing {
+                        evidence: format!(
+                            "it was committed at {at}, but its output {} is gone, and so is its \
+                             claimed data: it was removed outside twopc before its publication \
+                             could be confirmed",
+                            path.display()
+                        ),
+                    });
+                }
+                // The commit happened and its output was visible: a reader
+                // that consumes output by deleting or moving it (or an
+                // operator) took it since. Committing again must succeed,
+                // as a repeated commit does; a restore of the checkpoint
+                // that holds it re-commits it (found by review: such a
+                // job stopped as LOST at every failover).
+                log::warn!(
+                    "sink '{}': transaction {txn} was committed at {at}, and its output {} has been \
+                     removed since (a reader that deletes or moves what it consumes, or an \
+                     operator); the commit stands and is not repeated",
+                    self.sink,
+                    path.display()
+                );
+                return Ok(CommitStatus::AlreadyCommitted);
             }
             // Its length too, as a commit that meets a concurrent one's
             // publication checks it (found by review: a truncated or
@@ -1694,6 +1783,10 @@ impl Destination for FsDestination {
                     committed.transaction
                 )));
             }
+            // Durable before the output goes: a retraction interrupted
+            // between the two removals reads as retracted, not as output a
+            // reader removed after the commit (see `already_committed`).
+            self.record_retraction(&committed.transaction)?;
             if self
                 .output
                 .unlink(file)

@@ -17,6 +17,9 @@ pub(crate) const OWNERS: &str = "owners";
 pub(crate) const LINEAGES: &str = "lineages";
 pub(crate) const RUNS: &str = "runs";
 pub(crate) const LOST: &str = "lost";
+/// Tombstones of retracted commits (a rewind under REPLACE_RANGE, `twopc
+/// reconcile`), written before the output is removed and kept.
+pub(crate) const RETRACTED: &str = "retracted";
 pub(crate) const OPERATIONS: &str = "operations";
 pub(crate) const HISTORY: &str = "history";
 /// Lock file (in `_twopc/<sink>/`) held while the history is rewritten.

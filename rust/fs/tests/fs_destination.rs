@@ -15,7 +15,7 @@ use twopc_core::destination::{
 };
 use twopc_core::error::DestinationErrorKind;
 use twopc_core::ids::{LineageId, RunId};
-use twopc_fs::{FsDestination, FsOptions, IoMode, IoStep, IoTiming, RecordFormat};
+use twopc_fs::{CommitOrder, FsDestination, FsOptions, IoMode, IoStep, IoTiming, RecordFormat};
 
 #[test]
 fn staged_data_is_hidden_and_commit_publishes_one_file() {
@@ -164,15 +164,21 @@ fn a_commit_makes_each_step_durable_before_the_next() {
     let steps = durable_steps(&mut d, &log, &h, CommitStatus::AlreadyCommitted);
     assert_eq!(steps, [(IoStep::DirSync, layout.committed.clone())]);
 
-    // A retraction removes the output, then whatever is left of a claim,
-    // then the record, each durable before the next: a claim that came
-    // back without its record would be rolled forward and found missing.
+    // A retraction writes its tombstone, then removes the output, then
+    // whatever is left of a claim, then the record, each durable before the
+    // next: a claim that came back without its record would be rolled
+    // forward and found missing, and output gone without a tombstone would
+    // read as removed by a reader after the commit.
     let committed = d.committed_after(LineageId(7), 0).unwrap();
     log.0.lock().unwrap().clear();
     d.retract(&committed[0]).unwrap();
     let synced = log.paths_of(IoStep::DirSync);
+    let tombstone = synced
+        .iter()
+        .position(|p| p == &layout.sink_dir.join("retracted"))
+        .expect("the tombstone's directory is synced");
     assert_eq!(
-        synced[..3],
+        synced[tombstone + 1..tombstone + 4],
         [
             t.0.clone(),
             layout.committing.clone(),
@@ -556,16 +562,100 @@ fn a_passing_error_opening_a_transaction_directory_is_not_corruption() {
     }
 }
 
+/// A reader that consumes output by deleting (or moving) it took a
+/// committed file, and the checkpoint that holds the transaction is
+/// restored (a failover): its commit is repeated and must succeed, as any
+/// repeated commit does. Before, it answered LOST and the job stopped at
+/// every failover.
 #[test]
-fn a_commit_record_whose_output_is_gone_is_never_already_committed() {
-    let t = TempDir::new("gone");
-    let mut d = dest(&t.0);
+fn output_a_reader_removed_after_the_commit_does_not_make_a_repeated_commit_lost() {
+    for order in [CommitOrder::DurableFirst, CommitOrder::VisibleFirst] {
+        let t = TempDir::new("gone");
+        let mut d = FsDestination::open(
+            FsOptions {
+                commit_order: order,
+                ..FsOptions::new(&t.0)
+            },
+            &sink(),
+        )
+        .unwrap();
+        let h = stage(&mut d, 1, 3, &["x"]);
+        d.commit(&h, 5).unwrap();
+        fs::remove_file(part(&t.0, 1)).unwrap();
+        assert_eq!(
+            d.commit(&h, 6).unwrap(),
+            CommitStatus::AlreadyCommitted,
+            "{order:?}"
+        );
+        assert!(visible_files(&t.0).is_empty(), "nothing is shown again");
+    }
+}
+
+/// Fails the first removal of a file in `committed/` (a commit record).
+struct FailRecordRemoval(std::sync::atomic::AtomicBool);
+
+impl twopc_fs::IoFaults for FailRecordRemoval {
+    fn inject(
+        &self,
+        step: IoStep,
+        timing: IoTiming,
+        path: &std::path::Path,
+    ) -> Option<std::io::Error> {
+        let hit = step == IoStep::Remove
+            && timing == IoTiming::Before
+            && path.parent().is_some_and(|p| p.ends_with("committed"));
+        (hit && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst))
+            .then(|| std::io::Error::from_raw_os_error(5))
+    }
+}
+
+/// A retraction (a rewind under REPLACE_RANGE, `twopc reconcile`) removed
+/// the output and was interrupted before the commit record went: a commit
+/// of the transaction then is missing, saying it was retracted, never
+/// "already committed" (the records are gone from the output and a replay
+/// writes them again). After the retraction is repeated, the same.
+#[test]
+fn an_interrupted_retraction_is_told_apart_from_a_reader_removing_output() {
+    let t = TempDir::new("retract-cut");
+    let faults = Arc::new(FailRecordRemoval(Default::default()));
+    let mut d =
+        FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), faults.clone()).unwrap();
     let h = stage(&mut d, 1, 3, &["x"]);
     d.commit(&h, 5).unwrap();
-    fs::remove_file(part(&t.0, 1)).unwrap();
+    let later = d.committed_after(LineageId(7), 2).unwrap();
+    assert_eq!(later.len(), 1);
+    d.retract(&later[0]).unwrap_err();
+    assert!(!part(&t.0, 1).exists(), "the output went first");
+    for round in ["interrupted", "finished"] {
+        match d.commit(&h, 6).unwrap() {
+            CommitStatus::Missing { evidence } => {
+                assert!(evidence.contains("retracted at"), "{round}: {evidence}")
+            }
+            other => panic!("{round}: {other:?}"),
+        }
+        d.retract(&later[0]).unwrap();
+    }
+    assert!(visible_files(&t.0).is_empty());
+}
+
+/// A commit interrupted after its record, whose claimed data was then
+/// removed before its publication could be seen: its output was never
+/// shown for certain, so a repeated commit reports it missing.
+#[test]
+fn claimed_data_removed_before_its_publication_is_missing() {
+    let t = TempDir::new("claimed-gone");
+    let (mut d, faults) = faulty_with(FsOptions::new(&t.0));
+    let h = stage(&mut d, 1, 3, &["x"]);
+    faults.arm(IoStep::Publish, IoTiming::Before, 5);
+    d.commit(&h, 5).unwrap_err();
+    let claimed = d.layout().committing.join(h.transaction.as_str());
+    fs::remove_file(claimed.join("data")).unwrap();
     match d.commit(&h, 6).unwrap() {
         CommitStatus::Missing { evidence } => {
-            assert!(evidence.contains("is gone"), "{evidence}")
+            assert!(
+                evidence.contains("before its publication could be confirmed"),
+                "{evidence}"
+            )
         }
         other => panic!("{other:?}"),
     }

@@ -850,15 +850,26 @@ impl ObjectStoreDestination {
             return Ok(CommitStatus::Missing { evidence });
         }
         match self.head(&record.key).await? {
-            None => Ok(CommitStatus::Missing {
-                evidence: format!(
-                    "it was committed at {} (its commit record is present), but its object \
-                     s3://{}/{} is gone: it was removed after the commit",
+            // The record is written after the upload was completed, so the
+            // object was visible; a retraction's tombstone was looked for
+            // above. A reader that consumes objects by deleting or moving
+            // them, or an expiry rule on the output, took it since: the
+            // commit stands, and a restore that repeats it must succeed
+            // (found by review: such a job stopped as LOST at every
+            // failover).
+            None => {
+                log::warn!(
+                    "sink '{}': transaction {txn} was committed at {}, and its object s3://{}/{} \
+                     has been removed since (a reader that deletes or moves what it consumes, \
+                     an expiry rule, or an operator); the commit stands and is not repeated",
+                    self.layout.sink,
                     twopc_core::timefmt::utc(record.committed_at_ms),
                     self.layout.bucket,
                     record.key
-                ),
-            }),
+                );
+                self.tidy_after_commit(txn, &record.key, None).await;
+                Ok(CommitStatus::AlreadyCommitted)
+            }
             Some(meta)
                 if meta.size == record.size
                     && (record.e_tag.is_empty()
