@@ -190,11 +190,12 @@ impl Committer {
                     scope: self.scope.clone(),
                     action: "committing",
                     transaction: handle.transaction.clone(),
-                    consequence: "The destination refused the commit, so nothing of it is \
-                         visible; retries and restarts would be refused the same way. The \
-                         transaction stays prepared and in the completed checkpoint's state: fix \
-                         what the error names, then restart the job from its latest checkpoint, \
-                         whose recovery commits it by id.",
+                    consequence: "The destination refused a step of the commit, and retries \
+                         and restarts would be refused the same way. The transaction stays in the \
+                         completed checkpoint's state (its output may be visible already, if the \
+                         refusal came after its publication): fix what the error names, then \
+                         restart the job from its latest checkpoint, whose recovery finishes the \
+                         commit by id.",
                     source: e,
                 };
                 log::error!("{err}");

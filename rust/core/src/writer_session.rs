@@ -74,8 +74,17 @@ pub struct WriterSession {
     /// lineage and checkpoint, so that a restored open transaction found
     /// committed by a later checkpoint is retracted rather than refused.
     replace_after: Option<(LineageId, CheckpointId)>,
-    /// Transactions of the restored state this writer may be asked to abort.
+    /// The open transactions of the restored state: this writer may be
+    /// asked to abort them. (A restored prepared one belongs to a completed
+    /// checkpoint: it is committed, never aborted.)
     restored: HashSet<TransactionId>,
+    /// The transaction this writer prepared last, until it begins the next
+    /// one: the SinkFunction aborts it when beginning the next failed (see
+    /// [`WriterSession::abort`]).
+    just_prepared: Option<TransactionId>,
+    /// Transactions this writer aborted: an abort is repeatable. (Few: a
+    /// writer aborts at close, at a restore and after a failed prepare.)
+    aborted: HashSet<TransactionId>,
     stats: WriterStats,
 }
 
@@ -104,8 +113,15 @@ impl WriterSession {
                 _ => None,
             },
             restored: restore
-                .map(|r| r.handles().map(|h| h.transaction.clone()).collect())
+                .map(|r| {
+                    r.handles()
+                        .filter(|h| h.prepared().is_none())
+                        .map(|h| h.transaction.clone())
+                        .collect()
+                })
                 .unwrap_or_default(),
+            just_prepared: None,
+            aborted: HashSet::new(),
             ctx,
             stats: WriterStats::default(),
         };
@@ -169,7 +185,10 @@ impl WriterSession {
         dest: &mut D,
         clock: &C,
     ) -> Result<TransactionHandle, TwopcError> {
-        self.writer.begin(dest, clock.now_ms())
+        let handle = self.writer.begin(dest, clock.now_ms())?;
+        // Handed on: the checkpoint it was prepared for may complete now.
+        self.just_prepared = None;
+        Ok(handle)
     }
 
     /// Stages a batch of records (see [`crate::records`]) into the open
@@ -202,6 +221,9 @@ impl WriterSession {
     ) -> Result<TransactionHandle, TwopcError> {
         fault_point!("twopc-prepare-before", self.ctx.scope(), txn);
         let handle = self.writer.prepare(dest, txn, checkpoint, clock.now_ms())?;
+        // Before the fault point: a prepare whose success is lost on the way
+        // is aborted by the caller like one that failed.
+        self.just_prepared = Some(txn.clone());
         fault_point!("twopc-prepare-after", self.ctx.scope(), txn);
         self.stats.prepared += 1;
         Ok(handle)
@@ -226,10 +248,37 @@ impl WriterSession {
                 ),
             });
         }
-        let why = if self.writer.current() == Some(&handle.transaction) {
+        // A prepared transaction is aborted only when this writer just
+        // prepared it (the next could not begin, so its checkpoint fails) or
+        // aborted it before. Handle bytes naming another prepared one (a
+        // checkpoint's, which may have completed: stale or mixed up) are
+        // refused, or a later commit of it would find it gone and stop the
+        // job as LOST (found by review). An open transaction is never
+        // committed, so aborting one is always safe, whichever subtask's it
+        // was: after a rescale, Flink hands the SinkFunction's own state to
+        // subtasks independently of the writer states, so its restore may
+        // name an open transaction this writer's restored state does not
+        // (found by a second review).
+        let txn = &handle.transaction;
+        let why = if self.writer.current() == Some(txn) {
             "closing: the open transaction is not part of any checkpoint"
-        } else {
+        } else if self.just_prepared.as_ref() == Some(txn) {
+            "the next transaction could not begin, so the checkpoint it was prepared for fails"
+        } else if self.aborted.contains(txn) {
+            "aborted before: an abort is repeatable"
+        } else if self.restored.contains(txn) || handle.prepared().is_none() {
             "restored open transaction: not part of the completed checkpoint"
+        } else {
+            return Err(TwopcError::Protocol {
+                scope: self.ctx.scope(),
+                message: format!(
+                    "refusing to abort transaction {txn}: it was prepared for checkpoint {}, \
+                     and it is not the transaction this writer just prepared. A prepared \
+                     transaction of a checkpoint is committed when the checkpoint completes, \
+                     never aborted; nothing was changed",
+                    handle.checkpoint().unwrap_or_default()
+                ),
+            });
         };
         fault_point!("twopc-abort-before", self.ctx.scope(), &handle.transaction);
         if let Some(outcome) = self.retract_if_rewound(dest, handle)? {
@@ -239,6 +288,10 @@ impl WriterSession {
         let outcome = committer.abort(dest, &handle.transaction, why)?;
         self.writer.forget(&handle.transaction);
         self.restored.remove(&handle.transaction);
+        if self.just_prepared.as_ref() == Some(&handle.transaction) {
+            self.just_prepared = None;
+        }
+        self.aborted.insert(handle.transaction.clone());
         if outcome == AbortOutcome::Aborted {
             self.stats.aborted += 1;
         }
@@ -287,6 +340,7 @@ impl WriterSession {
                 source,
             })?;
         self.restored.remove(&handle.transaction);
+        self.aborted.insert(handle.transaction.clone());
         Ok(Some(AbortOutcome::Aborted))
     }
 }

@@ -198,7 +198,7 @@ fn a_commit_refused_for_certain_stops_at_once_and_is_not_unresolved() {
     let msg = err.to_string();
     for needle in [
         h.transaction.as_str(),
-        "refused the commit",
+        "refused a step of the commit",
         "latest checkpoint",
     ] {
         assert!(msg.contains(needle), "{needle:?} missing: {msg}");
@@ -350,6 +350,45 @@ fn abort_is_repeatable_and_never_removes_committed_output() {
         Err(TwopcError::Protocol { .. })
     ));
     assert_eq!(visible(&store), vec!["kept"]);
+}
+
+/// A writer aborts a prepared transaction only when it just prepared it
+/// (the SinkFunction aborts it when beginning the next failed) or aborted
+/// it already. Handle bytes naming another prepared one (of a checkpoint
+/// that may have completed, its own or another subtask's) are refused and
+/// change nothing: a later commit of it must still succeed. An open
+/// transaction, never committed, may be aborted whoever's it was (after a
+/// rescale, the SinkFunction's restore may hand one to another subtask).
+#[test]
+fn a_writer_refuses_to_abort_what_is_not_its_own_to_abort() {
+    let (store, clock) = (MemoryStore::new(), TestClock::default());
+    let mut s0 = open(&store, &clock, ctx("run1", 0, 2), options(), None, 1).unwrap();
+    let mut s1 = open(&store, &clock, ctx("run1", 1, 2), options(), None, 1).unwrap();
+    // Prepared, then the next transaction began: handed on to its checkpoint.
+    let handed_on = prepared(&mut s0, &["a"], 1);
+    let next = s0.begin().unwrap();
+    let others = prepared(&mut s1, &["b"], 1);
+    for h in [&handed_on, &others] {
+        let err = s0.abort(h).unwrap_err();
+        assert!(
+            matches!(&err, TwopcError::Protocol { message, .. } if message.contains("refusing to abort")),
+            "{err}"
+        );
+    }
+    assert_eq!(s0.commit(&handed_on).unwrap(), CommitOutcome::Committed);
+    assert_eq!(s1.commit(&others).unwrap(), CommitOutcome::Committed);
+    assert_eq!(visible(&store), vec!["a", "b"]);
+    // Another subtask's open transaction.
+    let open_elsewhere = s1.begin().unwrap();
+    s1.write(&open_elsewhere.transaction, &batch(&["x"]))
+        .unwrap();
+    assert_eq!(s0.abort(&open_elsewhere).unwrap(), AbortOutcome::Aborted);
+    // Just prepared, the next not begun: may be aborted, and again.
+    s0.write(&next.transaction, &batch(&["c"])).unwrap();
+    let just = s0.prepare(&next.transaction, 2).unwrap();
+    assert_eq!(s0.abort(&just).unwrap(), AbortOutcome::Aborted);
+    assert_eq!(s0.abort(&just).unwrap(), AbortOutcome::NothingStaged);
+    assert_eq!(visible(&store), vec!["a", "b"]);
 }
 
 #[test]

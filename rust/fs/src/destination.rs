@@ -1051,12 +1051,7 @@ impl FsDestination {
         record: &CommitRecord,
     ) -> Result<CommitStatus, DestinationError> {
         let txn = &handle.transaction;
-        // Whether the output is known to have been visible: a claim is
-        // removed only after its output was published and made durable, so
-        // without one it was; with one, when this call found it published.
-        let mut shown = true;
         if let Some(claimed) = self.open_txn_dir(&self.dirs.committing, txn.as_str())? {
-            shown = false;
             if let Some(file) = &record.file {
                 if let Some(data) = claimed
                     .stat(DATA_FILE)
@@ -1088,16 +1083,17 @@ impl FsDestination {
                             return Err(self.published_elsewhere(txn, &claimed, &other, file));
                         }
                     }
-                    // Ok only when the output was there at that moment.
                     if self.publish(&claimed, file, record.data_len)? {
                         self.last_visible = Some(std::time::Instant::now());
                     }
-                    shown = true;
                 } else {
                     // Published by another commit, which may not have
                     // synced the output directory yet: durable before the
                     // claim, the last copy of the way back, goes (found by
-                    // review).
+                    // review). Only a publication takes the data out of a
+                    // claim (a rename, or the staged name's removal after
+                    // the link), so it was shown: a reader may have taken
+                    // it since (found by a second review).
                     self.sync_dir(&self.output)?;
                 }
             }
@@ -1122,22 +1118,15 @@ impl FsDestination {
                         ),
                     });
                 }
-                if !shown {
-                    return Ok(CommitStatus::Missing {
-                        evidence: format!(
-                            "it was committed at {at}, but its output {} is gone, and so is its \
-                             claimed data: it was removed outside twopc before its publication \
-                             could be confirmed",
-                            path.display()
-                        ),
-                    });
-                }
-                // The commit happened and its output was visible: a reader
-                // that consumes output by deleting or moving it (or an
-                // operator) took it since. Committing again must succeed,
-                // as a repeated commit does; a restore of the checkpoint
-                // that holds it re-commits it (found by review: such a
-                // job stopped as LOST at every failover).
+                // The output was published: a claim is removed only after
+                // that, and a claim this call met was finished above (by a
+                // publication, or found published). So the commit happened
+                // and its output was visible: a reader that consumes output
+                // by deleting or moving it (or an operator) took it since.
+                // Committing again must succeed, as a repeated commit does;
+                // a restore of the checkpoint that holds it re-commits it
+                // (found by review: such a job stopped as LOST at every
+                // failover).
                 log::warn!(
                     "sink '{}': transaction {txn} was committed at {at}, and its output {} has been \
                      removed since (a reader that deletes or moves what it consumes, or an \

@@ -110,9 +110,10 @@ impl Reader<'_> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
             // A file (ENOTDIR), a link (ELOOP with O_NOFOLLOW) or a name no
             // directory of twopc's has: put there by someone else. Anything
-            // else (EMFILE, EIO, ESTALE, EACCES, ...) is the file system's
-            // answer of the moment, reported as such: a restart may get
-            // past it, a "corrupt" would stop the job for good.
+            // else is the file system's answer, reported as such: an error
+            // of the moment (EMFILE, EIO, ESTALE) is retryable, a restart
+            // may get past it, where a "corrupt" would stop the job for
+            // good; a refusal (EACCES, EPERM, EROFS) stays NotPermitted.
             Err(e)
                 if e.raw_os_error() == Some(rustix::io::Errno::NOTDIR.raw_os_error())
                     || e.raw_os_error() == Some(rustix::io::Errno::LOOP.raw_os_error())

@@ -638,27 +638,22 @@ fn an_interrupted_retraction_is_told_apart_from_a_reader_removing_output() {
     assert!(visible_files(&t.0).is_empty());
 }
 
-/// A commit interrupted after its record, whose claimed data was then
-/// removed before its publication could be seen: its output was never
-/// shown for certain, so a repeated commit reports it missing.
+/// A commit interrupted right after its publication (before its claim
+/// went), whose output a reader then consumed by deleting it: the restore's
+/// repeated commit answers "already committed", not LOST (found by a
+/// second review).
 #[test]
-fn claimed_data_removed_before_its_publication_is_missing() {
-    let t = TempDir::new("claimed-gone");
+fn output_consumed_after_an_interrupted_publication_is_already_committed() {
+    let t = TempDir::new("published-consumed");
     let (mut d, faults) = faulty_with(FsOptions::new(&t.0));
     let h = stage(&mut d, 1, 3, &["x"]);
-    faults.arm(IoStep::Publish, IoTiming::Before, 5);
+    faults.arm(IoStep::Publish, IoTiming::After, 5);
     d.commit(&h, 5).unwrap_err();
-    let claimed = d.layout().committing.join(h.transaction.as_str());
-    fs::remove_file(claimed.join("data")).unwrap();
-    match d.commit(&h, 6).unwrap() {
-        CommitStatus::Missing { evidence } => {
-            assert!(
-                evidence.contains("before its publication could be confirmed"),
-                "{evidence}"
-            )
-        }
-        other => panic!("{other:?}"),
-    }
+    assert!(faults.fired());
+    assert!(d.layout().committing.join(h.transaction.as_str()).exists());
+    fs::remove_file(part(&t.0, 1)).unwrap();
+    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
+    assert!(visible_files(&t.0).is_empty(), "nothing is shown again");
 }
 
 #[test]

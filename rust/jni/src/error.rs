@@ -9,7 +9,7 @@
 //! subtask, checkpoint and transaction and says what to do.
 
 use std::any::Any;
-use std::cell::RefCell;
+use std::cell::Cell;
 use std::fmt;
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::OnceLock;
@@ -218,11 +218,42 @@ pub(crate) fn throw(env: &mut Env<'_>, class: JavaException, msg: &str) {
     };
 }
 
+/// A panic's location (`file:line`), kept in a fixed buffer: a
+/// thread-local value with a destructor (a `String`) would register a TLS
+/// destructor that keeps this library copy mapped until the thread exits,
+/// so a class loader's copy could not be unloaded after any panic (found by
+/// review; the reason `twopc_core::interrupt` avoids them too).
+#[derive(Clone, Copy)]
+struct PanicLocation {
+    text: [u8; PanicLocation::CAPACITY],
+    len: usize,
+}
+
+impl PanicLocation {
+    const CAPACITY: usize = 240;
+
+    /// `text`, cut at a character boundary to fit.
+    fn new(text: &str) -> PanicLocation {
+        let mut len = text.len().min(Self::CAPACITY);
+        while !text.is_char_boundary(len) {
+            len -= 1;
+        }
+        let mut buf = [0u8; Self::CAPACITY];
+        buf[..len].copy_from_slice(&text.as_bytes()[..len]);
+        PanicLocation { text: buf, len }
+    }
+
+    fn as_str(&self) -> &str {
+        // Always a prefix of a `str` cut at a character boundary.
+        std::str::from_utf8(&self.text[..self.len]).unwrap_or("unknown location")
+    }
+}
+
 thread_local! {
     /// Where the last panic on this thread happened, recorded by the panic
     /// hook: the payload alone does not carry the location, and the
     /// exception message should point at the code.
-    static LAST_PANIC_LOCATION: RefCell<Option<String>> = const { RefCell::new(None) };
+    static LAST_PANIC_LOCATION: Cell<Option<PanicLocation>> = const { Cell::new(None) };
 }
 
 /// Replaces the default hook (a message on stderr, which under Flink ends
@@ -236,7 +267,7 @@ pub(crate) fn install_panic_hook() {
             .unwrap_or_else(|| "unknown location".to_string());
         let message = payload_text(info.payload());
         log::error!(target: "twopc::panic", "Rust panic at {location}: {message}");
-        LAST_PANIC_LOCATION.with(|l| *l.borrow_mut() = Some(location));
+        LAST_PANIC_LOCATION.with(|l| l.set(Some(PanicLocation::new(&location))));
     }));
 }
 
@@ -253,8 +284,8 @@ fn payload_text(payload: &(dyn Any + Send)) -> String {
 /// The message of the `TwopcException` a panic becomes.
 pub(crate) fn panic_message(payload: &(dyn Any + Send)) -> String {
     let location = LAST_PANIC_LOCATION
-        .with(|l| l.borrow_mut().take())
-        .map(|l| format!(" at {l}"))
+        .with(|l| l.take())
+        .map(|l| format!(" at {}", l.as_str()))
         .unwrap_or_default();
     format!(
         "internal error (Rust panic): {}{location}; this is a bug in twopc, please report it",
@@ -359,5 +390,25 @@ mod tests {
         assert!(panic_message(&*s).contains("formatted 42"));
         let s: Box<dyn Any + Send> = Box::new(7u8);
         assert!(panic_message(&*s).contains("non-string panic payload"));
+    }
+
+    /// The location a panic leaves for its exception's message, cut to
+    /// the buffer at a character boundary, taken once.
+    #[test]
+    fn a_panic_location_is_kept_whole_or_cut_at_a_character() {
+        assert_eq!(
+            PanicLocation::new("src/lib.rs:42").as_str(),
+            "src/lib.rs:42"
+        );
+        // 239 bytes, then a character of two: cut before it.
+        let long = format!("{}xé:7", "d/".repeat(119));
+        let cut = PanicLocation::new(&long);
+        assert!(cut.as_str().len() <= PanicLocation::CAPACITY);
+        assert!(long.starts_with(cut.as_str()));
+        assert_eq!(cut.as_str(), format!("{}x", "d/".repeat(119)));
+        LAST_PANIC_LOCATION.with(|l| l.set(Some(PanicLocation::new("x.rs:1"))));
+        let s: Box<dyn Any + Send> = Box::new("boom");
+        assert!(panic_message(&*s).contains("boom at x.rs:1"));
+        assert!(!panic_message(&*s).contains("x.rs:1"), "taken once");
     }
 }

@@ -439,7 +439,8 @@ impl PgDestination {
             &app("writer"),
             secrets.clone(),
             WRITER_SETUP,
-        );
+        )
+        .writing();
 
         let scope = ctx.scope();
         let startup = |e: StartupError| match e {

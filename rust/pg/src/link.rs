@@ -83,6 +83,8 @@ pub(crate) struct Link {
     /// Counts sessions opened, so that state tied to one session (the open
     /// transaction, a temporary table) can tell it outlived its session.
     generation: u64,
+    /// Refuse a session that is read-only (see [`Link::writing`]).
+    writes: bool,
 }
 
 impl Link {
@@ -102,7 +104,21 @@ impl Link {
             session: None,
             copying: None,
             generation: 0,
+            writes: false,
         }
+    }
+
+    /// A link whose sessions write (the sink's writer: its COPY, handle
+    /// rows and commit records): a read-only session is refused when it
+    /// opens. The others are refused on a hot standby only: `COMMIT
+    /// PREPARED` and `ROLLBACK PREPARED` work in a read-only session (a
+    /// primary put in read-only mode, as some services do when the disk is
+    /// full), and the commit records were written inside the prepared
+    /// transactions (found by review: refusing them stopped commits that
+    /// would have succeeded).
+    pub fn writing(mut self) -> Self {
+        self.writes = true;
+        self
     }
 
     pub fn generation(&self) -> u64 {
@@ -167,7 +183,8 @@ impl Link {
             )
             .map_err(|e| fail(e, "setting up the session"))?;
         let pid: i32 = row.get(0);
-        if let Some(message) = read_only_refusal(self.role, row.get(1), row.get(2)) {
+        let read_only = self.writes && row.get::<_, bool>(2);
+        if let Some(message) = read_only_refusal(self.role, row.get(1), read_only) {
             // Dropped here, so the next call connects again: a standby
             // promoted meanwhile, or a multi-host URL's next pick, may be
             // writable then.

@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use std::ops::Not;
+use twopc_core::destination::Destination;
 use twopc_core::TwopcError;
 
 use twopc_pg::{Endpoint, Password, PgDestination, PgMode, PgOptions};
@@ -530,21 +531,44 @@ fn a_hot_standby_is_refused_by_name() {
 
 /// A session made read-only by default_transaction_read_only (set here in
 /// the connection's options, as an ALTER ROLE or a server's read-only mode
-/// would) is refused when it connects, naming the setting.
+/// would): the writer's session is refused when it opens, naming the
+/// setting, but a commit still works there (COMMIT PREPARED is allowed in a
+/// read-only session, and the commit record is inside the prepared
+/// transaction), so a primary put in read-only mode does not stop the
+/// commits of completed checkpoints.
 #[test]
-fn a_read_only_session_is_refused_by_name() {
+fn a_read_only_session_refuses_the_writer_and_still_commits() {
     let url = server!();
-    let f = Fixture::new(&url, "readonly");
-    let mut opts = f.opts.clone();
-    let Endpoint::Url(plain) = &opts.endpoint else {
+    let mut f = Fixture::new(&url, "readonly");
+    let mut s = f.open("run1");
+    let h = prepared(&mut s, &rows(0..3, "r"), 1);
+    drop(s);
+    let mut read_only = f.opts.clone();
+    let Endpoint::Url(plain) = &read_only.endpoint else {
         unreachable!("options() gives a URL")
     };
-    opts.endpoint = Endpoint::Url(format!(
+    read_only.endpoint = Endpoint::Url(format!(
         "{plain}?options=-c%20default_transaction_read_only%3Don"
     ));
-    let msg = refused_for_now(&opts);
+    let mut committer = PgDestination::connect(read_only.clone(), &f.ctx("run1")).unwrap();
+    assert_eq!(
+        committer.commit(&h, 5).unwrap(),
+        twopc_core::destination::CommitStatus::Committed
+    );
+    drop(committer);
+    let count: i64 = f
+        .admin
+        .query_one(&format!("SELECT count(*) FROM {}", f.table), &[])
+        .unwrap()
+        .get(0);
+    assert_eq!(count, 3);
+    let Err(err) = open(&read_only, f.ctx("run2"), sink_options(), None) else {
+        panic!("a writer on a read-only session started");
+    };
+    assert!(!err.is_fatal(), "{err}");
+    let msg = err.to_string();
     for needle in [
-        "connection is read-only (default_transaction_read_only is on",
+        "writer connection is read-only (default_transaction_read_only is on",
         "ALTER ROLE ... SET default_transaction_read_only = off",
     ] {
         assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
