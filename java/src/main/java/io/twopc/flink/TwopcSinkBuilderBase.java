@@ -232,7 +232,8 @@ public abstract class TwopcSinkBuilderBase<IN, SELF extends TwopcSinkBuilderBase
 
     /**
      * Attempts of a commit whose outcome is unknown (a timeout, a lost connection) before the job
-     * stops with an unresolved commit (default 5; 1 means no retry). Retries use the same
+     * stops with an unresolved commit (default 20: about 71 s of back-off at the default back-off,
+     * enough to ride out a database's failover; 1 means no retry). Retries use the same
      * transaction id, so a commit that did land is recognised.
      */
     public SELF setCommitMaxAttempts(int attempts) {
