@@ -309,6 +309,8 @@ pub struct PgDestination {
     lose_writer_after_copy: bool,
     /// Test hook (see [`PgDestination::after_next_refusal`]).
     after_next_refusal: Option<Box<dyn FnOnce() + Send>>,
+    /// A trigger skipped rows of a COPY, and the warning was given.
+    warned_rows_skipped: bool,
 }
 
 /// What a refused finish of a prepared transaction means (see
@@ -410,6 +412,7 @@ impl PgDestination {
             records_only: false,
             lose_writer_after_copy: false,
             after_next_refusal: None,
+            warned_rows_skipped: false,
             options,
         }
     }
@@ -1286,9 +1289,26 @@ impl PgDestination {
         if std::mem::take(&mut self.lose_writer_after_copy) {
             self.writer.disconnect();
         }
-        if loaded != rows {
+        if loaded > rows {
             self.rollback_open();
             return Err(self.rows_mismatch(loaded, rows));
+        }
+        if loaded < rows && !self.warned_rows_skipped {
+            // Every record was checked to be exactly one row before it was
+            // sent (`check_batch`), so only a BEFORE INSERT row trigger
+            // returning NULL loads fewer: it skipped the others, or put
+            // them elsewhere itself (trigger-based partitioning), inside
+            // this transaction. That is the table's rule, the same at every
+            // replay: failing the prepare would restart the job forever
+            // (found by review).
+            self.warned_rows_skipped = true;
+            log::warn!(
+                "{}: COPY loaded {loaded} rows into {} from {rows} records of {txn}: a BEFORE \
+                 INSERT row trigger of the table skipped the others or put them elsewhere, \
+                 inside the same transaction (said once per subtask)",
+                self.sink,
+                self.table
+            );
         }
         if rows != info.records {
             self.rollback_open();

@@ -42,6 +42,11 @@ fn kind_of(e: &postgres::Error) -> DestinationErrorKind {
         // invalid_authorization_specification / invalid_password and
         // invalid_catalog_name (no such database): settings, not weather.
         Some(c) if c.starts_with("28") || c == "3D000" => DestinationErrorKind::Rejected,
+        // insufficient_resources, out_of_memory, too_many_connections
+        // (53000, 53200, 53300): a busy server, as after a failover whose
+        // old sessions have not ended yet; a restart gets past it, where
+        // "rejected" at start-up stopped the job for good (found by review).
+        Some("53000" | "53200" | "53300") => DestinationErrorKind::Unavailable,
         Some(c)
             if c.starts_with("42")
                 || c.starts_with("22")

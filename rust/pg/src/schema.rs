@@ -365,6 +365,22 @@ pub(crate) fn check(
             .filter(|k| !columns.iter().any(|c| &c.name == *k && c.not_null))
             .collect();
         check_unique_key(client, &table, oid, key_columns, &nullable, secrets)?;
+        // Deletes match keys with `=`, under which NULL equals nothing: a
+        // delete record with a NULL key would remove no row, without an
+        // error, where the upsert (NULLS NOT DISTINCT) treats it as a key
+        // like any other (found by review). Flink SQL's primary keys are
+        // NOT NULL, so only a DataStream job can meet this.
+        if options.operation_field && !nullable.is_empty() {
+            let cols: Vec<String> = nullable.iter().map(|c| quote_ident(c)).collect();
+            return Err(ConfigError::new(format!(
+                "the operation field is set, so records may delete rows by key, but key columns \
+                 of {table} may be NULL ({}): a delete of a key holding NULL would remove \
+                 nothing. Make the key columns NOT NULL (ALTER TABLE {table} ALTER COLUMN ... SET \
+                 NOT NULL), or leave the operation field out",
+                cols.join(", ")
+            ))
+            .into());
+        }
         let insert_rules: bool = client
             .query_one(
                 "SELECT EXISTS (SELECT 1 FROM pg_rewrite WHERE ev_class = $1 AND ev_type = '3')",

@@ -380,6 +380,18 @@ fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
         s.prepare(&h.transaction, 1).unwrap();
         assert_eq!(rows(&mut f), vec!["1=b", "null=c"]);
     }
+    drop(s);
+    // With the operation field, a delete of the NULL key would match no
+    // row (`=`): refused at start-up, naming the column.
+    f.opts.operation_field = true;
+    let err = f.open_refused("run2", sink_options(), None);
+    assert!(matches!(err, TwopcError::Config(_)), "{err}");
+    for part in ["operation field", "may be NULL", "\"k\"", "SET NOT NULL"] {
+        assert!(
+            err.to_string().contains(part),
+            "{part:?} missing from: {err}"
+        );
+    }
 }
 
 /// An identity column GENERATED ALWAYS as the key is written with the

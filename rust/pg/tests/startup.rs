@@ -574,3 +574,31 @@ fn a_read_only_session_refuses_the_writer_and_still_commits() {
         assert!(msg.contains(needle), "missing {needle:?} in: {msg}");
     }
 }
+
+/// A server with no connection to spare (53300: too many connections, as
+/// after a failover whose old sessions have not ended yet; here a role
+/// limited to none) is retried by Flink's restart strategy, not taken for
+/// settings to fix: before, the start-up stopped the job for good.
+#[test]
+fn a_server_with_no_connection_to_spare_is_retried_not_refused() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "busy");
+    let role = unique("busy");
+    let pw = "busy-pw-3a7c";
+    f.admin
+        .batch_execute(&format!(
+            "CREATE ROLE {role} LOGIN PASSWORD '{pw}' CONNECTION LIMIT 0"
+        ))
+        .unwrap();
+    let opts = options_as(&url, &role, pw, f.table.clone(), &["id", "body"]);
+    let result = PgDestination::connect(opts, &ctx(&unique("busy"), "run1", 0, 1));
+    let _ = f.admin.batch_execute(&format!("DROP ROLE {role}"));
+    match result {
+        Err(e @ TwopcError::Scan { .. }) => {
+            assert!(!e.is_fatal(), "{e}");
+            assert!(e.to_string().contains("53300"), "{e}");
+        }
+        Err(e) => panic!("expected a retryable start-up error, got: {e}"),
+        Ok(d) => panic!("connect must fail, got {d:?}"),
+    }
+}
