@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use bytes::{Bytes, BytesMut};
 use futures_util::TryStreamExt;
-use object_store::aws::{AmazonS3, AmazonS3Builder};
+use object_store::aws::{AmazonS3, AmazonS3Builder, AmazonS3ConfigKey};
 use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
@@ -253,9 +253,19 @@ impl ObjectStoreDestination {
             })
             .with_client_options(client_options.clone())
             .with_http_connector(connector.clone());
-        if let Some(endpoint) = &options.endpoint {
-            builder = builder.with_endpoint(endpoint);
-        }
+        // The client is given the bucket's URL in the form its addressing
+        // style reads (the endpoint itself, virtual-hosted; the endpoint
+        // before the bucket, path-style), made from the same URL the sink's
+        // own listings and lifecycle check use, and under both endpoint
+        // keys, so that AWS_ENDPOINT_URL_S3 from the environment cannot
+        // take precedence. Before, a custom endpoint without path-style
+        // sent objects to `<endpoint>/<bucket-as-path...>` (read by the
+        // server as another bucket) while the listings went to
+        // `<bucket>.<endpoint>` (found by review).
+        let client_endpoint = client_endpoint(&options, &bucket);
+        builder = builder
+            .with_endpoint(&client_endpoint)
+            .with_config(AmazonS3ConfigKey::S3Endpoint, &client_endpoint);
         let keys = match &options.credentials {
             CredentialSource::Static(c) => Some(c.clone()),
             CredentialSource::Standard => {
@@ -596,8 +606,9 @@ impl ObjectStoreDestination {
             }
             Ok(_) => Err(self.corrupt(format!("{key} is not a commit record"))),
             Err(e) => Err(self.corrupt(format!(
-                "commit record {key} does not decode ({e}); restore it from a backup, or move \
-                 it away and check the output with `twopc inspect`"
+                "commit record {key} does not decode ({e}); restore it from a backup or a bucket \
+                 version, or move it away and compare the output with the other commit records \
+                 (the twopc command-line tool does not read object stores yet)"
             ))),
         }
     }
@@ -882,7 +893,8 @@ impl ObjectStoreDestination {
             Some(meta) => Err(self.corrupt(format!(
                 "{txn} was committed as s3://{}/{} ({} bytes, ETag {}), but that object now has \
                  {} bytes and ETag {}: it was replaced after the commit. Restore it from a \
-                 backup or a bucket version, or retract the commit with `twopc reconcile`",
+                 backup or a bucket version; or, for its records to be written again, delete the \
+                 object and its commit record and restore a checkpoint from before it",
                 self.layout.bucket,
                 record.key,
                 record.size,
@@ -1406,10 +1418,11 @@ impl ObjectStoreDestination {
                  Delete the damaged marker s3://{bucket}/{marker} and restore the job from its \
                  latest checkpoint, which replays none of {txn}'s records (and records its \
                  commit if it belongs to that checkpoint). Before restoring an earlier \
-                 checkpoint instead, make sure with `twopc inspect` (it works again once the \
-                 marker is gone) that {txn} has a commit record, or remove its output too",
+                 checkpoint instead, make sure that {txn} has a commit record (under \
+                 s3://{bucket}/{committed}), or remove its output too",
                 bucket = self.layout.bucket,
                 marker = self.layout.control(PREPARED, txn.as_str()),
+                committed = self.layout.area(COMMITTED),
             ),
         ))
     }
@@ -1751,6 +1764,19 @@ enum Removal {
     Nothing,
     /// The upload was completed: the commit was decided, nothing removed.
     Published,
+}
+
+/// The endpoint the S3 client is given (see [`ObjectStoreDestination`]'s
+/// open): with virtual-hosted requests the client takes it as the bucket's
+/// URL as it is, with path-style requests it appends the bucket.
+fn client_endpoint(options: &S3Options, bucket: &str) -> String {
+    match (&options.endpoint, options.path_style) {
+        (_, false) => bucket_url(options, bucket)
+            .trim_end_matches('/')
+            .to_string(),
+        (Some(e), true) => e.trim_end_matches('/').to_string(),
+        (None, true) => format!("https://s3.{}.amazonaws.com", options.region),
+    }
 }
 
 fn bucket_url(options: &S3Options, bucket: &str) -> String {
@@ -2320,8 +2346,19 @@ impl Destination for ObjectStoreDestination {
         };
         match recorded {
             Some(l) if l == lineage => Ok(()),
-            other => Err(self.corrupt(format!(
-                "{key} records lineage {other:?} for run {run}, but this run writes in lineage \
+            // The create was refused (it exists, or a concurrent create of
+            // it is under way: S3 answers 409 ConditionalRequestConflict),
+            // yet it cannot be read yet: the other writer's PUT has not
+            // finished. Not damage: retried (found by review).
+            None => Err(DestinationError::new(
+                DestinationErrorKind::Io,
+                format!(
+                    "{key}: recording run {run}'s lineage met another subtask's record being \
+                     written; retried"
+                ),
+            )),
+            Some(other) => Err(self.corrupt(format!(
+                "{key} records lineage {other} for run {run}, but this run writes in lineage \
                  {lineage}"
             ))),
         }
@@ -2406,5 +2443,63 @@ mod tests {
             Some(3)
         );
         assert_eq!(etag_parts("\"d41d8cd98f00b204e9800998ecf8427e\""), None);
+    }
+
+    /// The S3 client reaches the bucket at the very URL the sink's own
+    /// listings and lifecycle check use, in every addressing style, with
+    /// and without a custom endpoint. (A presigned URL shows where the
+    /// client sends a request.) Before, a custom endpoint without
+    /// path-style put objects elsewhere than the listings looked.
+    #[test]
+    fn the_client_and_the_listings_reach_the_same_bucket_url() {
+        use object_store::signer::Signer;
+        for endpoint in [
+            None,
+            Some("https://s3.example.com"),
+            Some("http://10.0.0.5:9000/"),
+        ] {
+            for path_style in [true, false] {
+                let mut options = S3Options::new("s3://data/orders/eu");
+                options.endpoint = endpoint.map(str::to_string);
+                options.path_style = path_style;
+                options.region = "eu-west-1".to_string();
+                options.allow_http = true;
+                if endpoint.is_some_and(|e| e.contains("10.0.0.5")) && !path_style {
+                    let e = options.validate().unwrap_err().to_string();
+                    assert!(e.contains("set path-style access"), "{e}");
+                    continue;
+                }
+                options.validate().unwrap();
+                let ce = client_endpoint(&options, "data");
+                let store = AmazonS3Builder::new()
+                    .with_bucket_name("data")
+                    .with_region("eu-west-1")
+                    .with_virtual_hosted_style_request(!path_style)
+                    .with_allow_http(true)
+                    .with_endpoint(&ce)
+                    .with_config(AmazonS3ConfigKey::S3Endpoint, &ce)
+                    .with_access_key_id("key")
+                    .with_secret_access_key("secret")
+                    .build()
+                    .unwrap();
+                let runtime = tokio::runtime::Builder::new_current_thread()
+                    .enable_time()
+                    .build()
+                    .unwrap();
+                let url = runtime
+                    .block_on(store.signed_url(
+                        http::Method::GET,
+                        &Path::from("orders/eu/part-x"),
+                        Duration::from_secs(60),
+                    ))
+                    .unwrap();
+                let base = bucket_url(&options, "data");
+                let expected = format!("{}/orders/eu/part-x", base.trim_end_matches('/'));
+                assert!(
+                    url.as_str().starts_with(&expected),
+                    "{endpoint:?} path_style={path_style}: client {url}, listings {base}"
+                );
+            }
+        }
     }
 }

@@ -55,6 +55,9 @@ pub enum FaultAction {
     /// otherwise than S3 would (e.g. one that lists multipart uploads only
     /// by exact key).
     Answer(String),
+    /// Do not send; answer with this status and body (e.g. 409
+    /// ConditionalRequestConflict to a conditional create).
+    AnswerStatus(u16, String),
 }
 
 /// Decides the fate of each request.
@@ -132,6 +135,12 @@ impl HttpService for Faulty {
         match self.faults.decide(&info) {
             FaultAction::Proceed => self.inner.execute(request).await,
             FaultAction::Answer(body) => Ok(http::Response::new(body.into())),
+            FaultAction::AnswerStatus(status, body) => {
+                let mut response = http::Response::new(body.into());
+                *response.status_mut() =
+                    http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::CONFLICT);
+                Ok(response)
+            }
             FaultAction::FailBefore(why) => Err(injected(
                 HttpErrorKind::Connect,
                 format!("injected before sending: {why}"),

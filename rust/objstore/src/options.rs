@@ -156,6 +156,18 @@ impl S3Options {
                      environment or a profile, never in the endpoint",
                 ));
             }
+            // Virtual-hosted requests put the bucket into the host name,
+            // which an address cannot take.
+            let host = url::Url::parse(endpoint).ok().and_then(|u| {
+                u.host()
+                    .map(|h| matches!(h, url::Host::Ipv4(_) | url::Host::Ipv6(_)))
+            });
+            if host == Some(true) && !self.path_style {
+                return Err(ConfigError::new(format!(
+                    "endpoint {endpoint:?} is an IP address, so the bucket cannot go into its \
+                     host name (virtual-hosted requests): set path-style access"
+                )));
+            }
         }
         if let Some(p) = &self.profile {
             if p.is_empty() || p.contains(['[', ']', '\n']) {
@@ -236,6 +248,9 @@ mod tests {
         o.endpoint = Some("http://127.0.0.1:1".into());
         assert!(o.validate().unwrap_err().message().contains("allow-http"));
         o.allow_http = true;
+        // An address cannot take the bucket into its host name.
+        assert!(o.validate().unwrap_err().message().contains("path-style"));
+        o.path_style = true;
         assert!(o.validate().is_ok());
         o.part_size = 1024;
         assert!(o.validate().unwrap_err().message().contains("5 MiB"));

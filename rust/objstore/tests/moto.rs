@@ -1246,3 +1246,46 @@ fn a_server_that_lists_uploads_by_exact_key_only_is_refused_not_trusted() {
     assert_eq!(d.commit(&h, 10).unwrap(), CommitStatus::Committed);
     assert_eq!(object(&d, 1), Some(lines(&recs)));
 }
+
+/// Answers 409 (ConditionalRequestConflict, what S3 says to a conditional
+/// create while another is under way) to the creation of a run's lineage
+/// record, without sending it.
+#[derive(Debug)]
+struct RunRecordCreateConflicts;
+
+impl RequestFaults for RunRecordCreateConflicts {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call == S3Call::PutObject && request.path.contains(&format!("/{RUNS}/")) {
+            FaultAction::AnswerStatus(
+                409,
+                "<Error><Code>ConditionalRequestConflict</Code></Error>".to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// Subtasks of a restore record the run's lineage at once: a create that
+/// meets another's create still under way (409), and finds nothing to read
+/// yet, is retried, not taken for damaged control data (which stopped the
+/// job for good).
+#[test]
+fn a_run_lineage_record_being_written_by_another_subtask_is_retried_not_corrupt() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let run = RunId::new("job-lineage-race").unwrap();
+    let mut racing = ObjectStoreDestination::open_with_faults(
+        o.clone(),
+        &sink(),
+        Arc::new(RunRecordCreateConflicts),
+    )
+    .unwrap();
+    let err = racing.record_run_lineage(&run, LineageId(11)).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(err.message.contains("being written"), "{err}");
+    drop(racing);
+    let mut d = open(&o);
+    d.record_run_lineage(&run, LineageId(11)).unwrap();
+    assert_eq!(d.run_lineage(&run).unwrap(), Some(LineageId(11)));
+}

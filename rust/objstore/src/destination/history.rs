@@ -234,8 +234,8 @@ impl ObjectStoreDestination {
         };
         let bad = |what: String| {
             self.corrupt(format!(
-                "history segment {key}: {what}; restore it from a backup or a bucket version, \
-                 and check the output with `twopc inspect --all`"
+                "history segment {key}: {what}; restore it from a backup or a bucket version \
+                 (the commit records it holds are what restores and rewinds read)"
             ))
         };
         let records = match decode(&bytes) {
