@@ -83,19 +83,32 @@ pub fn control_refusal(
     let rule = rules.iter().find(|r| {
         r.enabled
             && !r.by_tag
-            && r.expires_objects
+            && (r.expires_objects || r.archives_objects)
             && (control_prefix.starts_with(&r.prefix) || r.prefix.starts_with(control_prefix))
     })?;
-    Some(format!(
-        "bucket {bucket}: lifecycle rule {} expires objects under {control_prefix}, where the \
-         sink keeps its commit records, history and prepare markers. Once it deletes them, a \
-         restore cannot tell what was committed and stops. Narrow the rule's prefix (or filter) \
-         so that it does not cover {control_prefix}: expire the output objects only",
-        rule.id
-            .as_deref()
-            .map(|id| format!("'{id}'"))
-            .unwrap_or_else(|| "(without an ID)".to_string()),
-    ))
+    let id = rule
+        .id
+        .as_deref()
+        .map(|id| format!("'{id}'"))
+        .unwrap_or_else(|| "(without an ID)".to_string());
+    Some(if rule.expires_objects {
+        format!(
+            "bucket {bucket}: lifecycle rule {id} expires objects under {control_prefix}, where \
+             the sink keeps its commit records, history and prepare markers. Once it deletes \
+             them, a restore cannot tell what was committed and stops. Narrow the rule's prefix \
+             (or filter) so that it does not cover {control_prefix}: expire the output objects \
+             only"
+        )
+    } else {
+        format!(
+            "bucket {bucket}: lifecycle rule {id} moves objects under {control_prefix}, where \
+             the sink keeps its commit records, history and prepare markers, to an archive \
+             storage class (GLACIER or DEEP_ARCHIVE) that answers a GET only after a restore. \
+             A restore of the job, or a rewind, reads them: it would stop. Narrow the rule's \
+             prefix (or filter) so that it does not cover {control_prefix}, or transition to a \
+             class that reads at once (GLACIER_IR)"
+        )
+    })
 }
 
 #[cfg(test)]
@@ -110,6 +123,7 @@ mod tests {
             narrowed: false,
             abort_incomplete_days: days,
             expires_objects: false,
+            archives_objects: false,
             by_tag: false,
         }
     }
@@ -140,6 +154,17 @@ mod tests {
         let mut small = expiring("small", "out/");
         small.narrowed = true;
         assert!(control_refusal(&[small], "b", control).is_some());
+        // To an archive class that answers a GET only after a restore.
+        let archiving = |id: &str, prefix: &str| LifecycleRule {
+            archives_objects: true,
+            ..rule(id, prefix, None)
+        };
+        let why = control_refusal(&[archiving("cold", "out/")], "b", control).unwrap();
+        assert!(
+            why.contains("'cold'") && why.contains("DEEP_ARCHIVE"),
+            "{why}"
+        );
+        assert!(control_refusal(&[archiving("cold-parts", "out/part-")], "b", control).is_none());
     }
 
     #[test]

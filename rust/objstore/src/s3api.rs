@@ -61,6 +61,10 @@ pub struct LifecycleRule {
     /// at a date: such a rule over the sink's control area deletes its
     /// commit records, history and markers.
     pub expires_objects: bool,
+    /// True when it moves current objects to an archive storage class
+    /// (GLACIER, DEEP_ARCHIVE) that answers GETs only after a restore: such
+    /// a rule over the sink's control area makes its history unreadable.
+    pub archives_objects: bool,
     /// True when it filters by tag (the sink's objects carry none, so
     /// such a rule never matches them); a size filter may match them.
     pub by_tag: bool,
@@ -130,7 +134,22 @@ struct RuleXml {
     filter: Option<FilterXml>,
     abort_incomplete_multipart_upload: Option<AbortXml>,
     expiration: Option<ExpirationXml>,
+    #[serde(default)]
+    transition: Vec<TransitionXml>,
 }
+
+/// `Transition`: current objects move to `StorageClass` after `Days` or at
+/// a `Date`.
+#[derive(Deserialize)]
+#[serde(rename_all = "PascalCase")]
+struct TransitionXml {
+    storage_class: Option<String>,
+}
+
+/// Storage classes whose objects must be restored before a GET reads them
+/// (GLACIER_IR and the Intelligent-Tiering tiers a lifecycle rule can pick
+/// answer GETs at once).
+const ARCHIVE_CLASSES: [&str; 2] = ["GLACIER", "DEEP_ARCHIVE"];
 
 /// `Expiration`: `Days` or `Date` delete current objects;
 /// `ExpiredObjectDeleteMarker` alone only removes delete markers.
@@ -433,6 +452,11 @@ impl From<RuleXml> for LifecycleRule {
             expires_objects: r
                 .expiration
                 .is_some_and(|e| e.days.is_some() || e.date.is_some()),
+            archives_objects: r.transition.iter().any(|t| {
+                t.storage_class
+                    .as_deref()
+                    .is_some_and(|c| ARCHIVE_CLASSES.contains(&c))
+            }),
             by_tag,
         }
     }
@@ -477,6 +501,20 @@ mod tests {
         assert!(rules[0].expires_objects, "a date expires objects");
         assert!(!rules[0].by_tag);
         assert!(!rules[1].expires_objects, "delete markers only");
+        let xml = r#"<LifecycleConfiguration>
+  <Rule><ID>cold</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <Transition><Days>30</Days><StorageClass>STANDARD_IA</StorageClass></Transition>
+    <Transition><Days>90</Days><StorageClass>DEEP_ARCHIVE</StorageClass></Transition></Rule>
+  <Rule><ID>instant</ID><Filter><Prefix></Prefix></Filter><Status>Enabled</Status>
+    <Transition><Days>30</Days><StorageClass>GLACIER_IR</StorageClass></Transition></Rule>
+</LifecycleConfiguration>"#;
+        let c: LifecycleConfigurationXml = quick_xml::de::from_str(xml).unwrap();
+        let rules: Vec<LifecycleRule> = c.rule.into_iter().map(LifecycleRule::from).collect();
+        assert!(rules[0].archives_objects && !rules[0].expires_objects);
+        assert!(
+            !rules[1].archives_objects,
+            "instant retrieval reads at once"
+        );
     }
 
     #[test]
