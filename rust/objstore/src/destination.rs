@@ -12,7 +12,7 @@ use object_store::multipart::{MultipartStore, PartId};
 use object_store::path::Path;
 use object_store::{
     BackoffConfig, ClientOptions, MultipartId, ObjectMeta, ObjectStore, ObjectStoreExt, PutMode,
-    PutOptions, PutPayload, RetryConfig,
+    PutOptions, PutPayload, RetryConfig, UpdateVersion,
 };
 
 use twopc_core::destination::{
@@ -33,7 +33,7 @@ use crate::faults::{Connector, RequestFaults};
 use crate::lease::{self, Claimed, HeldLease};
 use crate::names::{
     self, parse_commit_record_name, Layout, COMMITTED, EXPIRED, LINEAGES, LOST, OPERATIONS, OWNERS,
-    PREPARED, RETRACTED, RUNS,
+    PREPARED, PROBES, RETRACTED, RUNS,
 };
 use crate::options::{RecordFormat, S3Options, MAX_PARTS};
 use crate::s3api::{OpenUpload, S3Api};
@@ -204,7 +204,67 @@ impl ObjectStoreDestination {
     ) -> Result<Self, DestinationError> {
         let mut dest = Self::open(options, sink)?;
         dest.check_lifecycle(needed_retention_ms)?;
+        dest.check_conditional_writes()?;
         Ok(dest)
+    }
+
+    /// Checks that the server refuses a conditional create of a key that
+    /// exists (If-None-Match) and a conditional update of a key that
+    /// changed (If-Match). Leases, commit records and the history index
+    /// rely on both: a server that ignores them (older S3-compatible
+    /// releases, some gateways) would let two owners hold one share, and
+    /// a compaction undo a retraction, without any error. Three requests
+    /// on an object of its own, removed after.
+    pub fn check_conditional_writes(&mut self) -> Result<(), DestinationError> {
+        let key = self
+            .layout
+            .control(PROBES, &format!("{:016x}", twopc_core::ids::random_u64()));
+        let refused = |what: &str| {
+            DestinationError::new(
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "the S3 server at s3://{}/ {what}, which the sink relies on for its leases, \
+                     commit records and history (found by writing {key} twice, then removed). \
+                     Use a server that supports conditional writes (AWS S3, MinIO since 2024, \
+                     or another that honours If-None-Match and If-Match on PUT)",
+                    self.layout.bucket
+                ),
+            )
+        };
+        let outcome = self.wait(async {
+            if !self.put(&key, b"probe".to_vec(), PutMode::Create).await? {
+                return Ok(None); // a random name taken: nothing to learn
+            }
+            if self.put(&key, b"probe".to_vec(), PutMode::Create).await? {
+                return Ok(Some(
+                    "overwrote an existing object on a create with If-None-Match",
+                ));
+            }
+            let stale = UpdateVersion {
+                e_tag: Some("\"00000000000000000000000000000000\"".to_string()),
+                version: None,
+            };
+            let update = self
+                .store
+                .put_opts(
+                    &path(&key)?,
+                    PutPayload::from(b"probe".to_vec()),
+                    PutOptions::from(PutMode::Update(stale)),
+                )
+                .await;
+            match update {
+                Err(object_store::Error::Precondition { .. }) => Ok(None),
+                Ok(_) => Ok(Some(
+                    "overwrote an object on an update with If-Match naming another ETag",
+                )),
+                Err(e) => Err(self.err("checking conditional writes on", &key, e)),
+            }
+        });
+        let _ = self.wait(self.delete(&key));
+        match outcome? {
+            None => Ok(()),
+            Some(what) => Err(refused(what)),
+        }
     }
 
     /// As [`Self::open`], with every request passing `faults` first (tests

@@ -134,13 +134,11 @@ impl HttpService for Faulty {
         };
         match self.faults.decide(&info) {
             FaultAction::Proceed => self.inner.execute(request).await,
-            FaultAction::Answer(body) => Ok(http::Response::new(body.into())),
-            FaultAction::AnswerStatus(status, body) => {
-                let mut response = http::Response::new(body.into());
-                *response.status_mut() =
-                    http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::CONFLICT);
-                Ok(response)
-            }
+            FaultAction::Answer(body) => Ok(answer(http::StatusCode::OK, body)),
+            FaultAction::AnswerStatus(status, body) => Ok(answer(
+                http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::CONFLICT),
+                body,
+            )),
             FaultAction::FailBefore(why) => Err(injected(
                 HttpErrorKind::Connect,
                 format!("injected before sending: {why}"),
@@ -159,3 +157,16 @@ impl HttpService for Faulty {
         }
     }
 }
+
+/// An answer made in the server's place, with the ETag header a PUT's
+/// answer carries (the client requires one).
+fn answer(status: http::StatusCode, body: String) -> HttpResponse {
+    let mut response = http::Response::new(body.into());
+    *response.status_mut() = status;
+    response.headers_mut().insert(
+        http::header::ETAG,
+        http::HeaderValue::from_static("\"answered-by-the-test-hook\""),
+    );
+    response
+}
+

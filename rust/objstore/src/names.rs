@@ -20,6 +20,9 @@ pub const LINEAGES: &str = "lineages";
 pub const RUNS: &str = "runs";
 pub const LOST: &str = "lost";
 pub const OPERATIONS: &str = "operations";
+/// Short-lived objects of the start-up check of conditional writes (see
+/// `ObjectStoreDestination::check_conditional_writes`).
+pub const PROBES: &str = "probes";
 /// Folded commit records (see `history`).
 pub const HISTORY: &str = "history";
 /// The list of live history segments, replaced with If-Match (see

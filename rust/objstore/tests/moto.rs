@@ -1289,3 +1289,52 @@ fn a_run_lineage_record_being_written_by_another_subtask_is_retried_not_corrupt(
     d.record_run_lineage(&run, LineageId(11)).unwrap();
     assert_eq!(d.run_lineage(&run).unwrap(), Some(LineageId(11)));
 }
+
+/// A server that honours If-None-Match or If-Match on PUT no longer (as
+/// older S3-compatible releases and some gateways): the `n`-th PUT of a
+/// start-up probe object is answered 200 without being sent.
+#[derive(Debug)]
+struct IgnoresConditionOfProbePut {
+    n: usize,
+    seen: Mutex<usize>,
+}
+
+impl RequestFaults for IgnoresConditionOfProbePut {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call != S3Call::PutObject || !request.path.contains("/probes/") {
+            return FaultAction::Proceed;
+        }
+        let mut seen = self.seen.lock().unwrap();
+        *seen += 1;
+        if *seen == self.n {
+            FaultAction::Answer(String::new())
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// Leases, commit records and the history index rely on conditional
+/// writes. The start-up check passes on a server that honours them and
+/// leaves nothing behind; one that ignores If-None-Match (a second create
+/// succeeds) or If-Match (an update naming another ETag succeeds) is
+/// refused by name, before anything else is written.
+#[test]
+fn a_server_that_ignores_conditional_writes_is_refused_at_start() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    d.check_conditional_writes().unwrap();
+    assert!(names_in(&d, "probes").is_empty(), "the probe is removed");
+    for (n, header) in [(2, "If-None-Match"), (3, "If-Match")] {
+        let hook = Arc::new(IgnoresConditionOfProbePut {
+            n,
+            seen: Mutex::new(0),
+        });
+        let mut quirky =
+            ObjectStoreDestination::open_with_faults(o.clone(), &sink(), hook).unwrap();
+        let err = quirky.check_conditional_writes().unwrap_err();
+        assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+        assert!(err.message.contains(header), "{header}: {err}");
+    }
+}
