@@ -169,4 +169,3 @@ fn answer(status: http::StatusCode, body: String) -> HttpResponse {
     );
     response
 }
-
