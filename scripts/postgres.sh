@@ -149,8 +149,9 @@ $(printf '%s\n' "${TWOPC_PG_SETTINGS:-}" | tr ';' '\n' | sed 's/^ *//')
 EOF
 }
 
-create_cluster() {
-    say "creating cluster in $DATA (port $PORT, max_prepared_transactions=$(max_prepared))"
+# Makes $DIR for a new cluster, marked as this script's, owned by the
+# cluster's user; refuses a directory someone else filled.
+make_cluster_dir() {
     if [ -e "$DIR" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ] && [ ! -e "$MARKER" ]; then
         say "$DIR exists and was not created by this script; choose another TWOPC_PG_DIR"
         exit 1
@@ -161,6 +162,11 @@ create_cluster() {
         chown postgres: "$DIR"
     fi
     chmod 700 "$DIR"
+}
+
+create_cluster() {
+    say "creating cluster in $DATA (port $PORT, max_prepared_transactions=$(max_prepared))"
+    make_cluster_dir
     as_owner "$BIN/initdb" -D "$DATA" -U postgres -E UTF8 --no-locale \
         --auth-local=trust --auth-host=scram-sha-256 >"$DIR/initdb.log" 2>&1 || {
         cat "$DIR/initdb.log" >&2
@@ -240,16 +246,7 @@ standby)
     primary="${TWOPC_PRIMARY_PORT:?set TWOPC_PRIMARY_PORT to the port of the server to replicate}"
     if [ ! -f "$DATA/PG_VERSION" ]; then
         say "creating a hot standby of the server on port $primary in $DATA (port $PORT)"
-        if [ -e "$DIR" ] && [ -n "$(ls -A "$DIR" 2>/dev/null)" ] && [ ! -e "$MARKER" ]; then
-            say "$DIR exists and was not created by this script; choose another TWOPC_PG_DIR"
-            exit 1
-        fi
-        mkdir -p "$DIR"
-        touch "$MARKER"
-        if [ "$(id -u)" = 0 ]; then
-            chown postgres: "$DIR"
-        fi
-        chmod 700 "$DIR"
+        make_cluster_dir
         # Over the primary's Unix socket, where initdb's default rules trust
         # local replication connections. -R writes standby.signal and the
         # primary_conninfo the standby streams from.

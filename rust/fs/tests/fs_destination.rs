@@ -508,28 +508,36 @@ fn claimed_data_changed_after_the_record_is_never_published() {
     assert!(visible_files(&t.0).is_empty(), "{:?}", visible_files(&t.0));
 }
 
-/// Fails the first opening of a transaction's directory whose path ends in
-/// `name` with `errno`.
-struct FailOpen {
-    name: String,
+/// Fails the first step the predicate picks, with `errno`.
+struct FailFirst<F> {
     errno: i32,
+    picks: F,
     fired: std::sync::atomic::AtomicBool,
 }
 
-impl twopc_fs::IoFaults for FailOpen {
+impl<F: Fn(IoStep, IoTiming, &std::path::Path) -> bool> FailFirst<F> {
+    fn new(errno: i32, picks: F) -> Arc<Self> {
+        Arc::new(FailFirst {
+            errno,
+            picks,
+            fired: Default::default(),
+        })
+    }
+}
+
+impl<F> twopc_fs::IoFaults for FailFirst<F>
+where
+    F: Fn(IoStep, IoTiming, &std::path::Path) -> bool + Send + Sync,
+{
     fn inject(
         &self,
         step: IoStep,
         timing: IoTiming,
         path: &std::path::Path,
     ) -> Option<std::io::Error> {
-        use std::sync::atomic::Ordering;
-        let hit = step == IoStep::Read
-            && timing == IoTiming::Before
-            && path.file_name().is_some_and(|n| n == self.name.as_str())
-            && path.parent().is_some_and(|p| p.ends_with("staging"));
-        (hit && !self.fired.swap(true, Ordering::SeqCst))
-            .then(|| std::io::Error::from_raw_os_error(self.errno))
+        ((self.picks)(step, timing, path)
+            && !self.fired.swap(true, std::sync::atomic::Ordering::SeqCst))
+        .then(|| std::io::Error::from_raw_os_error(self.errno))
     }
 }
 
@@ -546,10 +554,13 @@ fn a_passing_error_opening_a_transaction_directory_is_not_corruption() {
     ] {
         let t = TempDir::new("open-emfile");
         let h = stage(&mut dest(&t.0), 1, 3, &["x"]);
-        let faults = Arc::new(FailOpen {
-            name: h.transaction.as_str().to_string(),
-            errno,
-            fired: Default::default(),
+        // The first opening of the transaction's directory in staging/.
+        let name = h.transaction.as_str().to_string();
+        let faults = FailFirst::new(errno, move |step, timing, path: &std::path::Path| {
+            step == IoStep::Read
+                && timing == IoTiming::Before
+                && path.file_name().is_some_and(|n| n == name.as_str())
+                && path.parent().is_some_and(|p| p.ends_with("staging"))
         });
         let mut d =
             FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), faults.clone()).unwrap();
@@ -591,24 +602,6 @@ fn output_a_reader_removed_after_the_commit_does_not_make_a_repeated_commit_lost
     }
 }
 
-/// Fails the first removal of a file in `committed/` (a commit record).
-struct FailRecordRemoval(std::sync::atomic::AtomicBool);
-
-impl twopc_fs::IoFaults for FailRecordRemoval {
-    fn inject(
-        &self,
-        step: IoStep,
-        timing: IoTiming,
-        path: &std::path::Path,
-    ) -> Option<std::io::Error> {
-        let hit = step == IoStep::Remove
-            && timing == IoTiming::Before
-            && path.parent().is_some_and(|p| p.ends_with("committed"));
-        (hit && !self.0.swap(true, std::sync::atomic::Ordering::SeqCst))
-            .then(|| std::io::Error::from_raw_os_error(5))
-    }
-}
-
 /// A retraction (a rewind under REPLACE_RANGE, `twopc reconcile`) removed
 /// the output and was interrupted before the commit record went: a commit
 /// of the transaction then is missing, saying it was retracted, never
@@ -617,7 +610,12 @@ impl twopc_fs::IoFaults for FailRecordRemoval {
 #[test]
 fn an_interrupted_retraction_is_told_apart_from_a_reader_removing_output() {
     let t = TempDir::new("retract-cut");
-    let faults = Arc::new(FailRecordRemoval(Default::default()));
+    // The first removal of a file in committed/ (a commit record).
+    let faults = FailFirst::new(5, |step, timing, path: &std::path::Path| {
+        step == IoStep::Remove
+            && timing == IoTiming::Before
+            && path.parent().is_some_and(|p| p.ends_with("committed"))
+    });
     let mut d =
         FsDestination::open_with_faults(FsOptions::new(&t.0), &sink(), faults.clone()).unwrap();
     let h = stage(&mut d, 1, 3, &["x"]);
