@@ -76,6 +76,10 @@ pub struct RecordFault {
 pub enum RecordPosition {
     InBatch(u64),
     InTransaction(u64),
+    /// The destination refused the transaction's data for certain but named
+    /// no record: a check that runs after the rows went in (PostgreSQL's
+    /// foreign keys and deferred constraints). Its reason names the values.
+    Unknown,
 }
 
 impl DestinationError {
@@ -198,8 +202,9 @@ pub struct RejectedRecord {
     /// The checkpoint being prepared when the fault was found at prepare;
     /// `None` when it was found at write (no checkpoint yet).
     pub checkpoint: Option<CheckpointId>,
-    /// 0-based position of the record in its transaction.
-    pub position: u64,
+    /// 0-based position of the record in its transaction; `None` when the
+    /// destination named none ([`RecordPosition::Unknown`]).
+    pub position: Option<u64>,
     pub column: Option<String>,
     pub reason: String,
     pub preview: String,
@@ -567,13 +572,24 @@ fn rejected_record_message(r: &RejectedRecord) -> String {
         Some(c) => format!(", column {c}"),
         None => String::new(),
     };
+    let (which, begins) = match r.position {
+        Some(p) => (
+            format!("record #{p}"),
+            format!("The record begins: {}", r.preview),
+        ),
+        None => (
+            "a record".to_string(),
+            "The destination did not say which record it was (its own words above name the \
+             values)"
+                .to_string(),
+        ),
+    };
     format!(
-        "{}: the destination refused record #{} of transaction {} ({when}{column}): {}. The \
-         record begins: {}. A restart would replay the same record and fail again, so the job \
-         is stopped instead of restarting in a loop; nothing of this transaction becomes \
-         visible. Filter or fix such records before the sink, then restart from the latest \
-         checkpoint.",
-        r.scope, r.position, r.transaction, r.reason, r.preview
+        "{}: the destination refused {which} of transaction {} ({when}{column}): {}. {begins}. \
+         A restart would replay the same record and fail again, so the job is stopped instead \
+         of restarting in a loop; nothing of this transaction becomes visible. Filter or fix \
+         such records before the sink, then restart from the latest checkpoint.",
+        r.scope, r.transaction, r.reason
     )
 }
 

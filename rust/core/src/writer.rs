@@ -314,8 +314,9 @@ fn failure(
     match source.record {
         Some(fault) => {
             let position = match fault.position {
-                RecordPosition::InBatch(i) => open.records + i,
-                RecordPosition::InTransaction(i) => i,
+                RecordPosition::InBatch(i) => Some(open.records + i),
+                RecordPosition::InTransaction(i) => Some(i),
+                RecordPosition::Unknown => None,
             };
             TwopcError::RecordRejected(Box::new(RejectedRecord {
                 scope,

@@ -925,7 +925,8 @@ fn a_record_the_destination_can_never_accept_stops_the_job_naming_it() {
         panic!("{err}")
     };
     assert_eq!(
-        r.position, 4,
+        r.position,
+        Some(4),
         "two earlier records, then index 2 of the batch"
     );
     assert_eq!(r.transaction, h.transaction);

@@ -366,7 +366,7 @@ mod tests {
             scope,
             transaction: TransactionId::parse("s.0.00000000000000ab.1").unwrap().id,
             checkpoint: Some(3),
-            position: 7,
+            position: Some(7),
             column: Some("id".into()),
             reason: "PostgreSQL: ERROR 22003: out of range".into(),
             preview: "99999999999999999999\\tx".into(),

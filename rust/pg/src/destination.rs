@@ -1270,7 +1270,9 @@ impl PgDestination {
                 ));
             }
             Err(f) => {
-                let fault = self.txn_row_fault(&f);
+                let fault = self
+                    .txn_row_fault(&f)
+                    .or_else(|| unlocated_fault(&f, "when the COPY ended"));
                 self.rollback_open();
                 if let Some(fault) = fault {
                     return Err(DestinationError::record(fault));
@@ -1355,6 +1357,9 @@ impl PgDestination {
         // 3. PREPARE TRANSACTION. Both in the session that holds the
         //    transaction, or nowhere.
         let run = handle.run.as_str().to_string();
+        // Set once our own statements went through: an error of PREPARE
+        // TRANSACTION itself comes from the deferred checks of the rows.
+        let mut preparing = false;
         let result = self
             .writer
             .run_in_session("preparing the transaction", generation, |c| {
@@ -1374,6 +1379,7 @@ impl PgDestination {
                     c.batch_execute("ROLLBACK")?;
                     return Ok(false);
                 }
+                preparing = true;
                 c.batch_execute(&format!("PREPARE TRANSACTION {gid}"))?;
                 Ok(true)
             });
@@ -1412,7 +1418,10 @@ impl PgDestination {
                     .writer
                     .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
                 self.delete_side_best_effort(&delete_side, txn);
-                Err(f.error)
+                match unlocated_fault(&f, "at PREPARE TRANSACTION").filter(|_| preparing) {
+                    Some(fault) => Err(DestinationError::record(fault)),
+                    None => Err(f.error),
+                }
             }
         }
     }
@@ -2122,7 +2131,12 @@ impl PgDestination {
         let result = self
             .writer
             .run("finding the record the upsert refused", |c| {
-                c.batch_execute("BEGIN")?;
+                // Checks the table defers to COMMIT (a DEFERRABLE foreign
+                // key, a constraint trigger) run at each statement here, so
+                // that the bisection meets them at the record that fails
+                // them; without this no part ever failed and the error
+                // stayed retryable, restarting the job forever.
+                c.batch_execute("BEGIN; SET CONSTRAINTS ALL IMMEDIATE")?;
                 // The failed transaction took a staging table it created
                 // with it.
                 c.batch_execute(&create)?;
@@ -2216,6 +2230,32 @@ fn copy_batch(client: &mut Client, sql: &str, batch: RecordBatch<'_>) -> Result<
     let mut w = client.copy_in(sql)?;
     w.write_all(&copy_rows(batch, None))?;
     Ok(w.finish()?)
+}
+
+/// The fault of a data error that names no row of the COPY: raised by a
+/// check PostgreSQL makes once the rows are in (a foreign key's at the end
+/// of the COPY, a `DEFERRABLE` constraint's or a constraint trigger's at
+/// PREPARE TRANSACTION). The same rows meet the same check at every
+/// replay, so left retryable it restarted the job forever (found by
+/// review). The server's detail names the values (`Key (parent)=(5) is not
+/// present in table ...`); which record held them is not known.
+fn unlocated_fault(f: &Failure, when: &str) -> Option<RecordFault> {
+    let server = f.server.as_deref()?;
+    if f.lost || !error::is_data_error(&server.sqlstate) {
+        return None;
+    }
+    Some(RecordFault {
+        position: RecordPosition::Unknown,
+        column: server.column.clone(),
+        reason: format!(
+            "PostgreSQL: {} (raised {when} by a check made after the rows were in: a foreign \
+             key, a DEFERRABLE constraint or a constraint trigger; PostgreSQL names no row for \
+             it; when the rows it refers to are written elsewhere and arrive later, restart \
+             from the latest checkpoint once they are there)",
+            server.text
+        ),
+        preview: String::new(),
+    })
 }
 
 /// The fault of the record behind a row the server refused. `record` is the

@@ -200,7 +200,7 @@ fn a_record_the_server_refuses_is_named_by_its_position_and_its_batch_rolled_bac
         );
         let (r, msg) = rejected(s.write(&h.transaction, &batch(second)));
         // Positions count from the start of the transaction.
-        assert_eq!(r.position, 1 + at, "case {i}: {msg}");
+        assert_eq!(r.position, Some(1 + at), "case {i}: {msg}");
         assert_eq!(r.column.as_deref(), *column, "case {i}: {msg}");
         assert_eq!(
             r.preview,
@@ -230,6 +230,53 @@ fn a_record_the_server_refuses_is_named_by_its_position_and_its_batch_rolled_bac
     assert_eq!(f.count(), cases.len() as i64 + 1);
 }
 
+/// A DEFERRABLE foreign key fails only at the batch's COMMIT, where no
+/// statement names a row, and the bisection used to find no record failing
+/// on its own (the check waited for a commit it never made): the error
+/// stayed retryable and the job restarted forever. The bisection now makes
+/// every constraint immediate and finds the record.
+#[test]
+fn a_deferred_foreign_key_violation_is_found_by_bisection() {
+    let url = server!();
+    let parent = unique("t_idem_parent");
+    admin(&url)
+        .batch_execute(&format!(
+            "CREATE TABLE {parent} (k bigint PRIMARY KEY); \
+             INSERT INTO {parent} SELECT generate_series(0, 99)"
+        ))
+        .unwrap();
+    let mut f = Fixture::with_columns(
+        &url,
+        "idem_dfk",
+        &format!(
+            "k bigint PRIMARY KEY, v text NOT NULL, \
+             n bigint REFERENCES {parent} (k) DEFERRABLE INITIALLY DEFERRED"
+        ),
+    );
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    let mut s = f.open("run1");
+    let h = written(&mut s, &["1\tfirst\t1"]);
+    let second = ["2\ta\t2", "3\tb\t3", "4\tc\t4242", "5\td\t5"];
+    let (r, msg) = rejected(s.write(&h.transaction, &batch(&second)));
+    assert_eq!(r.position, Some(3), "{msg}");
+    assert_eq!(
+        r.preview,
+        twopc_core::records::preview(second[2].as_bytes()),
+        "{msg}"
+    );
+    for needle in ["23503", "Key (n)=(4242) is not present"] {
+        assert!(msg.contains(needle), "missing {needle:?} in {msg}");
+    }
+    assert_eq!(f.count(), 1, "the refused batch rolled back");
+    s.abort(&h).unwrap();
+    let h = written(&mut s, &["6\tlast\t6"]);
+    s.prepare(&h.transaction, 1).unwrap();
+    assert_eq!(f.count(), 2);
+}
+
 #[test]
 fn csv_batches_with_line_breaks_inside_quotes_name_the_right_record() {
     let url = server!();
@@ -245,7 +292,7 @@ fn csv_batches_with_line_breaks_inside_quotes_name_the_right_record() {
         "5,h,5",
     ];
     let (r, msg) = rejected(s.write(&h.transaction, &batch(&records)));
-    assert_eq!(r.position, 3, "{msg}");
+    assert_eq!(r.position, Some(3), "{msg}");
     assert_eq!(r.column.as_deref(), Some("n"), "{msg}");
     assert_eq!(f.count(), 0);
 }

@@ -53,7 +53,7 @@ fn refused_at_write(
     let shown = String::from_utf8_lossy(hostile);
     assert_eq!(
         r.position,
-        (good.len() + before.len()) as u64,
+        Some((good.len() + before.len()) as u64),
         "{shown:?}: {msg}"
     );
     assert_eq!(r.checkpoint, None, "found at write: {msg}");
@@ -62,7 +62,7 @@ fn refused_at_write(
     assert_eq!(r.transaction, h.transaction);
     for part in [
         needle,
-        &format!("record #{}", r.position),
+        &format!("record #{}", r.position.unwrap()),
         h.transaction.as_str(),
         "while writing",
         "Filter or fix such records before the sink",
@@ -199,7 +199,7 @@ fn refused_at_prepare(
         s.write(&h.transaction, &batch(chunk)).unwrap();
     }
     let (r, msg) = rejected(s.prepare(&h.transaction, 7));
-    assert_eq!(r.position, position, "{msg}");
+    assert_eq!(r.position, Some(position), "{msg}");
     assert_eq!(r.checkpoint, Some(7), "found at prepare: {msg}");
     assert_eq!(r.column.as_deref(), column, "{msg}");
     let bad = &records[position as usize];
@@ -298,6 +298,76 @@ fn a_duplicate_key_is_refused_at_prepare_at_its_second_occurrence() {
     assert!(!msg.contains(&TestUrl::password()), "{msg}");
 }
 
+/// A foreign key is checked once the COPY's rows are in, and a DEFERRABLE
+/// one only at PREPARE TRANSACTION: PostgreSQL names no row either way.
+/// The violation used to stay retryable, so every replay failed the same
+/// way and the job restarted forever. It is now a refused record of an
+/// unknown position, which stops the job once, with the server's detail
+/// naming the value.
+#[test]
+fn a_foreign_key_violation_stops_the_job_once_without_a_position() {
+    let url = server!();
+    for deferred in [false, true] {
+        let mut admin = admin(&url);
+        let parent = unique("t_rj_parent");
+        admin
+            .batch_execute(&format!(
+                "CREATE TABLE {parent} (k bigint PRIMARY KEY); \
+                 INSERT INTO {parent} SELECT generate_series(0, 99)"
+            ))
+            .unwrap();
+        let timing = if deferred {
+            "DEFERRABLE INITIALLY DEFERRED"
+        } else {
+            ""
+        };
+        let mut f = Fixture::with_columns(
+            &url,
+            "rj_fk",
+            &format!("id bigint, parent bigint REFERENCES {parent} (k) {timing}"),
+        );
+        f.opts.columns = vec!["id".into(), "parent".into()];
+        let mut s = open_new_run(&f);
+        let h = s.begin().unwrap();
+        let records: Vec<String> = (0..30)
+            .map(|i| format!("{i}\t{}", if i == 17 { 4242 } else { i }))
+            .collect();
+        for chunk in records.chunks(10) {
+            s.write(&h.transaction, &batch(chunk)).unwrap();
+        }
+        let (r, msg) = rejected(s.prepare(&h.transaction, 5));
+        assert_eq!(r.position, None, "deferred {deferred}: {msg}");
+        assert_eq!(r.checkpoint, Some(5), "{msg}");
+        let when = if deferred {
+            "at PREPARE TRANSACTION"
+        } else {
+            "when the COPY ended"
+        };
+        for part in [
+            "23503",
+            "Key (parent)=(4242) is not present",
+            "a record of transaction",
+            h.transaction.as_str(),
+            when,
+            "did not say which record",
+            "while preparing it for checkpoint 5",
+        ] {
+            assert!(
+                msg.contains(part),
+                "deferred {deferred}: missing {part:?} in {msg}"
+            );
+        }
+        s.abort(&h).unwrap();
+        assert_eq!(f.count(), 0);
+        assert!(f.prepared_gids().is_empty(), "deferred {deferred}");
+        // The session carries on: the next transaction without the record
+        // commits.
+        let fine: Vec<String> = (0..3).map(|i| format!("{i}\t{i}")).collect();
+        committed(&mut s, &fine, 6);
+        assert_eq!(f.count(), 3, "deferred {deferred}");
+    }
+}
+
 #[test]
 fn csv_line_breaks_inside_quotes_do_not_shift_positions() {
     let url = server!();
@@ -338,7 +408,7 @@ fn a_refused_record_no_longer_held_is_shown_as_postgresql_quotes_it() {
         s.write(&h.transaction, &batch(&more)).unwrap();
     }
     let (r, msg) = rejected(s.prepare(&h.transaction, 3));
-    assert_eq!(r.position, 42, "{msg}");
+    assert_eq!(r.position, Some(42), "{msg}");
     assert_eq!(r.column.as_deref(), Some("id"), "{msg}");
     assert_eq!(
         r.preview,

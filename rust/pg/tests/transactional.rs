@@ -561,7 +561,7 @@ fn a_rejected_value_in_a_middle_batch_fails_the_prepare_and_the_next_transaction
     // A record the server can never take: fatal, named by its position in
     // the transaction (the COPY's line) with PostgreSQL's words.
     let (r, err) = rejected(s.prepare(&h.transaction, 1));
-    assert_eq!(r.position, 2500, "{err}");
+    assert_eq!(r.position, Some(2500), "{err}");
     assert_eq!(r.column.as_deref(), Some("id"), "{err}");
     assert_eq!(r.preview, "not-a-number\\tbad", "{err}");
     assert!(
