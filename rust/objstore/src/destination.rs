@@ -95,6 +95,22 @@ pub struct ObjectStoreDestination {
     /// name (see [`Self::staged_under_other_names`]): their key and upload
     /// id, for the aborts and expiries of the clean-up pass that follows.
     other_names: std::collections::BTreeMap<TransactionId, (String, String)>,
+    /// Uploads this destination completed (or found completed) whose commit
+    /// record is not written yet: a retry of the commit writes the record
+    /// from here, without asking S3 again whether the upload completed.
+    /// By then the upload is gone and a reader may have consumed (deleted)
+    /// the object, and the look would read as a loss (found by review).
+    /// Behind a lock because the commit's requests borrow `self` shared.
+    completed: std::sync::Mutex<std::collections::BTreeMap<TransactionId, Completion>>,
+}
+
+/// An upload known to be completed, as its commit record will name it.
+#[derive(Clone, Debug)]
+struct Completion {
+    key: String,
+    size: u64,
+    e_tag: Option<String>,
+    upload_id: String,
 }
 
 /// Whether a fence may reuse a recent one (a call inside a clean-up pass)
@@ -389,6 +405,7 @@ impl ObjectStoreDestination {
             watched: None,
             watch_checked: Default::default(),
             other_names: Default::default(),
+            completed: Default::default(),
         })
     }
 
@@ -700,6 +717,41 @@ impl ObjectStoreDestination {
     /// began before (this commit was in flight, an older attempt's) is
     /// finished again, and the commit answers `Retracted` (see the crate
     /// docs for why after, not before).
+    /// The uploads completed here and not yet recorded (a poisoned lock
+    /// only means a panic elsewhere: the map itself is always whole).
+    fn completions(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::BTreeMap<TransactionId, Completion>> {
+        self.completed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Writes the commit record of an upload known to be completed,
+    /// remembering the completion until the record is written (see
+    /// [`Self::completed`]).
+    async fn record_completion(
+        &self,
+        handle: &TransactionHandle,
+        completion: Completion,
+        now_ms: u64,
+    ) -> Result<Recorded, DestinationError> {
+        let txn = &handle.transaction;
+        self.completions().insert(txn.clone(), completion.clone());
+        let recorded = self
+            .record_commit(
+                handle,
+                &completion.key,
+                completion.size,
+                completion.e_tag,
+                Some(&completion.upload_id),
+                now_ms,
+            )
+            .await?;
+        self.completions().remove(txn);
+        Ok(recorded)
+    }
+
     async fn record_commit(
         &self,
         handle: &TransactionHandle,
@@ -996,17 +1048,16 @@ impl ObjectStoreDestination {
         if let Some(meta) = self.head(key).await? {
             if Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
                 // Completed, by this call (its answer lost) or an earlier one.
-                let recorded = self
-                    .record_commit(
-                        handle,
-                        key,
-                        meta.size,
-                        meta.e_tag,
-                        Some(&location.upload_id),
-                        now_ms,
-                    )
-                    .await?;
-                return Ok(recorded.status());
+                let completion = Completion {
+                    key: key.to_string(),
+                    size: meta.size,
+                    e_tag: meta.e_tag,
+                    upload_id: location.upload_id.clone(),
+                };
+                return Ok(self
+                    .record_completion(handle, completion, now_ms)
+                    .await?
+                    .status());
             }
             return Err(self.corrupt(format!(
                 "the commit of {txn} failed ({error}), and s3://{}/{key} holds an object of {} \
@@ -2043,6 +2094,13 @@ impl Destination for ObjectStoreDestination {
             if let Some(record) = self.read_commit_record(&name).await? {
                 return self.already_committed(&record).await;
             }
+            let known = self.completions().get(txn).cloned();
+            if let Some(completion) = known {
+                return Ok(self
+                    .record_completion(handle, completion, now_ms)
+                    .await?
+                    .status());
+            }
             // Where the upload is: the handle says (the checkpoint's copy);
             // a handle from before locations existed falls back on the
             // marker.
@@ -2127,17 +2185,16 @@ impl Destination for ObjectStoreDestination {
                             location.parts.len()
                         )));
                     }
-                    let recorded = self
-                        .record_commit(
-                            handle,
-                            &location.key,
-                            size,
-                            e_tag,
-                            Some(&location.upload_id),
-                            now_ms,
-                        )
-                        .await?;
-                    Ok(recorded.status())
+                    let completion = Completion {
+                        key: location.key.clone(),
+                        size,
+                        e_tag,
+                        upload_id: location.upload_id.clone(),
+                    };
+                    Ok(self
+                        .record_completion(handle, completion, now_ms)
+                        .await?
+                        .status())
                 }
                 Err(e) => {
                     self.after_failed_complete(handle, &location, e, now_ms)

@@ -136,6 +136,45 @@ fn a_commit_record_lost_after_completion_is_repaired() {
     assert_eq!(d.commit(&h2, 14).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
+/// The upload is completed, writing its commit record fails, and a reader
+/// that consumes objects by deleting them takes the object before the
+/// commit is retried. The retry used to find neither the upload nor the
+/// object nor a record and answered LOST, stopping the job; the
+/// destination now remembers the completion and writes the record. Both
+/// ways a completion is known: the complete's answer, and (answer lost) the
+/// object found after it.
+#[test]
+fn a_completion_whose_record_failed_is_recorded_even_after_a_reader_took_the_object() {
+    let endpoint = server!();
+    let (mut d, faults) = open_faulty(&options(&endpoint));
+    let recs = records(5, 10, 2);
+    for (n, answer_lost) in [(1u64, false), (2, true)] {
+        let h = stage(&mut d, n, 2 + n, &recs);
+        if answer_lost {
+            faults.arm(S3Call::CompleteUpload, FaultAction::FailAfter("cut".into()));
+        }
+        faults.arm(S3Call::PutObject, FaultAction::FailBefore("record".into()));
+        assert!(d.commit(&h, 10).is_err(), "case {n}");
+        assert_eq!(object(&d, n), Some(lines(&recs)), "case {n}: published");
+        delete_raw(&d, &d.layout().part_key(&h.transaction));
+        assert_eq!(
+            d.commit(&h, 11).unwrap(),
+            CommitStatus::Committed,
+            "case {n}"
+        );
+        let record_key = d
+            .layout()
+            .commit_record_key(LineageId(7), 2 + n, &h.transaction);
+        assert!(head(&d, &record_key).is_some(), "case {n}: recorded");
+        assert_eq!(object(&d, n), None, "case {n}: nothing is shown again");
+        assert_eq!(
+            d.commit(&h, 12).unwrap(),
+            CommitStatus::AlreadyCommitted,
+            "case {n}"
+        );
+    }
+}
+
 /// A crash between completing the upload and writing its record leaves
 /// visible output that only a repeat of that very commit used to find: a
 /// restore of an older checkpoint missed it in its rewind check (and
