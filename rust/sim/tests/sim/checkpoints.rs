@@ -19,8 +19,9 @@ pub struct SubtaskState {
     /// The transaction begun right after the snapshot's pre-commit (Sink
     /// V2: after `prepareCommit`).
     pub current: TransactionHandle,
-    /// Sink V2: the writer's state element (its open transaction is
-    /// `current`).
+    /// The writer's state (its open transaction is `current`): Sink V2's
+    /// writer state element; SinkFunction: what the shim writes into its
+    /// own list state `writerState` beside Flink's.
     pub writer: Option<WriterState>,
 }
 
@@ -52,56 +53,82 @@ impl CompletedCheckpoint {
         self.states[0].current.lineage
     }
 
-    /// What `SubtaskSink::open` is given on restore by one subtask: the
-    /// checkpoint id and the handles of the states it was handed. The Java
-    /// shim also snapshots copies of its open handle into a split list state,
-    /// so that a subtask handed no state after scaling up still learns the
-    /// restored lineage; a subtask without a share gets one such copy here.
-    pub fn restore_share(&self, share: &[SubtaskState]) -> Restore {
-        let mut known = Vec::new();
-        for s in share {
-            known.extend(s.pending.iter().map(|(_, h)| h.clone()));
-            known.push(s.current.clone());
-        }
-        if known.is_empty() {
-            known.push(self.states[0].current.clone());
-        }
-        Restore {
-            states: Vec::new(),
-            checkpoint: self.id,
-            known,
-        }
+    /// SinkFunction: what each subtask's `SubtaskSink::open` is given on
+    /// restore, as `TwopcSinkFunction.initializeState` passes it: the
+    /// writer states of its share of the list state `writerState`, and no
+    /// handles. That list holds, per old subtask, the writer state and a
+    /// copy of each pending handle (kept for an upgrade to Sink V2, skipped
+    /// here), and Flink splits it apart from the base class's own state
+    /// (the pending and current handles, see [`Self::assign`]): after a
+    /// rescale a subtask may commit handles whose writer state went to
+    /// another subtask, and may get no writer state at all.
+    pub fn sink_function_restores(&self, parallelism: usize, how: Redistribution) -> Vec<Restore> {
+        let elements: Vec<Vec<Option<WriterState>>> = self
+            .states
+            .iter()
+            .map(|s| {
+                let mut list = vec![Some(
+                    s.writer
+                        .clone()
+                        .expect("a SinkFunction checkpoint holds writer states"),
+                )];
+                list.extend(s.pending.iter().map(|_| None));
+                list
+            })
+            .collect();
+        split(elements, parallelism, how)
+            .into_iter()
+            .map(|share| Restore {
+                states: share.into_iter().flatten().collect(),
+                checkpoint: self.id,
+                known: Vec::new(),
+            })
+            .collect()
     }
 
     /// The states each subtask of `parallelism` restores. With an unchanged
     /// parallelism Flink hands every subtask its own state back; otherwise
     /// a subtask may get several states, or none.
     pub fn assign(&self, parallelism: usize, how: Redistribution) -> Vec<Vec<SubtaskState>> {
-        let mut out: Vec<Vec<SubtaskState>> = vec![Vec::new(); parallelism];
-        let n = self.states.len();
-        if n == parallelism {
-            for (i, s) in self.states.iter().enumerate() {
-                out[i].push(s.clone());
-            }
-            return out;
-        }
-        match how {
-            Redistribution::RoundRobin => {
-                for (j, s) in self.states.iter().enumerate() {
-                    out[j % parallelism].push(s.clone());
-                }
-            }
-            Redistribution::Contiguous => {
-                let (base, extra) = (n / parallelism, n % parallelism);
-                let mut next = self.states.iter();
-                for (i, slot) in out.iter_mut().enumerate() {
-                    let take = base + usize::from(i < extra);
-                    slot.extend(next.by_ref().take(take).cloned());
-                }
-            }
-        }
-        out
+        split(
+            self.states.iter().map(|s| vec![s.clone()]).collect(),
+            parallelism,
+            how,
+        )
     }
+}
+
+/// How Flink splits one list state (`per_subtask[i]`: the elements old
+/// subtask `i` wrote) over `parallelism` subtasks: unchanged when the
+/// parallelism is, otherwise the elements of all old subtasks, in order,
+/// redistributed.
+fn split<T: Clone>(
+    per_subtask: Vec<Vec<T>>,
+    parallelism: usize,
+    how: Redistribution,
+) -> Vec<Vec<T>> {
+    if per_subtask.len() == parallelism {
+        return per_subtask;
+    }
+    let all: Vec<T> = per_subtask.into_iter().flatten().collect();
+    let mut out: Vec<Vec<T>> = vec![Vec::new(); parallelism];
+    match how {
+        Redistribution::RoundRobin => {
+            for (j, e) in all.into_iter().enumerate() {
+                out[j % parallelism].push(e);
+            }
+        }
+        Redistribution::Contiguous => {
+            let n = all.len();
+            let (base, extra) = (n / parallelism, n % parallelism);
+            let mut next = all.into_iter();
+            for (i, slot) in out.iter_mut().enumerate() {
+                let take = base + usize::from(i < extra);
+                slot.extend(next.by_ref().take(take));
+            }
+        }
+    }
+    out
 }
 
 /// Retained checkpoints and savepoints of the live branch of the job's

@@ -73,7 +73,8 @@ impl<D: Destination> SubtaskRuntime<D> {
         Ok(SubtaskState {
             pending: self.pending.iter().map(|(c, h)| (*c, h.clone())).collect(),
             current: self.current.clone(),
-            writer: None,
+            // Taken after the snapshot's begin, as the shim takes it.
+            writer: Some(self.sink.writer_state()),
         })
     }
 
@@ -965,15 +966,26 @@ impl<B: Backend> SimulatedJob<B> {
             Some(cp) => cp.assign(p, self.schedule.redistribution),
             None => vec![Vec::new(); p],
         };
-        // What each subtask's `SubtaskSink::open` is given: only its own
-        // share of the restored state (as the Java shim passes it), never
-        // the union.
-        let restores: Vec<Option<Restore>> = (0..p)
-            .map(|i| restored.map(|cp| cp.restore_share(&assignment[i])))
-            .collect();
-        // Subtasks initialize concurrently in Flink; any order may happen.
+        // What each subtask's `SubtaskSink::open` is given: the writer
+        // states of its own share of the shim's list state, split apart
+        // from the handles it recovers (as the Java shim passes them),
+        // never the union.
+        let restores: Vec<Option<Restore>> = match restored {
+            Some(cp) => cp
+                .sink_function_restores(p, self.schedule.redistribution)
+                .into_iter()
+                .map(Some)
+                .collect(),
+            None => vec![None; p],
+        };
+        // Subtasks initialize concurrently in Flink; any order may happen,
+        // except that one handed no writer state waits (moments, in Flink)
+        // for one that has some to record the run's lineage, so it opens
+        // after those here (as Sink V2's writers do).
+        let mut order = self.chaos.rng.order(p);
+        order.sort_by_key(|&i| restores[i].as_ref().is_some_and(|r| r.states.is_empty()));
         let mut slots: Vec<Option<SubtaskRuntime<B::Dest>>> = (0..p).map(|_| None).collect();
-        for i in self.chaos.rng.order(p) {
+        for i in order {
             match self.initialize(run, i, restores[i].as_ref(), &assignment[i]) {
                 Ok(Some(rt)) => slots[i] = Some(rt),
                 Ok(None) => return Err(AttemptEnd::Crashed(CrashPoint::DuringRecovery)),
