@@ -572,23 +572,25 @@ fn rejected_record_message(r: &RejectedRecord) -> String {
         Some(c) => format!(", column {c}"),
         None => String::new(),
     };
-    let (which, begins) = match r.position {
+    let (which, begins, replay) = match r.position {
         Some(p) => (
             format!("record #{p}"),
-            format!("The record begins: {}", r.preview),
+            format!("The record begins: {}.", r.preview),
+            "A restart would replay the same record and fail again",
         ),
         None => (
             "a record".to_string(),
-            "The destination did not say which record it was (its own words above name the \
-             values)"
+            "The destination did not say which record it was: its words above name the check, \
+             and may name the values."
                 .to_string(),
+            "A restart would replay the same records and meet the same check",
         ),
     };
     format!(
-        "{}: the destination refused {which} of transaction {} ({when}{column}): {}. {begins}. \
-         A restart would replay the same record and fail again, so the job is stopped instead \
-         of restarting in a loop; nothing of this transaction becomes visible. Filter or fix \
-         such records before the sink, then restart from the latest checkpoint.",
+        "{}: the destination refused {which} of transaction {} ({when}{column}): {}. {begins} \
+         {replay}, so the job is stopped instead of restarting in a loop; nothing of this \
+         transaction becomes visible. Filter or fix such records before the sink, then restart \
+         from the latest checkpoint.",
         r.scope, r.transaction, r.reason
     )
 }

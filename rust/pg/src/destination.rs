@@ -1270,9 +1270,14 @@ impl PgDestination {
                 ));
             }
             Err(f) => {
-                let fault = self
-                    .txn_row_fault(&f)
-                    .or_else(|| unlocated_fault(&f, "when the COPY ended"));
+                let fault = self.txn_row_fault(&f).or_else(|| {
+                    unnamed_fault(
+                        &f,
+                        "when the COPY ended, by a check made once the rows were in (a \
+                             foreign key, a unique constraint declared DEFERRABLE, an AFTER \
+                             trigger)",
+                    )
+                });
                 self.rollback_open();
                 if let Some(fault) = fault {
                     return Err(DestinationError::record(fault));
@@ -1418,7 +1423,9 @@ impl PgDestination {
                     .writer
                     .run("rolling back", |c| Ok(c.batch_execute("ROLLBACK")?));
                 self.delete_side_best_effort(&delete_side, txn);
-                match unlocated_fault(&f, "at PREPARE TRANSACTION").filter(|_| preparing) {
+                let checked = "at PREPARE TRANSACTION, by a check deferred to the end of the \
+                               transaction (a DEFERRABLE constraint, a constraint trigger)";
+                match unnamed_fault(&f, checked).filter(|_| preparing) {
                     Some(fault) => Err(DestinationError::record(fault)),
                     None => Err(f.error),
                 }
@@ -2077,7 +2084,14 @@ impl PgDestination {
             return None;
         }
         match self.locate_upsert_fault(batch) {
-            Ok(Some((index, found))) => Some(RecordFault {
+            Ok(Some(Located::Unnamed(found))) => Some(unnamed_record(
+                &found,
+                "when the batch's transaction ended, by a check deferred to its end (a \
+                 DEFERRABLE constraint, a constraint trigger) that no record of the batch fails \
+                 on its own",
+                NOTE,
+            )),
+            Ok(Some(Located::At(index, found))) => Some(RecordFault {
                 position: RecordPosition::InBatch(index),
                 column: found.column.clone(),
                 reason: format!("PostgreSQL: {}{NOTE}", found.text),
@@ -2110,46 +2124,25 @@ impl PgDestination {
         }
     }
 
-    /// Stages `batch` again in a transaction that is rolled back, and finds
-    /// the first record the upsert refuses for its data: its position in the
-    /// batch and the server's error.
-    fn locate_upsert_fault(
-        &mut self,
-        batch: RecordBatch<'_>,
-    ) -> Result<Option<(u64, ServerError)>, Failure> {
+    /// Stages `batch` again in transactions that are rolled back, and finds
+    /// the record the upsert refuses for its data: its position in the
+    /// batch and the server's error (see [`locate_in_batch`]).
+    fn locate_upsert_fault(&mut self, batch: RecordBatch<'_>) -> Result<Option<Located>, Failure> {
         let ModeSql::Idempotent(sql, _) = &self.sql else {
             unreachable!("idempotent mode")
         };
-        let (create, copy, last_rows, delete_some, upsert_some) = (
-            sql.create_stage.clone(),
-            sql.copy_stage.clone(),
-            sql.last_rows.clone(),
-            sql.delete_some.clone(),
-            sql.upsert_some.clone(),
-        );
+        let statements = LocateSql {
+            create: sql.create_stage.clone(),
+            copy: sql.copy_stage.clone(),
+            last_rows: sql.last_rows.clone(),
+            delete_some: sql.delete_some.clone(),
+            upsert_some: sql.upsert_some.clone(),
+        };
         let secrets = self.secrets.clone();
         let result = self
             .writer
             .run("finding the record the upsert refused", |c| {
-                // Checks the table defers to COMMIT (a DEFERRABLE foreign
-                // key, a constraint trigger) run at each statement here, so
-                // that the bisection meets them at the record that fails
-                // them; without this no part ever failed and the error
-                // stayed retryable, restarting the job forever.
-                c.batch_execute("BEGIN; SET CONSTRAINTS ALL IMMEDIATE")?;
-                // The failed transaction took a staging table it created
-                // with it.
-                c.batch_execute(&create)?;
-                copy_batch(c, &copy, batch)?;
-                let mut rows: Vec<(i64, i64)> = c
-                    .query(&last_rows, &[])?
-                    .iter()
-                    .map(|r| (r.get(0), r.get(1)))
-                    .collect();
-                rows.sort_unstable();
-                let found = bisect_upsert(c, delete_some.as_deref(), &upsert_some, &rows, &secrets);
-                c.batch_execute("ROLLBACK")?;
-                found
+                locate_in_batch(c, &statements, batch, &secrets)
             });
         if let Err(f) = &result {
             if !f.lost {
@@ -2162,6 +2155,122 @@ impl PgDestination {
     }
 }
 
+/// What the search for the record a batch upsert refused found.
+enum Located {
+    /// The record at this position of the batch, and the server's error.
+    At(u64, ServerError),
+    /// The batch fails a check deferred to the end of its transaction, and
+    /// no single record can be named for it.
+    Unnamed(ServerError),
+}
+
+/// The statements of idempotent mode a search for a refused record runs.
+struct LocateSql {
+    create: String,
+    copy: String,
+    last_rows: String,
+    delete_some: Option<String>,
+    upsert_some: String,
+}
+
+impl LocateSql {
+    /// `BEGIN`, the batch staged again (the failed transaction took the
+    /// staging table it created with it), and its rows to apply: (arrival
+    /// order, position in the batch), sorted by arrival.
+    fn stage(&self, c: &mut Client, batch: RecordBatch<'_>) -> Result<Vec<(i64, i64)>, CallError> {
+        c.batch_execute("BEGIN")?;
+        c.batch_execute(&self.create)?;
+        copy_batch(c, &self.copy, batch)?;
+        let mut rows: Vec<(i64, i64)> = c
+            .query(&self.last_rows, &[])?
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        rows.sort_unstable();
+        Ok(rows)
+    }
+
+    /// Applies the rows of arrival order `part`, as the upsert would.
+    fn apply(&self, c: &mut Client, part: &[i64]) -> Result<(), postgres::Error> {
+        if let Some(delete) = &self.delete_some {
+            c.execute(delete, &[&part])?;
+        }
+        c.execute(&self.upsert_some, &[&part])?;
+        Ok(())
+    }
+}
+
+/// The record of `batch` the upsert refuses, in up to three passes, each
+/// in a transaction rolled back at its end:
+/// 1. With the table's checks as declared, [`bisect_upsert`] finds a record
+///    refused by a statement.
+/// 2. When every part passed, the checks the table defers to COMMIT (a
+///    `DEFERRABLE` foreign key, a constraint trigger) failed the batch:
+///    `SET CONSTRAINTS ALL IMMEDIATE` confirms it (if it passes now, a
+///    concurrent writer changed what the batch met: `None`, a retry may
+///    pass). Bisecting again with every check immediate gives a candidate.
+///    It cannot be trusted by itself: a deferred check lets a row refer to
+///    one later in the batch, which a part without that row fails.
+/// 3. The candidate is the record only if the batch without it passes
+///    every check; otherwise no single record is named ([`Located::Unnamed`]).
+///
+/// Without 2 and 3 no part ever failed a deferred check, the error stayed
+/// retryable and the job restarted forever (found by review).
+fn locate_in_batch(
+    c: &mut Client,
+    sql: &LocateSql,
+    batch: RecordBatch<'_>,
+    secrets: &Secrets,
+) -> Result<Option<Located>, CallError> {
+    let refused = |e: postgres::Error| -> Result<ServerError, CallError> {
+        match error::server_error(secrets, &e).filter(|s| error::is_data_error(&s.sqlstate)) {
+            Some(s) => Ok(s),
+            None => Err(e.into()),
+        }
+    };
+    let rows = sql.stage(c, batch)?;
+    let found = bisect_upsert(c, sql, &rows, secrets)?;
+    if let Some((index, e)) = found {
+        c.batch_execute("ROLLBACK")?;
+        return Ok(Some(Located::At(index, e)));
+    }
+    let deferred = match c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE") {
+        Ok(()) => {
+            c.batch_execute("ROLLBACK")?;
+            return Ok(None);
+        }
+        Err(e) => refused(e)?,
+    };
+    c.batch_execute("ROLLBACK")?;
+
+    let rows = sql.stage(c, batch)?;
+    c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE")?;
+    let candidate = bisect_upsert(c, sql, &rows, secrets)?;
+    c.batch_execute("ROLLBACK")?;
+    let Some((index, e)) = candidate else {
+        return Ok(Some(Located::Unnamed(deferred)));
+    };
+
+    let rows = sql.stage(c, batch)?;
+    let others: Vec<i64> = rows
+        .iter()
+        .filter(|r| u64::try_from(r.1).ok() != Some(index))
+        .map(|r| r.0)
+        .collect();
+    let without = sql
+        .apply(c, &others)
+        .and_then(|()| c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE"));
+    let located = match without {
+        Ok(()) => Located::At(index, e),
+        Err(other) => {
+            refused(other)?;
+            Located::Unnamed(deferred)
+        }
+    };
+    c.batch_execute("ROLLBACK")?;
+    Ok(Some(located))
+}
+
 /// The first of `rows` ((arrival order, position in the batch), sorted by
 /// arrival) that `delete_some` (when records carry an operation field) or
 /// `upsert_some` refuses for its data once every row before it is in.
@@ -2169,8 +2278,7 @@ impl PgDestination {
 /// fails is rolled back and halved, so it takes about 2·log2(n) statements.
 fn bisect_upsert(
     c: &mut Client,
-    delete_some: Option<&str>,
-    upsert_some: &str,
+    sql: &LocateSql,
     rows: &[(i64, i64)],
     secrets: &Secrets,
 ) -> Result<Option<(u64, ServerError)>, CallError> {
@@ -2179,12 +2287,7 @@ fn bisect_upsert(
         let mid = if hi - lo == 1 { hi } else { lo + (hi - lo) / 2 };
         let part: Vec<i64> = rows[lo..mid].iter().map(|r| r.0).collect();
         c.batch_execute("SAVEPOINT twopc_probe")?;
-        let applied = match delete_some {
-            Some(delete) => c.execute(delete, &[&part]),
-            None => Ok(0),
-        }
-        .and_then(|_| c.execute(upsert_some, &[&part]));
-        match applied {
+        match sql.apply(c, &part) {
             Ok(_) => {
                 c.batch_execute("RELEASE SAVEPOINT twopc_probe")?;
                 lo = mid;
@@ -2237,25 +2340,34 @@ fn copy_batch(client: &mut Client, sql: &str, batch: RecordBatch<'_>) -> Result<
 /// of the COPY, a `DEFERRABLE` constraint's or a constraint trigger's at
 /// PREPARE TRANSACTION). The same rows meet the same check at every
 /// replay, so left retryable it restarted the job forever (found by
-/// review). The server's detail names the values (`Key (parent)=(5) is not
-/// present in table ...`); which record held them is not known.
-fn unlocated_fault(f: &Failure, when: &str) -> Option<RecordFault> {
+/// review). The server's detail may name the values (`Key (parent)=(5) is
+/// not present in table ...`); which record held them is not known.
+fn unnamed_fault(f: &Failure, checked: &str) -> Option<RecordFault> {
     let server = f.server.as_deref()?;
     if f.lost || !error::is_data_error(&server.sqlstate) {
         return None;
     }
-    Some(RecordFault {
+    Some(unnamed_record(server, checked, ""))
+}
+
+/// A [`RecordPosition::Unknown`] fault of `server`'s error, raised as
+/// `checked` says; `note` is added to the reason.
+fn unnamed_record(server: &ServerError, checked: &str, note: &str) -> RecordFault {
+    let context = match &server.context {
+        Some(c) => format!(" (context: {})", c.replace('\n', "; ")),
+        None => String::new(),
+    };
+    RecordFault {
         position: RecordPosition::Unknown,
         column: server.column.clone(),
         reason: format!(
-            "PostgreSQL: {} (raised {when} by a check made after the rows were in: a foreign \
-             key, a DEFERRABLE constraint or a constraint trigger; PostgreSQL names no row for \
-             it; when the rows it refers to are written elsewhere and arrive later, restart \
-             from the latest checkpoint once they are there)",
+            "PostgreSQL: {}{context}, raised {checked}; PostgreSQL names no row for such a \
+             check. When the rows the records refer to are written elsewhere and arrive later, \
+             restart from the latest checkpoint once they are there{note}",
             server.text
         ),
         preview: String::new(),
-    })
+    }
 }
 
 /// The fault of the record behind a row the server refused. `record` is the

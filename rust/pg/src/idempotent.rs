@@ -42,7 +42,11 @@
 //! and upserted in parts under savepoints, bisecting down to the first
 //! record (in arrival order) that fails on its own once the records before
 //! it are in: a few dozen statements for a batch of thousands, run only on
-//! the way to stopping the job.
+//! the way to stopping the job. A batch that fails only a check deferred to
+//! its COMMIT (a `DEFERRABLE` foreign key, a constraint trigger) is bisected
+//! again with every check immediate; the record found is named only if the
+//! batch without it passes, otherwise the batch is refused without a
+//! position (see `locate_in_batch` in the destination).
 //!
 //! In this mode `prepare` is a flush (there is nothing buffered: every
 //! write already committed), `commit` reports `Committed` with nothing to
