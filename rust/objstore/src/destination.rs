@@ -107,6 +107,10 @@ pub struct ObjectStoreDestination {
 /// An upload known to be completed, as its commit record will name it.
 #[derive(Clone, Debug)]
 struct Completion {
+    /// The handle's, so that an entry serves only the commit of the same
+    /// transaction of the same checkpoint.
+    lineage: LineageId,
+    checkpoint: CheckpointId,
     key: String,
     size: u64,
     e_tag: Option<String>,
@@ -710,13 +714,6 @@ impl ObjectStoreDestination {
         }))
     }
 
-    /// Writes the commit record (never replacing one), then tidies: the
-    /// prepared marker goes, and so do other uploads of the same key (a
-    /// retried CreateMultipartUpload can leave one). With the record in
-    /// place it looks for a retraction's tombstone: a retraction that
-    /// began before (this commit was in flight, an older attempt's) is
-    /// finished again, and the commit answers `Retracted` (see the crate
-    /// docs for why after, not before).
     /// The uploads completed here and not yet recorded (a poisoned lock
     /// only means a panic elsewhere: the map itself is always whole).
     fn completions(
@@ -725,6 +722,15 @@ impl ObjectStoreDestination {
         self.completed
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The completion remembered for `handle`'s transaction, if it was of
+    /// the same lineage and checkpoint.
+    fn completion_for(&self, handle: &TransactionHandle) -> Option<Completion> {
+        let completions = self.completions();
+        let c = completions.get(&handle.transaction)?;
+        (c.lineage == handle.lineage && Some(c.checkpoint) == handle.checkpoint())
+            .then(|| c.clone())
     }
 
     /// Writes the commit record of an upload known to be completed,
@@ -736,22 +742,28 @@ impl ObjectStoreDestination {
         completion: Completion,
         now_ms: u64,
     ) -> Result<Recorded, DestinationError> {
-        let txn = &handle.transaction;
-        self.completions().insert(txn.clone(), completion.clone());
-        let recorded = self
-            .record_commit(
-                handle,
-                &completion.key,
-                completion.size,
-                completion.e_tag,
-                Some(&completion.upload_id),
-                now_ms,
-            )
-            .await?;
-        self.completions().remove(txn);
-        Ok(recorded)
+        self.completions()
+            .insert(handle.transaction.clone(), completion.clone());
+        self.record_commit(
+            handle,
+            &completion.key,
+            completion.size,
+            completion.e_tag,
+            Some(&completion.upload_id),
+            now_ms,
+        )
+        .await
     }
 
+    /// Writes the commit record (never replacing one), then tidies: the
+    /// prepared marker goes, and so do other uploads of the same key (a
+    /// retried CreateMultipartUpload can leave one). With the record in
+    /// place it looks for a retraction's tombstone: a retraction that
+    /// began before (this commit was in flight, an older attempt's) is
+    /// finished again, and the commit answers `Retracted` (see the crate
+    /// docs for why after, not before).
+    /// A completion this destination remembered for the transaction is
+    /// forgotten once its record is written.
     async fn record_commit(
         &self,
         handle: &TransactionHandle,
@@ -790,6 +802,7 @@ impl ObjectStoreDestination {
                 ));
             }
         }
+        self.completions().remove(&handle.transaction);
         if let Some(evidence) = self.undo_if_retracted(handle, key, &name, true).await? {
             return Ok(Recorded::Retracted(evidence));
         }
@@ -1049,6 +1062,8 @@ impl ObjectStoreDestination {
             if Self::is_completion_of(meta.size, meta.e_tag.as_deref(), location) {
                 // Completed, by this call (its answer lost) or an earlier one.
                 let completion = Completion {
+                    lineage: handle.lineage,
+                    checkpoint: handle.checkpoint().unwrap_or_default(),
                     key: key.to_string(),
                     size: meta.size,
                     e_tag: meta.e_tag,
@@ -1438,7 +1453,16 @@ impl ObjectStoreDestination {
             };
             let record = names::commit_record_name(handle.lineage, checkpoint, &txn);
             if self.read_commit_record(&record).await?.is_some() {
+                self.completions().remove(&txn);
                 continue; // recorded; only its marker was left
+            }
+            if let Some(completion) = self.completion_for(&handle) {
+                // Completed here, its record not written yet: recorded from
+                // what this destination knows, whether or not a reader took
+                // the object since.
+                self.record_completion(&handle, completion, now_ms())
+                    .await?;
+                continue;
             }
             let Some(meta) = self.head(&location.key).await? else {
                 // Aborted or lost (a commit of it reports which), unless the
@@ -2092,10 +2116,10 @@ impl Destination for ObjectStoreDestination {
         let name = names::commit_record_name(handle.lineage, checkpoint, txn);
         self.wait(async {
             if let Some(record) = self.read_commit_record(&name).await? {
+                self.completions().remove(txn);
                 return self.already_committed(&record).await;
             }
-            let known = self.completions().get(txn).cloned();
-            if let Some(completion) = known {
+            if let Some(completion) = self.completion_for(handle) {
                 return Ok(self
                     .record_completion(handle, completion, now_ms)
                     .await?
@@ -2186,6 +2210,8 @@ impl Destination for ObjectStoreDestination {
                         )));
                     }
                     let completion = Completion {
+                        lineage: handle.lineage,
+                        checkpoint,
                         key: location.key.clone(),
                         size,
                         e_tag,

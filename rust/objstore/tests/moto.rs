@@ -173,6 +173,16 @@ fn a_completion_whose_record_failed_is_recorded_even_after_a_reader_took_the_obj
             "case {n}"
         );
     }
+    // The listing a rewind check reads records it too, before any retry:
+    // otherwise it would miss a committed transaction.
+    let h = stage(&mut d, 3, 5, &recs);
+    faults.arm(S3Call::PutObject, FaultAction::FailBefore("record".into()));
+    assert!(d.commit(&h, 10).is_err());
+    delete_raw(&d, &d.layout().part_key(&h.transaction));
+    let listed = d.committed_after(LineageId(7), 4).unwrap();
+    assert_eq!(listed.len(), 1, "{listed:?}");
+    assert_eq!(listed[0].transaction, h.transaction);
+    assert_eq!(d.commit(&h, 11).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
 /// A crash between completing the upload and writing its record leaves
