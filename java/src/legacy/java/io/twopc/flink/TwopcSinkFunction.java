@@ -475,6 +475,16 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     }
 
     private void commitTransaction(TwopcTransaction transaction, boolean recovery) {
+        if (commitFailed && !recovery) {
+            // Flink's notifyCheckpointComplete goes on to the next pending transaction after a
+            // failed commit and fails the task only at the end. Committing later checkpoints'
+            // transactions meanwhile would show their output before the failed one's, out of
+            // checkpoint order, until the restart commits that one (found by review). The restart
+            // restores them all as pending and commits them in order.
+            throw new TwopcException(scope + ": not committing " + transaction + " yet: the commit of an "
+                    + "earlier checkpoint's transaction failed in this task. The task fails, and the "
+                    + "restart commits both, in checkpoint order");
+        }
         long preparedAgeMs = warnIfNearRetention(transaction, "committing");
         long start = System.nanoTime();
         int outcome;
