@@ -2084,11 +2084,11 @@ impl PgDestination {
             return None;
         }
         match self.locate_upsert_fault(batch) {
-            Ok(Some(Located::Unnamed(found))) => Some(unnamed_record(
-                &found,
-                "when the batch's transaction ended, by a check deferred to its end (a \
-                 DEFERRABLE constraint, a constraint trigger) that no record of the batch fails \
-                 on its own",
+            Ok(Some(Located::Unnamed)) => Some(unnamed_record(
+                server,
+                "by a check over several rows of the batch (a foreign key, a DEFERRABLE \
+                 constraint, a constraint trigger) for which no single record could be named (the \
+                 batch without the record first suspected still fails)",
                 NOTE,
             )),
             Ok(Some(Located::At(index, found))) => Some(RecordFault {
@@ -2159,9 +2159,10 @@ impl PgDestination {
 enum Located {
     /// The record at this position of the batch, and the server's error.
     At(u64, ServerError),
-    /// The batch fails a check deferred to the end of its transaction, and
-    /// no single record can be named for it.
-    Unnamed(ServerError),
+    /// The batch fails a check over several of its rows (a foreign key, a
+    /// deferred check), and no single record can be named for it: the
+    /// batch's own error says what failed.
+    Unnamed,
 }
 
 /// The statements of idempotent mode a search for a refused record runs.
@@ -2200,75 +2201,102 @@ impl LocateSql {
     }
 }
 
-/// The record of `batch` the upsert refuses, in up to three passes, each
-/// in a transaction rolled back at its end:
+/// The record of `batch` the upsert refuses, each pass in a transaction
+/// rolled back at its end:
 /// 1. With the table's checks as declared, [`bisect_upsert`] finds a record
-///    refused by a statement.
+///    refused by a statement. A row-level check (NOT NULL, CHECK, a unique
+///    key: the second of a pair) names it. A foreign key does not by
+///    itself: the upsert applies the batch as one statement, so a row may
+///    refer to one later in the batch, which a part without that row fails
+///    (found by review); such a candidate must pass the check of 3.
 /// 2. When every part passed, the checks the table defers to COMMIT (a
 ///    `DEFERRABLE` foreign key, a constraint trigger) failed the batch:
-///    `SET CONSTRAINTS ALL IMMEDIATE` confirms it (if it passes now, a
-///    concurrent writer changed what the batch met: `None`, a retry may
-///    pass). Bisecting again with every check immediate gives a candidate.
-///    It cannot be trusted by itself: a deferred check lets a row refer to
-///    one later in the batch, which a part without that row fails.
-/// 3. The candidate is the record only if the batch without it passes
-///    every check; otherwise no single record is named ([`Located::Unnamed`]).
+///    `SET CONSTRAINTS ALL IMMEDIATE` confirms it. Bisecting again with
+///    every check immediate gives a candidate, with the same caveat.
+/// 3. A candidate is the record only if the batch without it passes every
+///    check; otherwise no single record is named ([`Located::Unnamed`]).
 ///
-/// Without 2 and 3 no part ever failed a deferred check, the error stayed
-/// retryable and the job restarted forever (found by review).
+/// Whenever the whole batch passes now (pass 1's confirmation, or again
+/// when pass 2 finds nothing), a concurrent writer changed what it met:
+/// `None`, the error stays retryable and a restart may pass. Without 2 and
+/// 3 no part ever failed a deferred check, the error stayed retryable and
+/// the job restarted forever (found by review).
 fn locate_in_batch(
     c: &mut Client,
     sql: &LocateSql,
     batch: RecordBatch<'_>,
     secrets: &Secrets,
 ) -> Result<Option<Located>, CallError> {
-    let refused = |e: postgres::Error| -> Result<ServerError, CallError> {
-        match error::server_error(secrets, &e).filter(|s| error::is_data_error(&s.sqlstate)) {
-            Some(s) => Ok(s),
-            None => Err(e.into()),
-        }
-    };
     let rows = sql.stage(c, batch)?;
     let found = bisect_upsert(c, sql, &rows, secrets)?;
-    if let Some((index, e)) = found {
-        c.batch_execute("ROLLBACK")?;
-        return Ok(Some(Located::At(index, e)));
-    }
-    let deferred = match c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE") {
-        Ok(()) => {
-            c.batch_execute("ROLLBACK")?;
-            return Ok(None);
+    c.batch_execute("ROLLBACK")?;
+    let (index, e) = match found {
+        Some((index, e)) if e.sqlstate != FOREIGN_KEY_VIOLATION => {
+            return Ok(Some(Located::At(index, e)))
         }
-        Err(e) => refused(e)?,
+        Some(candidate) => candidate,
+        None => {
+            if passes_without(c, sql, batch, None, secrets)?.is_ok() {
+                return Ok(None);
+            }
+            let rows = sql.stage(c, batch)?;
+            c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE")?;
+            let candidate = bisect_upsert(c, sql, &rows, secrets)?;
+            c.batch_execute("ROLLBACK")?;
+            match candidate {
+                Some(candidate) => candidate,
+                None => {
+                    // Every part passes with every check immediate: the
+                    // batch may pass as a whole now too.
+                    return Ok(passes_without(c, sql, batch, None, secrets)?
+                        .err()
+                        .map(|_| Located::Unnamed));
+                }
+            }
+        }
     };
-    c.batch_execute("ROLLBACK")?;
+    Ok(Some(
+        match passes_without(c, sql, batch, Some(index), secrets)? {
+            Ok(()) => Located::At(index, e),
+            Err(_) => Located::Unnamed,
+        },
+    ))
+}
 
-    let rows = sql.stage(c, batch)?;
-    c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE")?;
-    let candidate = bisect_upsert(c, sql, &rows, secrets)?;
-    c.batch_execute("ROLLBACK")?;
-    let Some((index, e)) = candidate else {
-        return Ok(Some(Located::Unnamed(deferred)));
-    };
+/// SQLSTATE of a foreign key violation.
+const FOREIGN_KEY_VIOLATION: &str = "23503";
 
+/// Whether the rows of `batch` other than the one at position `skip`
+/// pass every check when applied as one statement, as the upsert applies
+/// them, with every deferred check run at once: `Err` with the server's
+/// data error when they do not. In a transaction rolled back at its end.
+fn passes_without(
+    c: &mut Client,
+    sql: &LocateSql,
+    batch: RecordBatch<'_>,
+    skip: Option<u64>,
+    secrets: &Secrets,
+) -> Result<Result<(), ServerError>, CallError> {
     let rows = sql.stage(c, batch)?;
     let others: Vec<i64> = rows
         .iter()
-        .filter(|r| u64::try_from(r.1).ok() != Some(index))
+        .filter(|r| skip.is_none() || u64::try_from(r.1).ok() != skip)
         .map(|r| r.0)
         .collect();
-    let without = sql
+    let checked = sql
         .apply(c, &others)
         .and_then(|()| c.batch_execute("SET CONSTRAINTS ALL IMMEDIATE"));
-    let located = match without {
-        Ok(()) => Located::At(index, e),
-        Err(other) => {
-            refused(other)?;
-            Located::Unnamed(deferred)
+    let outcome = match checked {
+        Ok(()) => Ok(()),
+        Err(e) => {
+            match error::server_error(secrets, &e).filter(|s| error::is_data_error(&s.sqlstate)) {
+                Some(s) => Err(s),
+                None => return Err(e.into()),
+            }
         }
     };
     c.batch_execute("ROLLBACK")?;
-    Ok(Some(located))
+    Ok(outcome)
 }
 
 /// The first of `rows` ((arrival order, position in the batch), sorted by
