@@ -39,11 +39,7 @@ public class TwopcSinkFunctionCommitOrderTest {
     @Test
     public void aFailedCommitHoldsBackTheCommitsOfLaterCheckpoints() throws Exception {
         Path output = tmp.newFolder("out").toPath();
-        TwopcSinkFunction<String> sink = TwopcSinkFunction.<String>builder()
-                .forDirectory(output).setSinkId("ordered").setSerializationSchema(new SimpleStringSchema())
-                // The harness runs no checkpoint coordinator; one attempt, so that the injected
-                // failure is the commit's outcome.
-                .setCheckpointInterval(Duration.ofSeconds(1)).setCommitMaxAttempts(1).build();
+        TwopcSinkFunction<String> sink = sink(output, "ordered");
         try (OneInputStreamOperatorTestHarness<String, Object> harness =
                      new OneInputStreamOperatorTestHarness<>(new StreamSink<>(sink))) {
             harness.setup();
@@ -61,5 +57,42 @@ public class TwopcSinkFunctionCommitOrderTest {
                     .as("checkpoint 2's output is not shown before checkpoint 1's").isZero();
             clearFailPoints();
         }
+    }
+
+    /**
+     * After the end of input the later commits go ahead: a subtask that finished may be
+     * redeployed as finished, without recovery, so a transaction held back then would never be
+     * committed.
+     */
+    @Test
+    public void afterTheEndOfInputAFailedCommitHoldsNothingBack() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        TwopcSinkFunction<String> sink = sink(output, "ending");
+        try (OneInputStreamOperatorTestHarness<String, Object> harness =
+                     new OneInputStreamOperatorTestHarness<>(new StreamSink<>(sink))) {
+            harness.setup();
+            harness.open();
+            harness.processElement("first", 1);
+            harness.snapshot(1, 1);
+            harness.processElement("second", 2);
+            harness.snapshot(2, 2);
+            harness.processElement("last", 3);
+            harness.getOneInputOperator().finish();
+            harness.snapshot(3, 3);
+            configureFailPoints("twopc-commit-before=1*return");
+            assertThatThrownBy(() -> harness.notifyOfCompletedCheckpoint(3))
+                    .hasStackTraceContaining("injected");
+            assertThat(committedRecordCount(output))
+                    .as("the final checkpoints' output is committed although checkpoint 1's failed").isEqualTo(2);
+            clearFailPoints();
+        }
+    }
+
+    private static TwopcSinkFunction<String> sink(Path output, String sinkId) {
+        return TwopcSinkFunction.<String>builder()
+                .forDirectory(output).setSinkId(sinkId).setSerializationSchema(new SimpleStringSchema())
+                // The harness runs no checkpoint coordinator; one attempt, so that the injected
+                // failure is the commit's outcome.
+                .setCheckpointInterval(Duration.ofSeconds(1)).setCommitMaxAttempts(1).build();
     }
 }
