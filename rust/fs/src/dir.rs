@@ -76,6 +76,8 @@ pub(crate) struct Dir {
 
 const DIR_MODE: u32 = 0o755;
 const FILE_MODE: u32 = 0o644;
+/// How deep [`Dir::remove_tree`] descends before refusing a tree.
+pub(crate) const MAX_REMOVE_DEPTH: usize = 16;
 
 fn nofollow_dir() -> OFlags {
     OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC
@@ -433,8 +435,23 @@ impl Dir {
     /// Removes a directory tree without following links (a link inside is
     /// removed, not what it points to); false if absent. Entries that
     /// vanish meanwhile (another process removing the same tree) are fine.
+    /// Refuses a tree deeper than [`MAX_REMOVE_DEPTH`]: twopc's own are two
+    /// levels, and each level holds a descriptor and a stack frame.
     pub(crate) fn remove_tree(&self, name: &str) -> io::Result<bool> {
+        self.remove_tree_at(name, 0)
+    }
+
+    fn remove_tree_at(&self, name: &str, depth: usize) -> io::Result<bool> {
         check_name(name)?;
+        if depth > MAX_REMOVE_DEPTH {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is more than {MAX_REMOVE_DEPTH} directories deep: not ours, not removed",
+                    self.child(name).display()
+                ),
+            ));
+        }
         self.faults
             .check(IoStep::Remove, IoTiming::Before, &self.child(name))?;
         match self.stat(name)? {
@@ -452,7 +469,14 @@ impl Dir {
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
             Err(e) => return Err(e),
         };
-        for entry in sub.entries()? {
+        let entries = match sub.entries() {
+            Ok(entries) => entries,
+            // Removed meanwhile by another remover (Linux lists a removed
+            // directory as ENOENT).
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
             let Some(child) = entry.name else {
                 return Err(io::Error::new(
                     io::ErrorKind::InvalidData,
@@ -464,7 +488,7 @@ impl Dir {
                 ));
             };
             if entry.kind == EntryKind::Dir {
-                sub.remove_tree(&child)?;
+                sub.remove_tree_at(&child, depth + 1)?;
             } else {
                 match rustix::fs::unlinkat(&sub.fd, child.as_str(), AtFlags::empty()) {
                     Ok(()) | Err(rustix::io::Errno::NOENT) => {}
@@ -532,4 +556,80 @@ fn not_regular(path: &Path) -> io::Error {
             path.display()
         ),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn scratch(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("twopc-dir-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    /// Two removers of the same tree at once (the subtasks of a sink each
+    /// clear the trash when they open): both succeed, whichever removes an
+    /// entry first. (A kernel that lists a directory removed meanwhile as
+    /// ENOENT is tolerated too; this one lists it as empty.)
+    #[test]
+    fn two_removers_of_one_tree_both_succeed() {
+        let root = scratch("race");
+        for round in 0..20 {
+            let tree = root.join("t");
+            // Many small directories: each is a moment where one remover
+            // has opened a directory the other is about to remove.
+            for a in 0..400 {
+                let leaf = tree.join(format!("a{a}"));
+                std::fs::create_dir_all(&leaf).unwrap();
+                if a % 4 == 0 {
+                    std::fs::write(leaf.join("f"), b"x").unwrap();
+                }
+            }
+            let barrier = std::sync::Barrier::new(2);
+            std::thread::scope(|s| {
+                let removers: Vec<_> = (0..2)
+                    .map(|_| {
+                        s.spawn(|| {
+                            let dir = Dir::open_path(&root, FaultHook::default()).unwrap();
+                            barrier.wait();
+                            dir.remove_tree("t")
+                        })
+                    })
+                    .collect();
+                for r in removers {
+                    let result = r.join().unwrap();
+                    assert!(result.is_ok(), "round {round}: {result:?}");
+                }
+            });
+            assert!(!tree.exists(), "round {round}");
+        }
+        let _ = std::fs::remove_dir_all(&root);
+    }
+
+    /// A tree deeper than any of twopc's is refused, not descended into
+    /// (each level holds a descriptor and a stack frame), and left whole.
+    #[test]
+    fn a_tree_deeper_than_the_limit_is_refused() {
+        let root = scratch("deep");
+        let mut deep = root.join("t");
+        for i in 0..=MAX_REMOVE_DEPTH + 1 {
+            deep = deep.join(format!("d{i}"));
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let dir = Dir::open_path(&root, FaultHook::default()).unwrap();
+        let err = dir.remove_tree("t").unwrap_err();
+        assert!(err.to_string().contains("directories deep"), "{err}");
+        assert!(deep.exists());
+        // Within the limit it goes.
+        let mut ok = root.join("u");
+        for i in 0..MAX_REMOVE_DEPTH {
+            ok = ok.join(format!("d{i}"));
+        }
+        std::fs::create_dir_all(&ok).unwrap();
+        assert!(dir.remove_tree("u").unwrap());
+        assert!(!root.join("u").exists());
+        let _ = std::fs::remove_dir_all(&root);
+    }
 }

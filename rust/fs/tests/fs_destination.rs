@@ -149,8 +149,8 @@ fn a_commit_makes_each_step_durable_before_the_next() {
             IoStep::Claim,
             layout.committing.join(h.transaction.as_str()),
         ),
-        (IoStep::DirSync, layout.staging.clone()),
         (IoStep::DirSync, layout.committing.clone()),
+        (IoStep::DirSync, layout.staging.clone()),
         (IoStep::CommitRecord, record.clone()),
         (IoStep::DirSync, layout.committed.clone()),
         (IoStep::Publish, part(&t.0, 1)),
@@ -209,8 +209,8 @@ fn a_visible_first_commit_shows_its_output_before_any_flush() {
     let expected = [
         (IoStep::Claim, claimed.clone()),
         (IoStep::Publish, part(&t.0, 1)),
-        (IoStep::DirSync, layout.staging.clone()),
         (IoStep::DirSync, layout.committing.clone()),
+        (IoStep::DirSync, layout.staging.clone()),
         (IoStep::CommitRecord, record.clone()),
         (IoStep::DirSync, layout.committed.clone()),
         (IoStep::DirSync, t.0.clone()),
@@ -379,8 +379,8 @@ fn a_commit_that_meets_a_claim_makes_it_durable_before_its_record() {
         ],
         "{steps:?}"
     );
-    assert_eq!(steps[0].1, layout.staging);
-    assert_eq!(steps[1].1, layout.committing);
+    assert_eq!(steps[0].1, layout.committing);
+    assert_eq!(steps[1].1, layout.staging);
     assert_eq!(fs::read_to_string(part(&t.0, 1)).unwrap(), "a\n");
 }
 
@@ -711,6 +711,29 @@ fn missing_staged_data_is_reported_with_its_cause() {
         visible_files(&t.0).is_empty(),
         "nothing damaged was published"
     );
+}
+
+/// Something foreign inside a trash entry (a file whose name is not
+/// UTF-8, which the removal refuses to touch) used to fail every open of
+/// the sink, for good: the removal of trash decides nothing, so it is now
+/// reported and left.
+#[test]
+fn a_trash_entry_that_cannot_be_removed_does_not_block_the_open() {
+    use std::os::unix::ffi::OsStrExt;
+    let t = TempDir::new("hostile-trash");
+    let d = dest(&t.0);
+    let entry = d
+        .layout()
+        .trash
+        .join(format!("{}.00000000000000ab", txn(9)));
+    drop(d);
+    fs::create_dir_all(&entry).unwrap();
+    fs::write(entry.join(std::ffi::OsStr::from_bytes(b"bad\xff")), b"x").unwrap();
+    let mut d = dest(&t.0);
+    assert!(entry.exists(), "left for an operator");
+    // The sink works as ever.
+    let h = stage(&mut d, 1, 3, &["x"]);
+    assert_eq!(d.commit(&h, 4).unwrap(), CommitStatus::Committed);
 }
 
 #[test]
