@@ -2086,9 +2086,9 @@ impl PgDestination {
         match self.locate_upsert_fault(batch) {
             Ok(Some(Located::Unnamed)) => Some(unnamed_record(
                 server,
-                "by a check over several rows of the batch (a foreign key, a DEFERRABLE \
-                 constraint, a constraint trigger) for which no single record could be named (the \
-                 batch without the record first suspected still fails)",
+                "by a check over several rows of the batch (a foreign key, a unique key or \
+                 DEFERRABLE constraint checked at the end of a statement or transaction, a \
+                 trigger) for which no single record could be named",
                 NOTE,
             )),
             Ok(Some(Located::At(index, found))) => Some(RecordFault {
@@ -2204,11 +2204,13 @@ impl LocateSql {
 /// The record of `batch` the upsert refuses, each pass in a transaction
 /// rolled back at its end:
 /// 1. With the table's checks as declared, [`bisect_upsert`] finds a record
-///    refused by a statement. A row-level check (NOT NULL, CHECK, a unique
-///    key: the second of a pair) names it. A foreign key does not by
-///    itself: the upsert applies the batch as one statement, so a row may
-///    refer to one later in the batch, which a part without that row fails
-///    (found by review); such a candidate must pass the check of 3.
+///    refused by a statement. A check of the row alone (see
+///    [`about_its_own_row`]) names it. Any other does not by itself: the
+///    upsert applies the batch as one statement, so a row may refer to one
+///    later in the batch (a foreign key), or swap a unique value with one
+///    (a key checked at the end of the statement), which a part without
+///    that row fails (found by review); such a candidate must pass the
+///    check of 3, after the whole batch was seen to fail still.
 /// 2. When every part passed, the checks the table defers to COMMIT (a
 ///    `DEFERRABLE` foreign key, a constraint trigger) failed the batch:
 ///    `SET CONSTRAINTS ALL IMMEDIATE` confirms it. Bisecting again with
@@ -2231,10 +2233,13 @@ fn locate_in_batch(
     let found = bisect_upsert(c, sql, &rows, secrets)?;
     c.batch_execute("ROLLBACK")?;
     let (index, e) = match found {
-        Some((index, e)) if e.sqlstate != FOREIGN_KEY_VIOLATION => {
-            return Ok(Some(Located::At(index, e)))
+        Some((index, e)) if about_its_own_row(&e) => return Ok(Some(Located::At(index, e))),
+        Some(candidate) => {
+            if passes_without(c, sql, batch, None, secrets)?.is_ok() {
+                return Ok(None);
+            }
+            candidate
         }
-        Some(candidate) => candidate,
         None => {
             if passes_without(c, sql, batch, None, secrets)?.is_ok() {
                 return Ok(None);
@@ -2263,8 +2268,17 @@ fn locate_in_batch(
     ))
 }
 
-/// SQLSTATE of a foreign key violation.
-const FOREIGN_KEY_VIOLATION: &str = "23503";
+/// Whether an error the bisection met judges its row alone, whatever
+/// else the batch holds: a value the type refuses (class 22), a NOT NULL
+/// or CHECK constraint of the table (23502, 23514, raised by no trigger:
+/// no context). Anything else may depend on other rows of the batch (a
+/// foreign key, a unique key or exclusion constraint checked at the end of
+/// a statement, a trigger), and a part of the batch can fail it where the
+/// whole passes (found by review).
+fn about_its_own_row(e: &ServerError) -> bool {
+    e.sqlstate.starts_with("22")
+        || (matches!(e.sqlstate.as_str(), "23502" | "23514") && e.context.is_none())
+}
 
 /// Whether the rows of `batch` other than the one at position `skip`
 /// pass every check when applied as one statement, as the upsert applies

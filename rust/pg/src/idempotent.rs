@@ -161,7 +161,11 @@ impl IdempotentSql {
             format!("DO UPDATE SET {}", updates.join(", "))
         };
         // The last staged row of each key: what a record-at-a-time writer
-        // would have left.
+        // would have left. The upsert inserts them in arrival order, as
+        // such a writer would and as the search for a refused record
+        // (`upsert_some`) does: a unique index other than the key is
+        // checked row by row, so another order could fail where the search
+        // passes, leaving the error retryable forever (found by review).
         let last_of_each_key = |what: &str| {
             format!(
                 "SELECT DISTINCT ON ({key_list}) {what} FROM pg_temp.{stage} \
@@ -179,8 +183,8 @@ impl IdempotentSql {
             };
             let upsert = format!(
                 "INSERT INTO {into} SELECT {cols} FROM ({}) AS {last} \
-                 WHERE {last}.{op} = 'U' ON CONFLICT ({key_list}) {action}",
-                last_of_each_key(&copy_cols)
+                 WHERE {last}.{op} = 'U' ORDER BY {last}.{seq} ON CONFLICT ({key_list}) {action}",
+                last_of_each_key(&format!("{copy_cols}, {seq}"))
             );
             let delete = format!(
                 "DELETE FROM {table} AS {target} USING ({}) AS {last} \
@@ -201,11 +205,11 @@ impl IdempotentSql {
             );
             (upsert, Some(delete), upsert_some, Some(delete_some))
         } else {
+            let last = quote_ident("twopc_last");
             let upsert = format!(
-                "INSERT INTO {into} \
-                 SELECT DISTINCT ON ({key_list}) {cols} FROM pg_temp.{stage} \
-                 ORDER BY {key_list}, {seq} DESC \
-                 ON CONFLICT ({key_list}) {action}",
+                "INSERT INTO {into} SELECT {cols} FROM ({}) AS {last} \
+                 ORDER BY {last}.{seq} ON CONFLICT ({key_list}) {action}",
+                last_of_each_key(&format!("{cols}, {seq}"))
             );
             let upsert_some = format!(
                 "INSERT INTO {into} \
@@ -271,8 +275,10 @@ mod tests {
         );
         assert_eq!(
             sql.upsert,
-            "INSERT INTO \"s\".\"kv\" (\"k\", \"v\") SELECT DISTINCT ON (\"k\") \"k\", \"v\" \
-             FROM pg_temp.\"twopc_stage\" ORDER BY \"k\", \"twopc_stage_seq\" DESC \
+            "INSERT INTO \"s\".\"kv\" (\"k\", \"v\") SELECT \"k\", \"v\" FROM (SELECT \
+             DISTINCT ON (\"k\") \"k\", \"v\", \"twopc_stage_seq\" FROM pg_temp.\"twopc_stage\" \
+             ORDER BY \"k\", \"twopc_stage_seq\" DESC) AS \"twopc_last\" \
+             ORDER BY \"twopc_last\".\"twopc_stage_seq\" \
              ON CONFLICT (\"k\") DO UPDATE SET \"v\" = EXCLUDED.\"v\""
         );
         assert!(sql.create_stage.contains("\"k\" bigint, \"v\" text"));
@@ -344,9 +350,10 @@ mod tests {
         assert_eq!(
             sql.upsert,
             "INSERT INTO \"s\".\"kv\" (\"k\", \"v\") SELECT \"k\", \"v\" FROM (SELECT \
-             DISTINCT ON (\"k\") \"k\", \"v\", \"twopc_stage_op\" FROM pg_temp.\"twopc_stage\" \
-             ORDER BY \"k\", \"twopc_stage_seq\" DESC) AS \"twopc_last\" WHERE \
-             \"twopc_last\".\"twopc_stage_op\" = 'U' ON CONFLICT (\"k\") DO UPDATE SET \"v\" = \
+             DISTINCT ON (\"k\") \"k\", \"v\", \"twopc_stage_op\", \"twopc_stage_seq\" FROM \
+             pg_temp.\"twopc_stage\" ORDER BY \"k\", \"twopc_stage_seq\" DESC) AS \
+             \"twopc_last\" WHERE \"twopc_last\".\"twopc_stage_op\" = 'U' ORDER BY \
+             \"twopc_last\".\"twopc_stage_seq\" ON CONFLICT (\"k\") DO UPDATE SET \"v\" = \
              EXCLUDED.\"v\""
         );
         assert_eq!(

@@ -325,6 +325,69 @@ fn foreign_key_violations_are_found_or_refused_without_a_position() {
     }
 }
 
+/// A unique column other than the key, against a batch that moves a value
+/// from one key to another. Checked row by row (NOT DEFERRABLE), the
+/// upsert must apply the batch in arrival order, as a record-at-a-time
+/// writer would: in key order it failed where the search for the refused
+/// record passed, so the error stayed retryable and the job restarted
+/// forever. Checked at the end of each statement (DEFERRABLE INITIALLY
+/// IMMEDIATE), a swap of two values passes as a whole but not in parts: the
+/// search must not blame one of the swapped rows for another record's error
+/// (found by review).
+#[test]
+fn a_unique_value_moved_between_keys_is_applied_in_arrival_order_and_never_misnamed() {
+    let url = server!();
+    for deferrable in [false, true] {
+        let timing = if deferrable {
+            "DEFERRABLE INITIALLY IMMEDIATE"
+        } else {
+            ""
+        };
+        let mut f = Fixture::with_columns(
+            &url,
+            "idem_uq",
+            &format!("k bigint PRIMARY KEY, v text NOT NULL, e text UNIQUE {timing}"),
+        );
+        f.opts.columns = vec!["k".into(), "v".into(), "e".into()];
+        f.opts.mode = PgMode::Idempotent {
+            key_columns: vec!["k".into()],
+        };
+        f.admin
+            .batch_execute(&format!(
+                "INSERT INTO {} VALUES (5, 'x', 'a'), (6, 'y', 'b')",
+                f.table
+            ))
+            .unwrap();
+        let mut s = f.open("run1");
+        // Key 5 gives up 'a', then key 1 takes it.
+        let h = written(&mut s, &["5\tx\tz", "1\tw\ta"]);
+        let rows: Vec<(i64, String)> = f
+            .admin
+            .query(&format!("SELECT k, e FROM {} ORDER BY k", f.table), &[])
+            .unwrap()
+            .iter()
+            .map(|r| (r.get(0), r.get(1)))
+            .collect();
+        assert_eq!(
+            rows,
+            [(1, "a".into()), (5, "z".into()), (6, "b".into())],
+            "deferrable {deferrable}"
+        );
+        s.abort(&h).unwrap();
+        if deferrable {
+            // 5 and 6 swap their values, then a NOT NULL violation: the
+            // swap passes only whole, so its rows must not be named.
+            let h = s.begin().unwrap();
+            let (r, msg) =
+                rejected(s.write(&h.transaction, &batch(&["5\tx\tb", "6\ty\tz", "7\t\\N\tq"])));
+            assert_ne!(r.position, Some(0), "{msg}");
+            assert_ne!(r.position, Some(1), "{msg}");
+            assert!(msg.contains("23502"), "{msg}");
+            s.abort(&h).unwrap();
+        }
+    }
+}
+
 #[test]
 fn csv_batches_with_line_breaks_inside_quotes_name_the_right_record() {
     let url = server!();
