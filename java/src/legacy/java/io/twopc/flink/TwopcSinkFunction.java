@@ -475,17 +475,21 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     }
 
     private void commitTransaction(TwopcTransaction transaction, boolean recovery) {
-        if (commitFailed && !recovery && !finished) {
+        if (commitFailed && !recovery) {
             // Flink's notifyCheckpointComplete goes on to the next pending transaction after a
             // failed commit and fails the task only at the end. Committing later checkpoints'
             // transactions meanwhile would show their output before the failed one's, out of
             // checkpoint order, until the restart commits that one (found by review). The restart
-            // restores them all as pending and commits them in order. Not after the end of input:
-            // a subtask that finished may be redeployed as finished, without recovery, and a
-            // transaction left prepared then would never be committed (found by a second review).
-            throw new TwopcException(scope + ": not committing " + transaction + " yet: the commit of an "
-                    + "earlier checkpoint's transaction failed in this task. The task fails, and the "
-                    + "recovery that follows commits both, in checkpoint order (see the earlier error)");
+            // restores them all as pending and commits them in order; after the end of input too,
+            // since a task whose final notification failed never reached FINISHED and is restored
+            // from that checkpoint as any other (committing there instead would show a drained
+            // savepoint's output that the failover to an older checkpoint then replays). Flink
+            // keeps only the first error, so this one is logged.
+            String message = scope + ": not committing " + transaction + " yet: the commit of an earlier "
+                    + "checkpoint's transaction failed in this task. The task fails, and the recovery that "
+                    + "follows commits both, in checkpoint order";
+            LOG.warn(message);
+            throw new TwopcException(message);
         }
         long preparedAgeMs = warnIfNearRetention(transaction, "committing");
         long start = System.nanoTime();
