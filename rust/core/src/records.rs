@@ -280,7 +280,10 @@ pub fn line_break_fault(batch: &RecordBatch<'_>) -> Option<crate::error::RecordF
         reason: format!(
             "the record of {} bytes contains a line break, but the record format is LINES (one \
              record per line): readers would split it. Remove line breaks in the serialization \
-             schema, or use the record format RAW",
+             schema (a CSV value in quotes may hold one: replace it in the query). The record \
+             format RAW ('sink.record-format' = 'raw' in SQL) writes records back to back with \
+             no separator at all: choose it only when each record ends in a delimiter of its \
+             own, which Flink's csv, json and raw formats do not write",
             record.len()
         ),
         preview: preview(record),

@@ -786,6 +786,14 @@ fn a_record_with_a_line_break_is_refused_in_lines_format_with_its_position() {
         twopc_core::error::RecordPosition::InBatch(2)
     );
     assert!(fault.reason.contains("line break"), "{}", fault.reason);
+    // RAW is offered only with what it does: Flink's formats end a row
+    // with no separator, so following the advice blindly glued rows
+    // together (found by review).
+    assert!(
+        fault.reason.contains("no separator at all"),
+        "{}",
+        fault.reason
+    );
     assert_eq!(fault.preview, "two\\nlines");
     assert!(
         d.staged().unwrap().is_empty(),

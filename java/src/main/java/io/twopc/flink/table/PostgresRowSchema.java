@@ -1,5 +1,7 @@
 package io.twopc.flink.table;
 
+import io.twopc.flink.TwopcRecordRejectedException;
+
 import io.twopc.flink.internal.Surrogates;
 
 import org.apache.flink.annotation.Internal;
@@ -198,6 +200,15 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
 
     @Override
     public byte[] serialize(RowData row) {
+        if (!operationField && row.getRowKind() != RowKind.INSERT) {
+            // The planner sends an append-only table inserts only; a row of another kind (a plan
+            // compiled with another 'sink.mode', a source that misreports its changelog) would be
+            // appended as a new row, a delete written as an insert, without an error (found by
+            // review).
+            throw new TwopcRecordRejectedException("the append-only (transactional) PostgreSQL table received a "
+                    + "row of kind " + row.getRowKind() + ", which it cannot apply: it appends every row. Write "
+                    + "only inserts to it, or use an upsert table ('sink.mode' = 'idempotent' with a PRIMARY KEY)");
+        }
         if (getters == null) {
             getters = new RowData.FieldGetter[types.length];
             for (int i = 0; i < types.length; i++) {

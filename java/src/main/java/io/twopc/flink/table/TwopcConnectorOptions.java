@@ -144,7 +144,9 @@ public final class TwopcConnectorOptions {
             .stringType()
             .defaultValue("lines")
             .withDescription("Directory tables: 'lines' (each record followed by a line feed; a record holding "
-                    + "a line feed is refused) or 'raw' (records back to back, as the format wrote them).");
+                    + "a line feed is refused) or 'raw' (records back to back, as the format wrote them, with no "
+                    + "separator: Flink's csv, json and raw formats end a row with none, so 'raw' suits only "
+                    + "rows that end in a delimiter of their own).");
 
     public static final ConfigOption<String> IO_MODE = ConfigOptions.key("sink.io-mode")
             .stringType()

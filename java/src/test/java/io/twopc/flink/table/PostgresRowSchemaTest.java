@@ -57,6 +57,16 @@ public class PostgresRowSchemaTest {
     }
 
     @Test
+    public void anAppendOnlyTableRefusesRowsOtherThanInserts() {
+        PostgresRowSchema schema = new PostgresRowSchema(ROW, false);
+        for (RowKind kind : new RowKind[] {RowKind.DELETE, RowKind.UPDATE_BEFORE, RowKind.UPDATE_AFTER}) {
+            assertThatThrownBy(() -> schema.serialize(row(kind)))
+                    .isInstanceOf(TwopcRecordRejectedException.class)
+                    .hasMessageContaining("row of kind " + kind).hasMessageContaining("'sink.mode' = 'idempotent'");
+        }
+    }
+
+    @Test
     public void aNullInANotNullColumnIsWrittenAsNullNotAsZero() {
         // A source or function may send null in spite of a NOT NULL type. Written as NULL,
         // PostgreSQL refuses it in a NOT NULL column and the sink names the row; read with Flink's
