@@ -159,8 +159,9 @@ public final class TwopcDynamicTableSink implements DynamicTableSink {
 
     @Override
     public SinkRuntimeProvider getSinkRuntimeProvider(Context context) {
-        SerializationSchema<RowData> schema =
-                format != null ? format.createRuntimeEncoder(context, physicalType) : rowSchema;
+        SerializationSchema<RowData> schema = format != null
+                ? FormatRowSchema.of(format.createRuntimeEncoder(context, physicalType), formatName, table)
+                : rowSchema;
         return SinkV2Provider.of(buildSink(schema), parallelism);
     }
 
