@@ -85,6 +85,11 @@ pub(crate) fn declared_name(declared: &str) -> String {
     }
 }
 
+/// A column type whose input takes any text as it is.
+fn is_text(column: &str) -> bool {
+    matches!(column, "text" | "varchar" | "bpchar" | "name" | "citext")
+}
+
 fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
     let mut parts = declared.split(':');
     let kind = parts.next().unwrap_or_default();
@@ -184,6 +189,22 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
                 _ => None,
             }
         }
+        // Text-like columns take any text: what the COPY form of these
+        // types is made of would be stored instead of the value.
+        "bytes" if is_text(column) => Some(
+            "PostgreSQL would store the bytes' hex text (\\x...), not the bytes; make the \
+             PostgreSQL column bytea"
+                .into(),
+        ),
+        "boolean" if is_text(column) => Some(
+            "PostgreSQL would store the text 't' or 'f'; make the PostgreSQL column boolean".into(),
+        ),
+        "string" if column == "bytea" => Some(
+            "PostgreSQL would read the text as bytea input (\\x... as hex digits, backslashes as \
+             escapes), not as the string's UTF-8 bytes; make the PostgreSQL column text, or \
+             declare the column BYTES"
+                .into(),
+        ),
         "date" => match column {
             "timestamptz" => Some(
                 "PostgreSQL would read the date as midnight in the session's time zone, so the \
@@ -249,6 +270,33 @@ mod tests {
         assert_eq!(silent_change("smallint", &pg("float4", -1)), None);
         // A fraction into an integer column fails loudly at COPY.
         assert_eq!(silent_change("decimal:10:2", &pg("int8", -1)), None);
+    }
+
+    /// Text-like columns take the COPY form of bytes and booleans as text,
+    /// and bytea reads a string as its own input syntax (found by review).
+    #[test]
+    fn bytes_booleans_and_strings_into_columns_that_take_their_text_are_refused() {
+        for column in ["text", "varchar", "bpchar", "citext"] {
+            let why = silent_change("bytes", &pg(column, -1)).unwrap();
+            assert!(why.contains("make the PostgreSQL column bytea"), "{why}");
+            let why = silent_change("boolean", &pg(column, -1)).unwrap();
+            assert!(why.contains("'t' or 'f'"), "{why}");
+            assert_eq!(silent_change("string", &pg(column, -1)), None);
+        }
+        let why = silent_change("string", &pg("bytea", -1)).unwrap();
+        assert!(why.contains("declare the column BYTES"), "{why}");
+        assert_eq!(silent_change("bytes", &pg("bytea", -1)), None);
+        assert_eq!(silent_change("boolean", &pg("bool", -1)), None);
+        // Arrays are judged by their elements.
+        assert!(silent_change(
+            "array:bytes",
+            &PgColumnType {
+                name: "text".into(),
+                is_array: true,
+                typmod: -1
+            }
+        )
+        .is_some());
     }
 
     #[test]
