@@ -56,10 +56,22 @@ final class FormatRowSchema implements SerializationSchema<RowData> {
         } catch (TwopcException e) {
             throw e;
         } catch (RuntimeException e) {
-            throw new TwopcRecordRejectedException("table " + table + ": the '" + formatName + "' format cannot "
-                    + "serialize a row of kind " + row.getRowKind() + " (" + e + "). It depends on the row alone, so "
-                    + "every replay would fail the same way. Fix or filter such rows in the query, or change the "
-                    + "format's options (e.g. 'json.map-null-key.mode' for a NULL map key)");
+            // Flink's encoders wrap the reason in "Could not serialize row '<the whole row>'": the
+            // reason is the innermost cause, and the row's values stay out of the message and the
+            // chain (records are only ever shown as masked previews).
+            Throwable reason = e;
+            while (reason.getCause() != null && reason.getCause() != reason) {
+                reason = reason.getCause();
+            }
+            TwopcRecordRejectedException rejected = new TwopcRecordRejectedException("table " + table + ": the '"
+                    + formatName + "' format cannot serialize a row of kind " + row.getRowKind() + ": " + reason
+                    + ". It depends on the row alone, so every replay would fail the same way. Fix or filter such "
+                    + "rows in the query, or change the format's options (e.g. 'json.map-null-key.mode' for a NULL "
+                    + "map key)");
+            if (reason != e) {
+                rejected.initCause(reason);
+            }
+            throw rejected;
         }
     }
 }

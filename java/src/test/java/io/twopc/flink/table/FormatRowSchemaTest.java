@@ -5,6 +5,7 @@ import io.twopc.flink.TwopcRecordRejectedException;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.table.data.GenericRowData;
 import org.apache.flink.table.data.RowData;
+import org.apache.flink.table.data.StringData;
 
 import org.junit.Test;
 
@@ -36,6 +37,28 @@ public class FormatRowSchemaTest {
                 .hasMessageContaining("table orders")
                 .hasMessageContaining("'json' format cannot serialize")
                 .hasMessageContaining("no form for -1");
+    }
+
+    /**
+     * Flink's encoders wrap the reason in an exception that quotes the whole row: the refusal
+     * gives the reason and keeps the row's values out of its message and its causes.
+     */
+    @Test
+    public void theReasonIsTheInnermostCauseAndTheRowIsNotQuoted() {
+        SerializationSchema<RowData> wrapping = row -> {
+            throw new RuntimeException("Could not serialize row '" + row + "'.",
+                    new UnsupportedOperationException("null map keys are not supported"));
+        };
+        GenericRowData secret = GenericRowData.of(StringData.fromString("password=hunter2"));
+        assertThatThrownBy(() -> FormatRowSchema.of(wrapping, "json", "orders").serialize(secret))
+                .isInstanceOf(TwopcRecordRejectedException.class)
+                .hasMessageContaining("null map keys are not supported")
+                .hasRootCauseInstanceOf(UnsupportedOperationException.class)
+                .satisfies(e -> {
+                    for (Throwable t = e; t != null; t = t.getCause()) {
+                        assertThat(String.valueOf(t.getMessage())).doesNotContain("hunter2");
+                    }
+                });
     }
 
     @Test
