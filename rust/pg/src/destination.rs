@@ -2132,6 +2132,7 @@ impl PgDestination {
             unreachable!("idempotent mode")
         };
         let statements = LocateSql {
+            table: self.table.quoted(),
             create: sql.create_stage.clone(),
             copy: sql.copy_stage.clone(),
             last_rows: sql.last_rows.clone(),
@@ -2167,6 +2168,8 @@ enum Located {
 
 /// The statements of idempotent mode a search for a refused record runs.
 struct LocateSql {
+    /// The target table, quoted, as `regclass` reads it.
+    table: String,
     create: String,
     copy: String,
     last_rows: String,
@@ -2205,7 +2208,10 @@ impl LocateSql {
 /// rolled back at its end:
 /// 1. With the table's checks as declared, [`bisect_upsert`] finds a record
 ///    refused by a statement. A check of the row alone (see
-///    [`about_its_own_row`]) names it. Any other does not by itself: the
+///    [`about_its_own_row`]) names it, and so does a unique or exclusion
+///    constraint checked row by row ([`checked_row_by_row`]: the rows go in
+///    arrival order in the search as in the upsert). Any other does not by
+///    itself: the
 ///    upsert applies the batch as one statement, so a row may refer to one
 ///    later in the batch (a foreign key), or swap a unique value with one
 ///    (a key checked at the end of the statement), which a part without
@@ -2233,7 +2239,9 @@ fn locate_in_batch(
     let found = bisect_upsert(c, sql, &rows, secrets)?;
     c.batch_execute("ROLLBACK")?;
     let (index, e) = match found {
-        Some((index, e)) if about_its_own_row(&e) => return Ok(Some(Located::At(index, e))),
+        Some((index, e)) if about_its_own_row(&e) || checked_row_by_row(c, sql, &e)? => {
+            return Ok(Some(Located::At(index, e)))
+        }
         Some(candidate) => {
             if passes_without(c, sql, batch, None, secrets)?.is_ok() {
                 return Ok(None);
@@ -2276,8 +2284,32 @@ fn locate_in_batch(
 /// a statement, a trigger), and a part of the batch can fail it where the
 /// whole passes (found by review).
 fn about_its_own_row(e: &ServerError) -> bool {
-    e.sqlstate.starts_with("22")
-        || (matches!(e.sqlstate.as_str(), "23502" | "23514") && e.context.is_none())
+    e.context.is_none()
+        && (e.sqlstate.starts_with("22") || matches!(e.sqlstate.as_str(), "23502" | "23514"))
+}
+
+/// Whether a unique or exclusion violation the bisection met comes from a
+/// constraint PostgreSQL checks row by row (NOT DEFERRABLE, or a unique
+/// index without a constraint): the search applies rows in the upsert's
+/// order (arrival), so the row it stopped at is the one the batch failed
+/// at, as the second of a pair. A DEFERRABLE one is checked at the end of
+/// a statement, where a part of the batch can fail what the whole passes.
+fn checked_row_by_row(c: &mut Client, sql: &LocateSql, e: &ServerError) -> Result<bool, CallError> {
+    let (true, None, Some(constraint)) = (
+        matches!(e.sqlstate.as_str(), "23505" | "23P01"),
+        &e.context,
+        &e.constraint,
+    ) else {
+        return Ok(false);
+    };
+    let deferrable: Option<bool> = c
+        .query_opt(
+            "SELECT condeferrable FROM pg_catalog.pg_constraint \
+             WHERE conrelid = $1::text::regclass AND conname::text = $2::text",
+            &[&sql.table, constraint],
+        )?
+        .map(|r| r.get(0));
+    Ok(deferrable != Some(true))
 }
 
 /// Whether the rows of `batch` other than the one at position `skip`

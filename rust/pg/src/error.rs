@@ -115,6 +115,9 @@ pub(crate) struct ServerError {
     pub context: Option<String>,
     /// The column the server named (a NOT NULL violation names one).
     pub column: Option<String>,
+    /// The constraint the server named (a unique or foreign key violation
+    /// names one; for a unique index without a constraint, the index).
+    pub constraint: Option<String>,
 }
 
 pub(crate) fn server_error(secrets: &Secrets, e: &postgres::Error) -> Option<ServerError> {
@@ -124,6 +127,7 @@ pub(crate) fn server_error(secrets: &Secrets, e: &postgres::Error) -> Option<Ser
         text: secrets.scrub(&describe(e)),
         context: db.where_().map(|w| secrets.scrub(w)),
         column: db.column().map(str::to_string),
+        constraint: db.constraint().map(str::to_string),
     })
 }
 
@@ -234,6 +238,7 @@ mod tests {
             text: "ERROR".into(),
             context: context.map(str::to_string),
             column: None,
+            constraint: None,
         }
     }
 

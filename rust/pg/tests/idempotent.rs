@@ -374,6 +374,15 @@ fn a_unique_value_moved_between_keys_is_applied_in_arrival_order_and_never_misna
             "deferrable {deferrable}"
         );
         s.abort(&h).unwrap();
+        if !deferrable {
+            // Checked row by row, a duplicate is the record the batch
+            // failed at, also with another faulty record after it.
+            let h = s.begin().unwrap();
+            let (r, msg) = rejected(s.write(&h.transaction, &batch(&["8\tx\tb", "9\t\\N\tq"])));
+            assert_eq!(r.position, Some(0), "{msg}");
+            assert!(msg.contains("23505"), "{msg}");
+            s.abort(&h).unwrap();
+        }
         if deferrable {
             // 5 and 6 swap their values, then a NOT NULL violation: the
             // swap passes only whole, so its rows must not be named.
