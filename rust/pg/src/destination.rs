@@ -2209,14 +2209,13 @@ impl LocateSql {
 /// 1. With the table's checks as declared, [`bisect_upsert`] finds a record
 ///    refused by a statement. A check of the row alone (see
 ///    [`about_its_own_row`]) names it, and so does a unique or exclusion
-///    constraint checked row by row ([`checked_row_by_row`]: the rows go in
-///    arrival order in the search as in the upsert). Any other does not by
-///    itself: the
-///    upsert applies the batch as one statement, so a row may refer to one
-///    later in the batch (a foreign key), or swap a unique value with one
-///    (a key checked at the end of the statement), which a part without
-///    that row fails (found by review); such a candidate must pass the
-///    check of 3, after the whole batch was seen to fail still.
+///    constraint checked row by row ([`checked_row_by_row`]). Any other
+///    does not by itself: the upsert applies the batch as one statement, so
+///    a row may refer to one later in the batch (a foreign key), or swap a
+///    unique value with one (a key checked at the end of the statement),
+///    which a part without that row fails (found by review); such a
+///    candidate must pass the check of 3, after the whole batch was seen to
+///    fail still.
 /// 2. When every part passed, the checks the table defers to COMMIT (a
 ///    `DEFERRABLE` foreign key, a constraint trigger) failed the batch:
 ///    `SET CONSTRAINTS ALL IMMEDIATE` confirms it. Bisecting again with
@@ -2239,7 +2238,7 @@ fn locate_in_batch(
     let found = bisect_upsert(c, sql, &rows, secrets)?;
     c.batch_execute("ROLLBACK")?;
     let (index, e) = match found {
-        Some((index, e)) if about_its_own_row(&e) || checked_row_by_row(c, sql, &e)? => {
+        Some((index, e)) if about_its_own_row(&e) || checked_row_by_row(c, sql, &e) => {
             return Ok(Some(Located::At(index, e)))
         }
         Some(candidate) => {
@@ -2289,27 +2288,39 @@ fn about_its_own_row(e: &ServerError) -> bool {
 }
 
 /// Whether a unique or exclusion violation the bisection met comes from a
-/// constraint PostgreSQL checks row by row (NOT DEFERRABLE, or a unique
-/// index without a constraint): the search applies rows in the upsert's
-/// order (arrival), so the row it stopped at is the one the batch failed
-/// at, as the second of a pair. A DEFERRABLE one is checked at the end of
-/// a statement, where a part of the batch can fail what the whole passes.
-fn checked_row_by_row(c: &mut Client, sql: &LocateSql, e: &ServerError) -> Result<bool, CallError> {
-    let (true, None, Some(constraint)) = (
+/// constraint PostgreSQL checks row by row: one of the target table itself
+/// (a partition's, a rule's table's or an index's without a constraint are
+/// not judged) that is not DEFERRABLE. The search then applies the rows as
+/// the upsert does, in arrival order, so the row it stopped at is the one
+/// the batch failed at, as the second of a pair. Not with an operation
+/// field: the upsert deletes the batch's `D` keys before any upsert, the
+/// search part by part, so a part can fail what the whole passes. A
+/// DEFERRABLE constraint is checked at the end of a statement, where a part
+/// of the batch can fail what the whole passes too. Anything not judged
+/// here, or a lookup that fails, leaves the candidate to the check that the
+/// batch without it passes (found by review).
+fn checked_row_by_row(c: &mut Client, sql: &LocateSql, e: &ServerError) -> bool {
+    let (true, None, Some(constraint), None) = (
         matches!(e.sqlstate.as_str(), "23505" | "23P01"),
         &e.context,
         &e.constraint,
+        &sql.delete_some,
     ) else {
-        return Ok(false);
+        return false;
     };
-    let deferrable: Option<bool> = c
-        .query_opt(
-            "SELECT condeferrable FROM pg_catalog.pg_constraint \
-             WHERE conrelid = $1::text::regclass AND conname::text = $2::text",
-            &[&sql.table, constraint],
-        )?
-        .map(|r| r.get(0));
-    Ok(deferrable != Some(true))
+    let not_deferrable = c.query_opt(
+        "SELECT NOT condeferrable FROM pg_catalog.pg_constraint \
+         WHERE conrelid = $1::text::regclass AND conname::text = $2::text",
+        &[&sql.table, constraint],
+    );
+    match not_deferrable {
+        Ok(Some(row)) => row.get(0),
+        Ok(None) => false,
+        Err(err) => {
+            log::debug!("could not look up constraint {constraint}: {err}");
+            false
+        }
+    }
 }
 
 /// Whether the rows of `batch` other than the one at position `skip`

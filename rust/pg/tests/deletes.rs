@@ -177,6 +177,39 @@ fn a_delete_the_server_refuses_is_found_by_bisection() {
     let _ = f.admin.batch_execute(&format!("DROP TABLE {child}"));
 }
 
+/// With the operation field, the upsert deletes the batch's `D` keys before
+/// any upsert, the search for a refused record part by part: a duplicate
+/// the search meets in a part, of a key the batch deletes later, is not the
+/// batch's fault and must not be named at once (found by review).
+#[test]
+fn with_deletes_a_duplicate_met_in_a_part_is_not_named_at_once() {
+    let url = server!();
+    let mut f = Fixture::with_columns(
+        &url,
+        "del_uq",
+        "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL UNIQUE",
+    );
+    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
+    f.opts.mode = PgMode::Idempotent {
+        key_columns: vec!["k".into()],
+    };
+    f.opts.operation_field = true;
+    f.admin
+        .batch_execute(&format!("INSERT INTO {} VALUES (2, 'b', 7)", f.table))
+        .unwrap();
+    let mut s = f.open("run1");
+    let h = s.begin().unwrap();
+    // Key 1 takes n = 7 from key 2, which the batch deletes after it; then
+    // a NOT NULL violation, the batch's real fault.
+    let (r, msg) = rejected(s.write(
+        &h.transaction,
+        &batch(&["1\ta\t7\tU", "2\t\\N\t\\N\tD", "3\t\\N\t3\tU"]),
+    ));
+    assert_ne!(r.position, Some(0), "{msg}");
+    assert!(msg.contains("23502"), "{msg}");
+    assert_eq!(f.count(), 1, "the refused batch rolled back");
+}
+
 #[test]
 fn deletes_need_the_delete_privilege_and_only_idempotent_mode_takes_them() {
     let url = server!();

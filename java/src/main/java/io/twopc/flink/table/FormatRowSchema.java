@@ -7,9 +7,11 @@ import org.apache.flink.annotation.Internal;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.table.data.RowData;
 
+import java.util.ArrayList;
 import java.util.Arrays;
 import java.util.Collections;
 import java.util.HashSet;
+import java.util.List;
 import java.util.Set;
 
 /**
@@ -56,20 +58,28 @@ final class FormatRowSchema implements SerializationSchema<RowData> {
         } catch (TwopcException e) {
             throw e;
         } catch (RuntimeException e) {
-            // Flink's encoders wrap the reason in "Could not serialize row '<the whole row>'": the
-            // reason is the innermost cause, and the row's values stay out of the message and the
-            // chain (records are only ever shown as masked previews).
-            Throwable reason = e;
-            while (reason.getCause() != null && reason.getCause() != reason) {
-                reason = reason.getCause();
+            // Flink's encoders wrap the reason in "Could not serialize row '<the whole row>'" (the
+            // changelog formats twice), with "Fail to serialize at field: <name>." levels between:
+            // the reason is every level's message but those quoting the row, whose values stay out
+            // of the message and the chain (records are only ever shown as masked previews).
+            List<String> reasons = new ArrayList<>();
+            Throwable innermost = e;
+            int depth = 0;
+            for (Throwable t = e; t != null && depth < 16; t = t.getCause(), depth++) {
+                innermost = t;
+                String message = t.getMessage();
+                if (message != null && !message.startsWith("Could not serialize row")) {
+                    reasons.add(message);
+                }
             }
+            String reason = reasons.isEmpty() ? innermost.getClass().getName() : String.join(" ", reasons);
             TwopcRecordRejectedException rejected = new TwopcRecordRejectedException("table " + table + ": the '"
                     + formatName + "' format cannot serialize a row of kind " + row.getRowKind() + ": " + reason
                     + ". It depends on the row alone, so every replay would fail the same way. Fix or filter such "
                     + "rows in the query, or change the format's options (e.g. 'json.map-null-key.mode' for a NULL "
                     + "map key)");
-            if (reason != e) {
-                rejected.initCause(reason);
+            if (innermost != e) {
+                rejected.initCause(innermost);
             }
             throw rejected;
         }

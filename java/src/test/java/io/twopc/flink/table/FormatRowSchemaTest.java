@@ -47,12 +47,13 @@ public class FormatRowSchemaTest {
     public void theReasonIsTheInnermostCauseAndTheRowIsNotQuoted() {
         SerializationSchema<RowData> wrapping = row -> {
             throw new RuntimeException("Could not serialize row '" + row + "'.",
-                    new UnsupportedOperationException("null map keys are not supported"));
+                    new RuntimeException("Fail to serialize at field: m.",
+                            new UnsupportedOperationException("null map keys are not supported")));
         };
         GenericRowData secret = GenericRowData.of(StringData.fromString("password=hunter2"));
         assertThatThrownBy(() -> FormatRowSchema.of(wrapping, "json", "orders").serialize(secret))
                 .isInstanceOf(TwopcRecordRejectedException.class)
-                .hasMessageContaining("null map keys are not supported")
+                .hasMessageContaining("Fail to serialize at field: m. null map keys are not supported")
                 .hasRootCauseInstanceOf(UnsupportedOperationException.class)
                 .satisfies(e -> {
                     for (Throwable t = e; t != null; t = t.getCause()) {
