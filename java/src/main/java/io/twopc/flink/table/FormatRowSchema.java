@@ -68,7 +68,7 @@ final class FormatRowSchema implements SerializationSchema<RowData> {
             for (Throwable t = e; t != null && depth < 16; t = t.getCause(), depth++) {
                 innermost = t;
                 String message = t.getMessage();
-                if (message != null && !message.startsWith("Could not serialize row")) {
+                if (message != null && !message.contains("Could not serialize row")) {
                     reasons.add(message);
                 }
             }
@@ -78,7 +78,9 @@ final class FormatRowSchema implements SerializationSchema<RowData> {
                     + ". It depends on the row alone, so every replay would fail the same way. Fix or filter such "
                     + "rows in the query, or change the format's options (e.g. 'json.map-null-key.mode' for a NULL "
                     + "map key)");
-            if (innermost != e) {
+            // Only a chain's real end as cause: one cut by the bound (or a cycle) would carry the
+            // levels beyond it, which may quote the row.
+            if (innermost != e && innermost.getCause() == null) {
                 rejected.initCause(innermost);
             }
             throw rejected;
