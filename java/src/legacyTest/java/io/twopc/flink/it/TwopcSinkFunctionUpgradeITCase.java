@@ -89,8 +89,10 @@ public class TwopcSinkFunctionUpgradeITCase {
         JobID shim = submit(client(), job(frontEnd, 2, count, output, 0, "twopc-sink",
                 RewindPolicy.FAIL, 3_600_000, 1), null);
         triggerCheckpoint(client(), shim);
-        waitUntil("the first checkpoint's records are committed", Duration.ofMinutes(1),
-                () -> committedRecordCount(output) > 0);
+        // Both subtasks' commits, one file each: a commit of that checkpoint still running when
+        // the fail point is set fails the job before the savepoint completes (seen once in CI).
+        waitUntil("the first checkpoint's records are committed by both subtasks", Duration.ofMinutes(1),
+                () -> committedFileCount(output) >= 2);
         configureFailPoints("twopc-commit-before=return");
         String savepoint = client()
                 .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
