@@ -16,15 +16,12 @@ use twopc_pg::{CopyFormat, PgDestination, PgMode};
 
 /// Idempotent with deletes into a table of key `k` and values `v`, `n`.
 fn fixture(url: &str, prefix: &str) -> Fixture {
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         url,
         prefix,
         "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL",
+        &["k", "v", "n"],
     );
-    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     f.opts.operation_field = true;
     f
 }
@@ -184,15 +181,12 @@ fn a_delete_the_server_refuses_is_found_by_bisection() {
 #[test]
 fn with_deletes_a_duplicate_met_in_a_part_is_not_named_at_once() {
     let url = server!();
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         &url,
         "del_uq",
         "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL UNIQUE",
+        &["k", "v", "n"],
     );
-    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     f.opts.operation_field = true;
     f.admin
         .batch_execute(&format!("INSERT INTO {} VALUES (2, 'b', 7)", f.table))

@@ -14,16 +14,12 @@ use twopc_pg::{CopyFormat, PgMode};
 
 /// Idempotent into a table of key `k` and its values `v` and `n`.
 fn kv_fixture(url: &str, prefix: &str) -> Fixture {
-    let mut f = Fixture::with_columns(
+    Fixture::keyed_by_k(
         url,
         prefix,
         "k bigint PRIMARY KEY, v text NOT NULL, n int NOT NULL",
-    );
-    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
-    f
+        &["k", "v", "n"],
+    )
 }
 
 /// Records of writes `i` to key `i % 50`, so each key is written several
@@ -138,15 +134,12 @@ fn a_session_lost_between_batches_is_reopened() {
 #[test]
 fn a_record_the_server_refuses_is_named_by_its_position_and_its_batch_rolled_back() {
     let url = server!();
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         &url,
         "idem_rej",
         "k bigint PRIMARY KEY, v text NOT NULL CHECK (v <> 'forbidden'), n int UNIQUE",
+        &["k", "v", "n"],
     );
-    f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     let mut s = f.open("run1");
     // Each case: a first batch that is upserted, then one that holds the
     // refused record at `at`. (records of the second batch, at, column,
@@ -243,10 +236,11 @@ fn a_record_the_server_refuses_is_named_by_its_position_and_its_batch_rolled_bac
 fn foreign_key_violations_are_found_or_refused_without_a_position() {
     let url = server!();
     for deferred in [true, false] {
-        let mut f = Fixture::with_columns(
+        let mut f = Fixture::keyed_by_k(
             &url,
             "idem_fk",
             "k bigint PRIMARY KEY, v text NOT NULL CHECK (v <> 'forbidden'), n bigint",
+            &["k", "v", "n"],
         );
         let timing = if deferred {
             "DEFERRABLE INITIALLY DEFERRED"
@@ -259,10 +253,6 @@ fn foreign_key_violations_are_found_or_refused_without_a_position() {
                 t = f.table
             ))
             .unwrap();
-        f.opts.columns = vec!["k".into(), "v".into(), "n".into()];
-        f.opts.mode = PgMode::Idempotent {
-            key_columns: vec!["k".into()],
-        };
         let mut s = f.open("run1");
         // (the second batch, the position named in it, what PostgreSQL says)
         type Case<'a> = (&'a [&'a str], Option<u64>, &'a [&'a str]);
@@ -343,15 +333,12 @@ fn a_unique_value_moved_between_keys_is_applied_in_arrival_order_and_never_misna
         } else {
             ""
         };
-        let mut f = Fixture::with_columns(
+        let mut f = Fixture::keyed_by_k(
             &url,
             "idem_uq",
             &format!("k bigint PRIMARY KEY, v text NOT NULL, e text UNIQUE {timing}"),
+            &["k", "v", "e"],
         );
-        f.opts.columns = vec!["k".into(), "v".into(), "e".into()];
-        f.opts.mode = PgMode::Idempotent {
-            key_columns: vec!["k".into()],
-        };
         f.admin
             .batch_execute(&format!(
                 "INSERT INTO {} VALUES (5, 'x', 'a'), (6, 'y', 'b')",
@@ -501,11 +488,12 @@ fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
     // (ON CONFLICT never matches it), so the sink refuses to start (found
     // by review: it folded a batch's NULL-key rows into one, and its
     // replays added more).
-    let mut f = Fixture::with_columns(&url, "kvnull", "k bigint UNIQUE, v text NOT NULL");
-    f.opts.columns = vec!["k".into(), "v".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
+    let f = Fixture::keyed_by_k(
+        &url,
+        "kvnull",
+        "k bigint UNIQUE, v text NOT NULL",
+        &["k", "v"],
+    );
     let err = f.open_refused("run1", sink_options(), None);
     assert!(matches!(err, TwopcError::Config(_)), "{err}");
     for part in ["may be NULL", "SET NOT NULL", "NULLS NOT DISTINCT", "\"k\""] {
@@ -516,15 +504,12 @@ fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
     }
 
     // NULLS NOT DISTINCT (PostgreSQL 15+): NULL is a key like any other.
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         &url,
         "kvnnd",
         "k bigint UNIQUE NULLS NOT DISTINCT, v text NOT NULL",
+        &["k", "v"],
     );
-    f.opts.columns = vec!["k".into(), "v".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     let rows = |f: &mut Fixture| -> Vec<String> {
         f.admin
             .query(
@@ -571,15 +556,12 @@ fn tables_the_copy_would_treat_otherwise_get_the_upsert() {
 #[test]
 fn identity_columns_generated_always() {
     let url = server!();
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         &url,
         "kvident",
         "k bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v text NOT NULL",
+        &["k", "v"],
     );
-    f.opts.columns = vec!["k".into(), "v".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     let mut s = f.open("run1");
     let h = s.begin().unwrap();
     s.write(&h.transaction, &batch(&["10\ta", "20\tb"]))
@@ -599,15 +581,12 @@ fn identity_columns_generated_always() {
         .collect();
     assert_eq!(rows, vec!["10=A", "20=b", "30=C"]);
 
-    let mut f = Fixture::with_columns(
+    let mut f = Fixture::keyed_by_k(
         &url,
         "kvidentv",
         "k bigint PRIMARY KEY, n bigint GENERATED ALWAYS AS IDENTITY, v text",
+        &["k", "n", "v"],
     );
-    f.opts.columns = vec!["k".into(), "n".into(), "v".into()];
-    f.opts.mode = PgMode::Idempotent {
-        key_columns: vec!["k".into()],
-    };
     let err = f.open_refused("run1", sink_options(), None);
     let msg = err.to_string();
     assert!(matches!(err, TwopcError::Config(_)), "{err}");

@@ -414,6 +414,17 @@ impl Fixture {
         }
     }
 
+    /// Idempotent mode, keyed by column `k`, into a table of `ddl` with the
+    /// records' `columns`.
+    pub fn keyed_by_k(url: &str, prefix: &str, ddl: &str, columns: &[&str]) -> Self {
+        let mut f = Fixture::with_columns(url, prefix, ddl);
+        f.opts.columns = columns.iter().map(|c| c.to_string()).collect();
+        f.opts.mode = twopc_pg::PgMode::Idempotent {
+            key_columns: vec!["k".into()],
+        };
+        f
+    }
+
     pub fn ctx(&self, run: &str) -> SubtaskContext {
         ctx(&self.sink, run, 0, 1)
     }
