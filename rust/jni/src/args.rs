@@ -12,15 +12,35 @@ pub(crate) fn string(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeRe
     if value.is_null() {
         return Err(BridgeError::illegal_argument(format!("{name} is null")));
     }
-    Ok(value.try_to_string(env)?)
+    decoded(env, value, name)
 }
 
 /// A `String` that may be null (a setting left unset).
-pub(crate) fn optional_string(env: &Env<'_>, value: &JString<'_>) -> BridgeResult<Option<String>> {
+pub(crate) fn optional_string(
+    env: &Env<'_>,
+    value: &JString<'_>,
+    name: &str,
+) -> BridgeResult<Option<String>> {
     if value.is_null() {
         return Ok(None);
     }
-    Ok(Some(value.try_to_string(env)?))
+    decoded(env, value, name).map(Some)
+}
+
+/// The string's text, decoded strictly. jni's own conversion replaces a
+/// string it cannot decode (a Java string with an unpaired surrogate) with
+/// U+FFFD characters throughout, without an error: the destination would be
+/// given another password, table or path than the one configured.
+fn decoded(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeResult<String> {
+    let chars = value.mutf8_chars(env)?;
+    match simd_cesu8::mutf8::decode(chars.to_bytes()) {
+        Ok(text) => Ok(text.into_owned()),
+        Err(_) => Err(BridgeError::illegal_argument(format!(
+            "{name} holds an unpaired UTF-16 surrogate (half of a character outside the Basic \
+             Multilingual Plane, e.g. a string cut in the middle of an emoji), which no \
+             destination can be given; correct the setting"
+        ))),
+    }
 }
 
 /// This subtask's share of restored state (`byte[][] knownHandles`,

@@ -1,8 +1,9 @@
 //! twopc-jni: the native side of `io.twopc.flink.internal.NativeBridge`.
 //!
 //! A thin layer: it reads the JVM's arguments, drives
-//! `twopc_core::SubtaskSink` on the filesystem destination (`open`) or on
-//! PostgreSQL (`openPostgres`, crate `twopc-pg`), and turns every outcome
+//! `twopc_core::SubtaskSink` on the destination its configuration names (a
+//! directory, PostgreSQL or an object store; `openSink0`, `openWriter0`,
+//! `openCommitter0`), and turns every outcome
 //! back into Java values or exceptions. It holds the crate's only
 //! `unsafe` code (raw JNI boundaries), each block with its argument.
 //!
@@ -123,7 +124,7 @@ fn open_args(
         parallelism,
         attempt,
         checkpoint_interval_ms,
-        password: args::optional_string(env, password)?,
+        password: args::optional_string(env, password, "password")?,
         restored_checkpoint_id,
         writer_states: args::restored_bytes(env, writer_states, "writerStates")?,
         known_handles: args::restored_bytes(env, known_handles, "knownHandles")?,

@@ -38,15 +38,16 @@ public final class SinkFunctionSavepointsOnFlink120 {
             throw new IllegalStateException("the savepoint half must run on Flink 1.20, not "
                     + EnvironmentInformation.getVersion());
         }
-        MiniClusterWithClientResource cluster = cluster(InMemoryReporter.create(), 2);
+        InMemoryReporter metrics = InMemoryReporter.create();
+        MiniClusterWithClientResource cluster = cluster(metrics, 2);
         cluster.before();
         try {
             ClusterClient<?> client = cluster.getClusterClient();
             List<String> taken = new ArrayList<>();
-            taken.add(savepointWithPreparedTransactions(client,
+            taken.add(savepointWithPreparedTransactions(client, metrics,
                     job(SinkFunctionFrontEnd.SINK_FUNCTION, 2, output, 0, 3_600_000, 1), null, output, savepoints));
             if (!oneStep) {
-                taken.add(savepointWithPreparedTransactions(client,
+                taken.add(savepointWithPreparedTransactions(client, metrics,
                         job(FrontEnd.SINK_V2, 2, output, 0, 3_600_000, 1), taken.get(0), output, savepoints));
             }
             Files.write(result, taken, StandardCharsets.UTF_8);

@@ -88,11 +88,11 @@ public class TwopcSinkFunctionUpgradeITCase {
             throws Exception {
         JobID shim = submit(client(), job(frontEnd, 2, count, output, 0, "twopc-sink",
                 RewindPolicy.FAIL, 3_600_000, 1), null);
-        triggerCheckpoint(client(), shim);
-        // Both subtasks' commits, one file each: a commit of that checkpoint still running when
-        // the fail point is set fails the job before the savepoint completes (seen once in CI).
-        waitUntil("the first checkpoint's records are committed by both subtasks", Duration.ofMinutes(1),
-                () -> committedFileCount(output) >= 2);
+        // Until a checkpoint's records are committed, each time until both subtasks' commits of
+        // it have returned: one still running when the fail point is set fails the job before
+        // the savepoint completes (seen once in CI). The output alone does not tell: a subtask
+        // that had no records yet commits an empty transaction, which writes no file.
+        checkpointUntilRecordsCommitted(client(), METRICS, shim, 2, 0, () -> committedRecordCount(output));
         configureFailPoints("twopc-commit-before=return");
         String savepoint = client()
                 .triggerSavepoint(shim, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)

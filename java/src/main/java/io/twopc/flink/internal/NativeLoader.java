@@ -131,6 +131,16 @@ public final class NativeLoader {
                             + TMPDIR_PROPERTY + " to another directory");
             wrapped.initCause(e);
             throw wrapped;
+        } catch (LinkageError | RuntimeException e) {
+            // What the library's JNI_OnLoad left pending (the logging set-up calling into SLF4J,
+            // say) comes out of System.load as is. Callers map only UnsatisfiedLinkError to a
+            // configuration error; anything else would break NativeBridge's initialisation for
+            // good ("Could not initialize class") instead of saying why.
+            UnsatisfiedLinkError wrapped = new UnsatisfiedLinkError(
+                    "twopc: the native library (from " + source + ", copied to " + copy
+                            + ") failed while initialising: " + e);
+            wrapped.initCause(e);
+            throw wrapped;
         } finally {
             // Once mapped, the file is no longer needed (the mapping stays
             // valid on Linux and macOS): removing it now keeps job restarts in

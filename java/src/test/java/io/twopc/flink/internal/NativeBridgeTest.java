@@ -383,6 +383,44 @@ public class NativeBridgeTest {
     }
 
     /**
+     * A Java string with an unpaired surrogate has no UTF-8 form. It is refused by name, never
+     * handed on with U+FFFD in its place (another directory, table or password than the one set);
+     * a paired one (an emoji) goes through unchanged.
+     */
+    @Test
+    public void stringsWithAnUnpairedSurrogateAreRefusedNotReplaced() throws Exception {
+        File out = tmp.newFolder("out");
+        String good = NativeTestSupport.fsConfig(out, "orders", 3_600_000L);
+        String lone = "sub\uD83Ddir";
+        assertThatThrownBy(() -> NativeBridge.validate(good.replace(out.getAbsolutePath(),
+                        out.getAbsolutePath() + "/" + lone)))
+                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("config holds an unpaired UTF-16 surrogate");
+        assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID + lone, 0, 1, 0, 10_000L,
+                        null, -1L, new byte[0][], new byte[0][]))
+                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("runId holds an unpaired UTF-16 surrogate");
+        assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L,
+                        "pass" + lone, -1L, new byte[0][], new byte[0][]))
+                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .hasMessageContaining("password holds an unpaired UTF-16 surrogate");
+        assertThat(out.list()).as("a refused string touches nothing").isEmpty();
+
+        // A paired surrogate is a character like any other: the directory is the one named.
+        File emoji = new File(out, "sub\uD83D\uDE00dir");
+        assertThat(emoji.mkdir()).isTrue();
+        NativeBridge.validate(NativeTestSupport.fsConfig(emoji, "orders", 3_600_000L));
+        long sink = NativeBridge.openSink(NativeTestSupport.fsConfig(emoji, "orders", 3_600_000L),
+                NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L, null, -1L, new byte[0][], new byte[0][]);
+        try {
+            assertThat(new File(emoji, "_twopc")).as("the sink's own directory, under the emoji-named one")
+                    .isDirectory();
+        } finally {
+            NativeBridge.close(sink);
+        }
+    }
+
+    /**
      * Flink cancels a task by interrupting its thread, and kills the TaskManager when the task has
      * not stopped within {@code task.cancellation.timeout}. A native call waiting on an object store
      * that went away (here an endpoint that takes connections and never answers, with the client's

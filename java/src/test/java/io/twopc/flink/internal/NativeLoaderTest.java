@@ -312,6 +312,29 @@ public class NativeLoaderTest {
     }
 
     /**
+     * An exception other than UnsatisfiedLinkError left by the library's initialisation (here:
+     * the log bridge's call into SLF4J fails, its LoggerFactory missing) comes out of System.load
+     * as is. It is reported as the sink's error too, every time, and not left to break the
+     * NativeBridge class for good ("Could not initialize class").
+     */
+    @Test
+    public void anyErrorOfTheLibrarysInitialisationIsReportedAsTheSinksError() throws Exception {
+        try (ChildFirst loader = new ChildFirst("org.slf4j.LoggerFactory")) {
+            Class<?> bridge = Class.forName(NativeBridge.class.getName(), true, loader);
+            for (int attempt = 0; attempt < 2; attempt++) {
+                Throwable t = causeOf(() -> bridge.getMethod("ensureLoaded").invoke(null));
+                assertThat(t.getClass().getName()).as("attempt %s: %s", attempt, t)
+                        .startsWith("io.twopc.flink.Twopc");
+                StringBuilder chain = new StringBuilder();
+                for (Throwable c = t; c != null; c = c.getCause()) {
+                    chain.append(c).append('\n');
+                }
+                assertThat(chain.toString()).contains("LoggerFactory").contains("failed while initialising");
+            }
+        }
+    }
+
+    /**
      * A failed extraction (here: the directory for the copy is missing, as when a temporary
      * directory is full or cleaned) is retryable, and is tried again at the next use in the same
      * class loader: once the directory is there, the library loads and sinks open. Before, the

@@ -203,15 +203,17 @@ public class TwopcSinkLineUpgradeITCase {
      * Checkpoints are triggered by hand (the interval is an hour): a periodic checkpoint
      * completing between the fail point and the savepoint would fail the job first.
      */
-    static String savepointWithPreparedTransactions(ClusterClient<?> client, StreamExecutionEnvironment env,
-            String restoreFrom, Path output, Path savepoints) throws Exception {
+    static String savepointWithPreparedTransactions(ClusterClient<?> client, InMemoryReporter metrics,
+            StreamExecutionEnvironment env, String restoreFrom, Path output, Path savepoints) throws Exception {
         long before = committedRecordCount(output);
         JobID job = submit(client, env, restoreFrom);
-        triggerCheckpoint(client, job);
-        // Every subtask's commit of that checkpoint has begun once nothing is left prepared (a
-        // restored savepoint's prepared transactions are committed before the job runs).
-        waitUntil("the checkpoint's records are committed", Duration.ofMinutes(2),
-                () -> committedRecordCount(output) > before && preparedOrNone(output) == 0);
+        // Until a checkpoint's records are committed, each time until every subtask's commit of
+        // it has returned (a restored savepoint's prepared transactions are committed before the
+        // job runs): a commit still running when the fail point is set would fail the job before
+        // the savepoint. The output alone does not tell: a subtask that had no records yet
+        // commits an empty transaction, which shows nothing.
+        checkpointUntilRecordsCommitted(client, metrics, job, env.getParallelism(), before,
+                () -> committedRecordCount(output));
         configureFailPoints("twopc-commit-before=return");
         try {
             String savepoint = client
@@ -227,14 +229,6 @@ public class TwopcSinkLineUpgradeITCase {
         }
     }
 
-    private static long preparedOrNone(Path output) {
-        try {
-            return preparedTransactions(output);
-        } catch (IOException e) {
-            return -1;
-        }
-    }
-
     /**
      * The Flink 1.20 half, in a JVM of its own: a savepoint of the Sink V2 sink with prepared
      * transactions. Writes the savepoint's path to {@code args[2]}.
@@ -247,10 +241,11 @@ public class TwopcSinkLineUpgradeITCase {
             throw new IllegalStateException("the savepoint half must run on Flink 1.20, not "
                     + EnvironmentInformation.getVersion());
         }
-        MiniClusterWithClientResource cluster = cluster(InMemoryReporter.create(), 2);
+        InMemoryReporter metrics = InMemoryReporter.create();
+        MiniClusterWithClientResource cluster = cluster(metrics, 2);
         cluster.before();
         try {
-            String savepoint = savepointWithPreparedTransactions(cluster.getClusterClient(),
+            String savepoint = savepointWithPreparedTransactions(cluster.getClusterClient(), metrics,
                     job(FrontEnd.SINK_V2, 2, output, 0, 3_600_000, 1), null, output, savepoints);
             Files.write(result, savepoint.getBytes(StandardCharsets.UTF_8));
             System.out.println("savepoint on Flink " + EnvironmentInformation.getVersion() + ": " + savepoint);

@@ -182,8 +182,9 @@ public class TwopcSinkPostgresITCase {
     public void rowsOfAnAttemptThatFailedBeforeAnyCheckpointCompletedNeverBecomeVisible() throws Exception {
         long count = 20_000;
         StreamExecutionEnvironment env = numbersJob(2, count, 10, new FailOnce(test(), 200, false, 1), 3);
-        // No checkpoint can complete before the failure (see the filesystem IT): the restart has
-        // no state, and the fresh start must roll back what attempt 0 wrote.
+        // No checkpoint can complete before the failure (see the filesystem IT; at the latest it
+        // comes at the first barrier): the restart has no state, and the fresh start must roll
+        // back what attempt 0 wrote, prepared or not.
         env.getCheckpointConfig().setMinPauseBetweenCheckpoints(300);
 
         run(env);
@@ -293,7 +294,8 @@ public class TwopcSinkPostgresITCase {
 
         // Run to the end, with a savepoint taken early on: every row committed after it is one a
         // restore from it would write again.
-        JobID original = submit(client(), rewindableJob(count, withTransactionIds, RewindPolicy.FAIL), null);
+        // Slow enough (about 10 s of input) that the savepoint is taken while the job still runs.
+        JobID original = submit(client(), rewindableJob(count, 2, withTransactionIds, RewindPolicy.FAIL), null);
         waitUntil("5000 rows are committed", Duration.ofMinutes(1), () -> rowCount() >= 5_000);
         String oldSavepoint = client()
                 .triggerSavepoint(original, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)
@@ -303,7 +305,7 @@ public class TwopcSinkPostgresITCase {
 
         // Default policy: the rewind is detected at start-up and the job stops for good, with the
         // table untouched.
-        JobID rewound = submit(client(), rewindableJob(count, withTransactionIds, RewindPolicy.FAIL), oldSavepoint);
+        JobID rewound = submit(client(), rewindableJob(count, 10, withTransactionIds, RewindPolicy.FAIL), oldSavepoint);
         Throwable failure = failureOf(awaitResult(client(), rewound));
         Throwable rewind = findCause(failure, TwopcRewindException.class);
         assertThat(rewind).as("TwopcRewindException in the cause chain of %s", failure).isNotNull();
@@ -313,7 +315,7 @@ public class TwopcSinkPostgresITCase {
 
         // REPLACE_RANGE: the rows committed after the savepoint are deleted and written again.
         JobID replaced = submit(client(),
-                rewindableJob(count, withTransactionIds, RewindPolicy.REPLACE_RANGE), oldSavepoint);
+                rewindableJob(count, 10, withTransactionIds, RewindPolicy.REPLACE_RANGE), oldSavepoint);
         awaitSuccess(client(), replaced);
         assertTableExactlyOnce(count);
         assertThat(pg.queryLongs("SELECT count(*) FROM " + table + " WHERE txn IS NULL"))
@@ -321,10 +323,10 @@ public class TwopcSinkPostgresITCase {
     }
 
     /** The numbered job without fault injection, writing transaction ids, with a rewind policy. */
-    private StreamExecutionEnvironment rewindableJob(long count, PostgresDestination destination,
+    private StreamExecutionEnvironment rewindableJob(long count, int recordsPerMs, PostgresDestination destination,
             RewindPolicy rewind) {
         StreamExecutionEnvironment env = environment(2, 100, 100, Duration.ofMillis(100));
-        numberedStream(env, count, 10, test(), null)
+        numberedStream(env, count, recordsPerMs, test(), null)
                 .sinkTo(transactionalSink(destination, rewind)).uid("twopc-sink").name("twopc-sink");
         return env;
     }

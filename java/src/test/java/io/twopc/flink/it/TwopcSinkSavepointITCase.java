@@ -151,7 +151,8 @@ public class TwopcSinkSavepointITCase {
 
         // Run to the end, with a savepoint taken early on: everything committed after it is
         // output a restore from it would write again.
-        JobID original = submit(client(), numbersJob(2, count, 10, output, RewindPolicy.FAIL), null);
+        // Slow enough (about 10 s of input) that the savepoint is taken while the job still runs.
+        JobID original = submit(client(), numbersJob(2, count, 2, output, RewindPolicy.FAIL), null);
         waitUntil("5000 records are committed", Duration.ofMinutes(1), () -> committedRecordCount(output) >= 5_000);
         String oldSavepoint = client()
                 .triggerSavepoint(original, savepoints.toUri().toString(), SavepointFormatType.CANONICAL)

@@ -66,7 +66,8 @@ public class TwopcSinkStartupChecksITCase {
     /** Numbers 1..count into the sink, configured by {@code more} after the common settings. */
     private void numbersInto(StreamExecutionEnvironment env, long count, Path output,
             Consumer<TwopcSinkBuilderBase<Long, ?>> more) {
-        frontEnd().attach(env.fromSequence(1, count).uid("numbers").map(new Throttle(20)).uid("throttle"), b -> {
+        frontEnd().attach(env.fromSequence(1, count).uid("numbers").map(new Throttle(20)).uid("throttle")
+                .map(new RecordSeen(output.toString())).uid("seen"), b -> {
             b.forDirectory(output).setSinkId(SINK_ID).setSerializationSchema(new DecimalLine());
             more.accept(b);
         }).uid("twopc-sink");
@@ -311,12 +312,17 @@ public class TwopcSinkStartupChecksITCase {
         long count = 10_000;
 
         // An earlier run whose every commit fails and which gives up: its completed
-        // checkpoints' transactions stay prepared, and its state is not restored below.
+        // checkpoints' transactions stay prepared, and its state is not restored below. Its
+        // checkpoint is triggered by hand once records have reached the sink: a checkpoint that
+        // came first would hold only empty transactions, which stage nothing.
         configureFailPoints("twopc-commit-before=return");
-        StreamExecutionEnvironment broken = environment(2, 100, 0, Duration.ofMillis(50));
+        StreamExecutionEnvironment broken = environment(2, 3_600_000, 0, Duration.ofMillis(50));
         numbersInto(broken, count, output);
-        JobResult brokenResult = awaitResult(CLUSTER.getClusterClient(),
-                submit(CLUSTER.getClusterClient(), broken, null));
+        JobID brokenJob = submit(CLUSTER.getClusterClient(), broken, null);
+        waitUntil("records reach the sink", Duration.ofMinutes(1),
+                () -> subtasksThatSawRecords(output.toString()) > 0);
+        triggerCheckpoint(CLUSTER.getClusterClient(), brokenJob);
+        JobResult brokenResult = awaitResult(CLUSTER.getClusterClient(), brokenJob);
         assertThat(brokenResult.isSuccess()).isFalse();
         clearFailPoints();
         assertThat(listNames(stagingDir(output, SINK_ID))).as("prepared transactions left behind").isNotEmpty();

@@ -91,7 +91,9 @@ public class TwopcSinkUserJarITCase {
             throws Exception {
         StreamExecutionEnvironment env = environment(2, 100, failingAttempts + 2, Duration.ofMillis(100));
         frontEnd().attach(env.fromSequence(1, 30_000).uid("numbers")
-                        .map(new Throttle(10)).uid("throttle")
+                        // About 4 s of input: each failing attempt needs a completed
+                        // checkpoint and 2,000 records of its own, restarts and all.
+                        .map(new Throttle(4)).uid("throttle")
                         .map(new AttemptTracker(testName)).uid("attempts")
                         .map(new SinkClassProbe(testName)).uid("probe")
                         .map(new FailOnce(testName, 2_000, true, failingAttempts)).uid("injector"),

@@ -10,6 +10,9 @@ import org.apache.flink.api.common.functions.OpenContext;
 import org.apache.flink.api.common.functions.RichMapFunction;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.common.state.CheckpointListener;
+import org.apache.flink.runtime.state.FunctionInitializationContext;
+import org.apache.flink.runtime.state.FunctionSnapshotContext;
+import org.apache.flink.streaming.api.checkpoint.CheckpointedFunction;
 import org.apache.flink.client.program.ClusterClient;
 import org.apache.flink.core.execution.CheckpointType;
 import org.apache.flink.configuration.Configuration;
@@ -49,6 +52,7 @@ import java.util.concurrent.TimeUnit;
 import java.util.concurrent.atomic.AtomicBoolean;
 import java.util.concurrent.atomic.AtomicInteger;
 import java.util.function.BooleanSupplier;
+import java.util.function.LongSupplier;
 import java.util.function.Predicate;
 import java.util.stream.Stream;
 
@@ -130,13 +134,12 @@ public final class TwopcItSupport {
         }
     }
 
-    /** Triggers a checkpoint, again while the job's tasks are still being deployed. */
-    public static void triggerCheckpoint(ClusterClient<?> client, JobID job) throws Exception {
+    /** Triggers a checkpoint, again while the job's tasks are still being deployed; returns its id. */
+    public static long triggerCheckpoint(ClusterClient<?> client, JobID job) throws Exception {
         long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(1);
         while (true) {
             try {
-                client.triggerCheckpoint(job, CheckpointType.CONFIGURED).get(1, TimeUnit.MINUTES);
-                return;
+                return client.triggerCheckpoint(job, CheckpointType.CONFIGURED).get(1, TimeUnit.MINUTES);
             } catch (ExecutionException e) {
                 if (System.nanoTime() > deadline) {
                     throw e;
@@ -144,6 +147,71 @@ public final class TwopcItSupport {
                 Thread.sleep(100);
             }
         }
+    }
+
+    /**
+     * Waits until each of the job's {@code parallelism} sink subtasks has finished a commit of
+     * {@code checkpoint} or a later one (its {@code twopc.lastCommittedCheckpoint} gauge). Unlike
+     * the committed output, the gauge moves for an empty transaction too (a subtask whose source
+     * had emitted nothing yet when the checkpoint was triggered), and only once the commit call
+     * has returned: a fail point set after this cannot catch that commit still running.
+     */
+    public static void awaitCommitsOf(InMemoryReporter reporter, JobID job, int parallelism, long checkpoint)
+            throws InterruptedException {
+        waitUntil("every sink subtask of job " + job + " has committed checkpoint " + checkpoint,
+                Duration.ofMinutes(1), () -> {
+                    for (int subtask = 0; subtask < parallelism; subtask++) {
+                        if (lastCommittedCheckpoint(reporter, job, subtask) < checkpoint) {
+                            return false;
+                        }
+                    }
+                    return true;
+                });
+    }
+
+    /**
+     * Triggers checkpoints of a job whose own interval is too long to matter, one at a time, each
+     * until every sink subtask's commit of it has returned, until {@code committed} (the records
+     * committed so far) exceeds {@code before}: the first checkpoints may hold no records at all,
+     * if they came before the sources emitted any. Returns the last checkpoint's id.
+     */
+    public static long checkpointUntilRecordsCommitted(ClusterClient<?> client, InMemoryReporter metrics,
+            JobID job, int parallelism, long before, LongSupplier committed) throws Exception {
+        long deadline = System.nanoTime() + TimeUnit.MINUTES.toNanos(2);
+        while (true) {
+            long checkpoint = triggerCheckpoint(client, job);
+            awaitCommitsOf(metrics, job, parallelism, checkpoint);
+            if (committed.getAsLong() > before) {
+                return checkpoint;
+            }
+            if (System.nanoTime() > deadline) {
+                throw new AssertionError("no records committed by checkpoints up to " + checkpoint + " of job " + job);
+            }
+            Thread.sleep(50);
+        }
+    }
+
+    /** The highest {@code twopc.lastCommittedCheckpoint} any attempt of a sink subtask reports; -1 if none. */
+    private static long lastCommittedCheckpoint(InMemoryReporter reporter, JobID jobId, int subtask) {
+        long last = -1;
+        String job = jobId.toString();
+        String index = Integer.toString(subtask);
+        for (Map.Entry<MetricGroup, Map<String, Metric>> group : reporter.getMetricsByGroup().entrySet()) {
+            Map<String, String> variables = group.getKey().getAllVariables();
+            if (!job.equals(variables.get("<job_id>")) || !index.equals(variables.get("<subtask_index>"))) {
+                continue;
+            }
+            for (Map.Entry<String, Metric> m : group.getValue().entrySet()) {
+                if (group.getKey().getMetricIdentifier(m.getKey()).endsWith(".twopc.lastCommittedCheckpoint")
+                        && m.getValue() instanceof Gauge) {
+                    Object value = ((Gauge<?>) m.getValue()).getValue();
+                    if (value instanceof Number) {
+                        last = Math.max(last, ((Number) value).longValue());
+                    }
+                }
+            }
+        }
+        return last;
     }
 
     public static void waitUntil(String what, Duration timeout, BooleanSupplier condition) throws InterruptedException {
@@ -262,6 +330,38 @@ public final class TwopcItSupport {
         }
     }
 
+    /** Sink subtasks (their indices) that a {@link RecordSeen} has passed a record to, per test. */
+    public static final Map<String, Set<Integer>> RECORD_SEEN = new ConcurrentHashMap<>();
+
+    /**
+     * Notes which subtasks have passed a record on. Chained in front of the sink, a record it has
+     * seen is in the sink's open transaction before any checkpoint triggered afterwards.
+     */
+    public static final class RecordSeen extends RichMapFunction<Long, Long> {
+        private static final long serialVersionUID = 1L;
+        private final String testName;
+        private transient boolean noted;
+
+        public RecordSeen(String testName) {
+            this.testName = testName;
+        }
+
+        @Override
+        public Long map(Long value) {
+            if (!noted) {
+                noted = true;
+                RECORD_SEEN.computeIfAbsent(testName, k -> ConcurrentHashMap.newKeySet())
+                        .add(getRuntimeContext().getTaskInfo().getIndexOfThisSubtask());
+            }
+            return value;
+        }
+    }
+
+    public static int subtasksThatSawRecords(String testName) {
+        Set<Integer> seen = RECORD_SEEN.get(testName);
+        return seen == null ? 0 : seen.size();
+    }
+
     public static int maxAttempt(String testName) {
         AtomicInteger a = MAX_ATTEMPT.get(testName);
         return a == null ? 0 : a.get();
@@ -279,7 +379,8 @@ public final class TwopcItSupport {
      * if a checkpoint has (or, with {@code requireCheckpoint == false}, has not yet) completed in
      * this attempt: the two sides of the protocol's commit point.
      */
-    public static final class FailOnce extends RichMapFunction<Long, Long> implements CheckpointListener {
+    public static final class FailOnce extends RichMapFunction<Long, Long>
+            implements CheckpointListener, CheckpointedFunction {
         private static final long serialVersionUID = 1L;
         private static final Map<String, AtomicBoolean> FIRED = new ConcurrentHashMap<>();
         private final String testName;
@@ -299,11 +400,30 @@ public final class TwopcItSupport {
         @Override
         public Long map(Long value) {
             seen++;
+            if (seen >= afterRecords && checkpointCompleted == requireCheckpoint) {
+                fire();
+            }
+            return value;
+        }
+
+        /**
+         * Fails before any checkpoint completed at the latest at the first one's barrier: on a
+         * slow machine a checkpoint can complete before subtask 0 has seen {@code afterRecords}.
+         */
+        @Override
+        public void snapshotState(FunctionSnapshotContext context) {
+            if (!requireCheckpoint && !checkpointCompleted) {
+                fire();
+            }
+        }
+
+        @Override
+        public void initializeState(FunctionInitializationContext context) {}
+
+        private void fire() {
             int attempt = getRuntimeContext().getTaskInfo().getAttemptNumber();
             if (attempt < failingAttempts
                     && getRuntimeContext().getTaskInfo().getIndexOfThisSubtask() == 0
-                    && seen >= afterRecords
-                    && checkpointCompleted == requireCheckpoint
                     && FIRED.computeIfAbsent(testName + "#" + attempt, k -> new AtomicBoolean())
                             .compareAndSet(false, true)) {
                 String what = "attempt " + attempt + " after " + seen + " records, "
@@ -311,7 +431,6 @@ public final class TwopcItSupport {
                 INJECTED.computeIfAbsent(testName, k -> Collections.synchronizedList(new ArrayList<>())).add(what);
                 throw new RuntimeException("injected test failure: " + what);
             }
-            return value;
         }
 
         @Override
