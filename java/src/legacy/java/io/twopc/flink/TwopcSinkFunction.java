@@ -16,9 +16,11 @@ import org.apache.flink.api.common.typeutils.TypeSerializer;
 import org.apache.flink.api.common.typeutils.base.VoidSerializer;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
 import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.ReadableConfig;
 import org.apache.flink.core.io.SimpleVersionedSerialization;
 import org.apache.flink.runtime.state.FunctionInitializationContext;
 import org.apache.flink.runtime.state.FunctionSnapshotContext;
+import org.apache.flink.streaming.api.environment.ExecutionCheckpointingOptions;
 import org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction;
 import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
 
@@ -164,8 +166,10 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
         if (runtime instanceof StreamingRuntimeContext) {
             // The job's settings (as the environment had them when the job graph was built).
             try {
-                TwopcSink.refuseEndOfInputWithoutFinalCheckpoint(
-                        ((StreamingRuntimeContext) runtime).getJobConfiguration(), options.sinkId);
+                ReadableConfig job = ((StreamingRuntimeContext) runtime).getJobConfiguration();
+                TwopcSink.refuseEndOfInputWithoutFinalCheckpoint(job, options.sinkId);
+                TwopcSink.refuseWeakerCheckpoints(job.get(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE),
+                        job.get(ExecutionCheckpointingOptions.APPROXIMATE_LOCAL_RECOVERY), options.sinkId);
             } catch (TwopcConfigException e) {
                 throw escalate(e, "opening the sink");
             }
@@ -586,7 +590,8 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 // configured interval when it is given none (found by review).
                 throw escalate(new TwopcConfigException(scope + ": checkpointing is disabled, but this sink "
                         + "commits output only when a checkpoint completes, so nothing would ever be committed. "
-                        + "Enable it (env.enableCheckpointing(interval), or execution.checkpointing.interval)"),
+                        + "Enable it (env.enableCheckpointing(interval), or execution.checkpointing.interval), "
+                        + "and run the job in STREAMING execution mode (a job in BATCH mode has no checkpoints)"),
                         "opening the sink");
             }
             Optional<Duration> detected =

@@ -1,6 +1,7 @@
 package io.twopc.flink;
 
 import org.apache.flink.annotation.PublicEvolving;
+import org.apache.flink.api.common.RuntimeExecutionMode;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.api.connector.sink2.Committer;
 import org.apache.flink.api.connector.sink2.CommitterInitContext;
@@ -10,12 +11,17 @@ import org.apache.flink.api.connector.sink2.StatefulSinkWriter;
 import org.apache.flink.api.connector.sink2.SupportsCommitter;
 import org.apache.flink.api.connector.sink2.SupportsWriterState;
 import org.apache.flink.api.connector.sink2.WriterInitContext;
+import org.apache.flink.api.connector.source.Boundedness;
+import org.apache.flink.api.dag.Transformation;
 import org.apache.flink.configuration.CheckpointingOptions;
+import org.apache.flink.configuration.ExecutionOptions;
 import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.core.execution.CheckpointingMode;
 import org.apache.flink.core.io.SimpleVersionedSerializer;
 import org.apache.flink.streaming.api.connector.sink2.SupportsPreWriteTopology;
 import org.apache.flink.streaming.api.datastream.DataStream;
 import org.apache.flink.streaming.api.environment.CheckpointConfig;
+import org.apache.flink.streaming.api.transformations.WithBoundedness;
 
 import java.io.IOException;
 import java.util.Collection;
@@ -154,7 +160,9 @@ public final class TwopcSink<IN>
      * @throws TwopcConfigException when checkpointing is disabled: output is committed only when a
      *     checkpoint completes, so without checkpoints nothing would ever become visible (and a
      *     BATCH job, which has none, could not recover exactly once); and when checkpoints after
-     *     tasks finish are disabled (see {@link #refuseEndOfInputWithoutFinalCheckpoint})
+     *     tasks finish are disabled (see {@link #refuseEndOfInputWithoutFinalCheckpoint}); in BATCH
+     *     execution mode; with checkpoints weaker than exactly once (see {@link
+     *     #refuseWeakerCheckpoints})
      */
     @Override
     public DataStream<IN> addPreWriteTopology(DataStream<IN> inputDataStream) {
@@ -165,10 +173,75 @@ public final class TwopcSink<IN>
                     + "(env.enableCheckpointing(interval), or execution.checkpointing.interval) and run in STREAMING "
                     + "execution mode");
         }
-        refuseEndOfInputWithoutFinalCheckpoint(inputDataStream.getExecutionEnvironment().getConfiguration(),
-                options.sinkId);
+        ReadableConfig config = inputDataStream.getExecutionEnvironment().getConfiguration();
+        refuseEndOfInputWithoutFinalCheckpoint(config, options.sinkId);
+        refuseBatchExecution(config.get(ExecutionOptions.RUNTIME_MODE), inputDataStream, options.sinkId);
+        refuseWeakerCheckpoints(checkpoints.getCheckpointingConsistencyMode(),
+                checkpoints.isApproximateLocalRecoveryEnabled(), options.sinkId);
         detectedIntervalMs = checkpoints.getCheckpointInterval();
         return inputDataStream;
+    }
+
+    /**
+     * Refuses BATCH execution, and AUTOMATIC where every source before the sink is bounded (Flink
+     * then runs the job as BATCH). A BATCH job takes no checkpoints: Flink's committer commits
+     * each subtask's output at the end of its input, so after a failure that follows some
+     * subtasks' commits the job could not be recovered exactly once. The environment's
+     * CheckpointConfig still says "enabled" there (Flink turns checkpoints off in a copy), so the
+     * check on it alone does not see this (found by review).
+     */
+    private static void refuseBatchExecution(RuntimeExecutionMode mode, DataStream<?> input, String sinkId) {
+        String why;
+        if (mode == RuntimeExecutionMode.BATCH) {
+            why = "the job runs in BATCH execution mode (execution.runtime-mode: BATCH)";
+        } else if (mode == RuntimeExecutionMode.AUTOMATIC && onlyBoundedSources(input.getTransformation())) {
+            why = "execution.runtime-mode is AUTOMATIC and every source before this sink is bounded, so Flink runs "
+                    + "the job in BATCH execution mode";
+        } else {
+            return;
+        }
+        throw new TwopcConfigException("twopc sink '" + sinkId + "': " + why + ". A BATCH job takes no checkpoints, "
+                + "and each subtask's output would be committed at the end of its input: a failure after some "
+                + "subtasks committed could not be recovered exactly once. Run the job in STREAMING mode "
+                + "(execution.runtime-mode: STREAMING, or env.setRuntimeMode(RuntimeExecutionMode.STREAMING)); "
+                + "with bounded sources it finishes all the same, committing at its final checkpoint");
+    }
+
+    /** Whether every source {@code transformation} reads from declares itself bounded. */
+    private static boolean onlyBoundedSources(Transformation<?> transformation) {
+        boolean anySource = false;
+        for (Transformation<?> t : transformation.getTransitivePredecessors()) {
+            if (t instanceof WithBoundedness) {
+                anySource = true;
+                if (((WithBoundedness) t).getBoundedness() != Boundedness.BOUNDED) {
+                    return false;
+                }
+            }
+        }
+        return anySource;
+    }
+
+    /**
+     * Refuses checkpoints weaker than exactly once. With AT_LEAST_ONCE the barriers are not
+     * aligned: records that reach the sink after a checkpoint's barrier on a faster input channel
+     * are written into that checkpoint's transaction, committed with it, and replayed again after
+     * a failover to it. Approximate local recovery restarts a failed task alone, without rewinding
+     * its inputs. Either would duplicate or lose output without an error (found by review). Also
+     * called by the SinkFunction shim.
+     */
+    static void refuseWeakerCheckpoints(CheckpointingMode mode, boolean approximateLocalRecovery, String sinkId) {
+        if (mode != CheckpointingMode.EXACTLY_ONCE) {
+            throw new TwopcConfigException("twopc sink '" + sinkId + "': checkpoints are " + mode
+                    + " (execution.checkpointing.mode), so records that arrive after a checkpoint's barrier on one "
+                    + "input channel are committed with that checkpoint and replayed after a failover to it: duplicate "
+                    + "output. Set execution.checkpointing.mode: EXACTLY_ONCE (the default; unaligned checkpoints are "
+                    + "exactly once too)");
+        }
+        if (approximateLocalRecovery) {
+            throw new TwopcConfigException("twopc sink '" + sinkId + "': approximate local recovery is enabled "
+                    + "(execution.checkpointing.approximate-local-recovery), which restarts a failed task alone without "
+                    + "rewinding its inputs: output would be lost or duplicated. Disable it");
+        }
     }
 
     /**
