@@ -264,8 +264,13 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     public void open(OpenContext openContext) throws Exception {
         serializationSchema.open(RuntimeContextInitializationContextAdapters.serializationAdapter(
                 getRuntimeContext(), group -> group.addGroup("user")));
-        batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
-                this::writeBatch);
+        try {
+            batcher = new RecordBatcher(options.batchBytes, options.batchSize, options.recordTerminator(),
+                    this::writeBatch);
+        } catch (TwopcConfigException e) {
+            // A batch size the TaskManager's direct memory cannot hold: no restart fixes it.
+            throw escalate(e, "opening the sink");
+        }
         // Once per job class loader: releases this job's copy of the native library.
         RuntimeContext runtime = getRuntimeContext();
         runtime.registerUserCodeClassLoaderReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,

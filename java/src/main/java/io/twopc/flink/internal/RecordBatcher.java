@@ -1,5 +1,6 @@
 package io.twopc.flink.internal;
 
+import io.twopc.flink.TwopcConfigException;
 import io.twopc.flink.TwopcRecordRejectedException;
 
 import org.apache.flink.annotation.Internal;
@@ -82,10 +83,16 @@ public final class RecordBatcher {
      *     {@link #NO_TERMINATOR}
      */
     public RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink) {
-        this(batchBytes, batchRecords, terminator, sink, ByteBuffer::allocateDirect);
+        this(batchBytes, batchRecords, terminator, sink, ByteBuffer::allocateDirect, ByteBuffer::allocateDirect);
     }
 
     RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink, IntFunction<ByteBuffer> oversized) {
+        this(batchBytes, batchRecords, terminator, sink, oversized, ByteBuffer::allocateDirect);
+    }
+
+    /** {@code direct}: allocates the batch's own buffers (direct memory); a test's may refuse. */
+    RecordBatcher(int batchBytes, int batchRecords, int terminator, Sink sink, IntFunction<ByteBuffer> oversized,
+            IntFunction<ByteBuffer> direct) {
         this.oversized = oversized;
         if (terminator < NO_TERMINATOR || terminator > 0xff) {
             throw new IllegalArgumentException("terminator " + terminator + " is neither -1 nor a byte value");
@@ -96,8 +103,12 @@ public final class RecordBatcher {
         // batch's bytes, so that a large batch size with the default batch bytes does not
         // reserve far more memory than the records. A batch of tiny records is sent earlier.
         this.maxRecords = Math.min(batchRecords, Math.max(16, batchBytes / 8));
-        this.data = ByteBuffer.allocateDirect(batchBytes);
-        this.ends = ByteBuffer.allocateDirect(4 * maxRecords).order(ByteOrder.LITTLE_ENDIAN);
+        try {
+            this.data = direct.apply(batchBytes);
+            this.ends = direct.apply(4 * maxRecords).order(ByteOrder.LITTLE_ENDIAN);
+        } catch (OutOfMemoryError e) {
+            throw refusedBatchBuffers(e, batchBytes, 4 * maxRecords);
+        }
         this.endsArray = new int[maxRecords];
         this.endsView = ends.asIntBuffer();
         this.sink = sink;
@@ -173,6 +184,29 @@ public final class RecordBatcher {
                 + "restart the job from its latest checkpoint");
         rejected.initCause(e);
         return rejected;
+    }
+
+    /**
+     * What a refused direct buffer for the batch itself means: the configured batch size does not
+     * fit this TaskManager's direct memory, now or after any restart (Flink sizes it once for the
+     * TaskManager's life). A configuration error, which stops the job once naming the setting,
+     * instead of an anonymous OutOfMemoryError that every restart meets again (found by review).
+     * A heap shortage is rethrown.
+     */
+    private static RuntimeException refusedBatchBuffers(OutOfMemoryError e, int batchBytes, int endsBytes) {
+        String message = String.valueOf(e.getMessage());
+        if (!message.toLowerCase(java.util.Locale.ROOT).contains("direct buffer memory")) {
+            throw e;
+        }
+        long max = maxDirectMemory();
+        TwopcConfigException refused = new TwopcConfigException("the sink's batch buffers (" + batchBytes
+                + " bytes for records and " + endsBytes + " for their ends, per subtask) do not fit in the JVM's "
+                + "direct memory (" + message + (max > 0 ? "; at most " + max + " bytes of direct memory in all" : "")
+                + "). Lower the batch size (setBatchBytes, or 'sink.batch-bytes' in SQL), or give the task managers "
+                + "more off-heap memory (taskmanager.memory.task.off-heap.size), then restart the job from its "
+                + "latest checkpoint");
+        refused.initCause(e);
+        return refused;
     }
 
     /**

@@ -209,6 +209,24 @@ public class RecordBatcherTest {
         });
         assertThatThrownBy(() -> heapShort.add(new byte[100])).isInstanceOf(OutOfMemoryError.class);
 
+        // The batch's own buffers: a batch size the TaskManager's direct memory cannot hold is a
+        // configuration error naming the setting, stopping the job once; not an anonymous
+        // OutOfMemoryError met again at every restart.
+        assertThatThrownBy(() -> new RecordBatcher(1 << 20, 100, '\n', b -> { }, ByteBuffer::allocateDirect,
+                size -> {
+                    throw new OutOfMemoryError("Cannot reserve " + size + " bytes of direct buffer memory");
+                }))
+                .isInstanceOf(io.twopc.flink.TwopcConfigException.class)
+                .hasMessageContaining("1048576 bytes for records")
+                .hasMessageContaining("setBatchBytes")
+                .hasMessageContaining("taskmanager.memory.task.off-heap.size")
+                .hasCauseInstanceOf(OutOfMemoryError.class);
+        assertThatThrownBy(() -> new RecordBatcher(1 << 20, 100, '\n', b -> { }, ByteBuffer::allocateDirect,
+                size -> {
+                    throw new OutOfMemoryError("Java heap space");
+                }))
+                .isInstanceOf(OutOfMemoryError.class);
+
         assertThat(RecordBatcher.parseSize("128m")).isEqualTo(128L << 20);
         assertThat(RecordBatcher.parseSize("2G")).isEqualTo(2L << 30);
         assertThat(RecordBatcher.parseSize("4096")).isEqualTo(4096);
