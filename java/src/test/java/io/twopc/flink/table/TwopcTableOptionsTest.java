@@ -245,6 +245,23 @@ public class TwopcTableOptionsTest {
                 .hasMessageContaining("execution.checkpointing.interval");
     }
 
+    /**
+     * SQL's batch mode ({@code SET 'execution.runtime-mode' = 'batch'}) takes no checkpoints, and
+     * Flink would commit each subtask's output at the end of its input: refused when planned, even
+     * with a checkpoint interval set (Flink turns checkpoints off for BATCH behind the setting).
+     */
+    @Test
+    public void batchModeIsRefusedSayingToRunInStreamingMode() {
+        Configuration conf = new Configuration();
+        conf.setString("execution.checkpointing.interval", "1 s");
+        TableEnvironment tEnv = TableEnvironment.create(EnvironmentSettings.newInstance().inBatchMode()
+                .withConfiguration(conf).build());
+        tEnv.executeSql("CREATE TABLE d (a INT) WITH ('connector' = 'twopc'" + dir() + ", 'format' = 'json')");
+        assertThatThrownBy(() -> tEnv.explainSql("INSERT INTO d VALUES (1)"))
+                .hasMessageContaining("BATCH execution mode")
+                .hasMessageContaining("execution.runtime-mode: STREAMING");
+    }
+
     @Test
     public void aValidTableIsPlannedAndItsPlanHoldsNoPassword() {
         TableEnvironment tEnv = environment();
