@@ -35,7 +35,9 @@ fn decoded(env: &Env<'_>, value: &JString<'_>, name: &str) -> BridgeResult<Strin
     let chars = value.mutf8_chars(env)?;
     match simd_cesu8::mutf8::decode(chars.to_bytes()) {
         Ok(text) => Ok(text.into_owned()),
-        Err(_) => Err(BridgeError::illegal_argument(format!(
+        // A configuration error: fatal, so that the job stops once instead of restarting on
+        // a setting no restart changes (a password is checked only here).
+        Err(_) => Err(BridgeError::config(format!(
             "{name} holds an unpaired UTF-16 surrogate (half of a character outside the Basic \
              Multilingual Plane, e.g. a string cut in the middle of an emoji), which no \
              destination can be given; correct the setting"

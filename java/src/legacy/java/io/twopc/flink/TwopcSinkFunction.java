@@ -17,10 +17,10 @@ import org.apache.flink.api.common.typeutils.base.VoidSerializer;
 import org.apache.flink.api.common.typeutils.base.array.BytePrimitiveArraySerializer;
 import org.apache.flink.configuration.CheckpointingOptions;
 import org.apache.flink.configuration.ReadableConfig;
+import org.apache.flink.configuration.StateRecoveryOptions;
 import org.apache.flink.core.io.SimpleVersionedSerialization;
 import org.apache.flink.runtime.state.FunctionInitializationContext;
 import org.apache.flink.runtime.state.FunctionSnapshotContext;
-import org.apache.flink.streaming.api.environment.ExecutionCheckpointingOptions;
 import org.apache.flink.streaming.api.functions.sink.TwoPhaseCommitSinkFunction;
 import org.apache.flink.streaming.api.operators.StreamingRuntimeContext;
 
@@ -169,7 +169,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 ReadableConfig job = ((StreamingRuntimeContext) runtime).getJobConfiguration();
                 TwopcSink.refuseEndOfInputWithoutFinalCheckpoint(job, options.sinkId);
                 TwopcSink.refuseWeakerCheckpoints(job.get(CheckpointingOptions.CHECKPOINTING_CONSISTENCY_MODE),
-                        job.get(ExecutionCheckpointingOptions.APPROXIMATE_LOCAL_RECOVERY), options.sinkId);
+                        job.get(StateRecoveryOptions.APPROXIMATE_LOCAL_RECOVERY), options.sinkId);
             } catch (TwopcConfigException e) {
                 throw escalate(e, "opening the sink");
             }

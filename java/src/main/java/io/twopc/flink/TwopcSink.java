@@ -24,8 +24,10 @@ import org.apache.flink.streaming.api.environment.CheckpointConfig;
 import org.apache.flink.streaming.api.transformations.WithBoundedness;
 
 import java.io.IOException;
+import java.util.ArrayList;
 import java.util.Collection;
 import java.util.Collections;
+import java.util.List;
 
 /**
  * An exactly-once sink for Flink 1.20 and 2.x ({@code stream.sinkTo(sink)}), driving the twopc
@@ -194,7 +196,7 @@ public final class TwopcSink<IN>
         String why;
         if (mode == RuntimeExecutionMode.BATCH) {
             why = "the job runs in BATCH execution mode (execution.runtime-mode: BATCH)";
-        } else if (mode == RuntimeExecutionMode.AUTOMATIC && onlyBoundedSources(input.getTransformation())) {
+        } else if (mode == RuntimeExecutionMode.AUTOMATIC && onlyBoundedSources(input)) {
             why = "execution.runtime-mode is AUTOMATIC and every source before this sink is bounded, so Flink runs "
                     + "the job in BATCH execution mode";
         } else {
@@ -207,18 +209,24 @@ public final class TwopcSink<IN>
                 + "with bounded sources it finishes all the same, committing at its final checkpoint");
     }
 
-    /** Whether every source {@code transformation} reads from declares itself bounded. */
-    private static boolean onlyBoundedSources(Transformation<?> transformation) {
-        boolean anySource = false;
-        for (Transformation<?> t : transformation.getTransitivePredecessors()) {
-            if (t instanceof WithBoundedness) {
-                anySource = true;
-                if (((WithBoundedness) t).getBoundedness() != Boundedness.BOUNDED) {
+    /**
+     * Whether AUTOMATIC picks BATCH: as Flink decides it, when no source of the job is unbounded,
+     * those before this sink and those of the job's other branches (the environment's
+     * transformations, still all there while the graph is built) alike. A transformation that
+     * does not say is bounded to Flink too.
+     */
+    private static boolean onlyBoundedSources(DataStream<?> input) {
+        List<Transformation<?>> roots = new ArrayList<>(input.getExecutionEnvironment().getTransformations());
+        roots.add(input.getTransformation());
+        for (Transformation<?> root : roots) {
+            for (Transformation<?> t : root.getTransitivePredecessors()) {
+                if (t instanceof WithBoundedness
+                        && ((WithBoundedness) t).getBoundedness() != Boundedness.BOUNDED) {
                     return false;
                 }
             }
         }
-        return anySource;
+        return true;
     }
 
     /**
@@ -239,7 +247,7 @@ public final class TwopcSink<IN>
         }
         if (approximateLocalRecovery) {
             throw new TwopcConfigException("twopc sink '" + sinkId + "': approximate local recovery is enabled "
-                    + "(execution.checkpointing.approximate-local-recovery), which restarts a failed task alone without "
+                    + "(execution.state-recovery.approximate-local-recovery), which restarts a failed task alone without "
                     + "rewinding its inputs: output would be lost or duplicated. Disable it");
         }
     }

@@ -383,7 +383,8 @@ public class NativeBridgeTest {
     }
 
     /**
-     * A Java string with an unpaired surrogate has no UTF-8 form. It is refused by name, never
+     * A Java string with an unpaired surrogate has no UTF-8 form. It is refused by name, as a
+     * configuration error (fatal: no restart changes it), never
      * handed on with U+FFFD in its place (another directory, table or password than the one set);
      * a paired one (an emoji) goes through unchanged.
      */
@@ -394,15 +395,15 @@ public class NativeBridgeTest {
         String lone = "sub\uD83Ddir";
         assertThatThrownBy(() -> NativeBridge.validate(good.replace(out.getAbsolutePath(),
                         out.getAbsolutePath() + "/" + lone)))
-                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("config holds an unpaired UTF-16 surrogate");
         assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID + lone, 0, 1, 0, 10_000L,
                         null, -1L, new byte[0][], new byte[0][]))
-                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("runId holds an unpaired UTF-16 surrogate");
         assertThatThrownBy(() -> NativeBridge.openSink(good, NativeTestSupport.RUN_ID, 0, 1, 0, 10_000L,
                         "pass" + lone, -1L, new byte[0][], new byte[0][]))
-                .isExactlyInstanceOf(IllegalArgumentException.class)
+                .isExactlyInstanceOf(TwopcConfigException.class)
                 .hasMessageContaining("password holds an unpaired UTF-16 surrogate");
         assertThat(out.list()).as("a refused string touches nothing").isEmpty();
 

@@ -10,8 +10,11 @@ import io.twopc.flink.TwopcSinkBuilderBase;
 
 import org.apache.flink.api.common.JobID;
 import org.apache.flink.api.common.RuntimeExecutionMode;
+import org.apache.flink.api.common.eventtime.WatermarkStrategy;
 import org.apache.flink.api.common.serialization.SerializationSchema;
 import org.apache.flink.configuration.Configuration;
+import org.apache.flink.connector.file.src.FileSource;
+import org.apache.flink.connector.file.src.reader.TextLineInputFormat;
 import org.apache.flink.core.execution.CheckpointType;
 import org.apache.flink.runtime.jobgraph.JobGraph;
 import org.apache.flink.runtime.jobmaster.JobResult;
@@ -172,6 +175,24 @@ public class TwopcSinkStartupChecksITCase {
             assertThat(error.getMessage()).as("refusal in %s mode", mode).contains("BATCH", "STREAMING");
             assertThat(TwopcOutput.readCommittedRecords(output)).as("records committed in %s mode", mode).isEmpty();
         }
+    }
+
+    /**
+     * AUTOMATIC runs a job in BATCH only when no source of the whole job is unbounded: a bounded
+     * branch into the sink beside an unbounded one elsewhere runs in STREAMING, and is not refused.
+     */
+    @Test
+    public void automaticModeWithAnUnboundedSourceElsewhereIsNotRefused() throws Exception {
+        Path output = tmp.newFolder("out").toPath();
+        StreamExecutionEnvironment env = environment(2, 100, RESTART_ATTEMPTS, Duration.ofMillis(50));
+        env.setRuntimeMode(RuntimeExecutionMode.AUTOMATIC);
+        numbersInto(env, 1000, output);
+        env.fromSource(FileSource.forRecordStreamFormat(new TextLineInputFormat(),
+                                new org.apache.flink.core.fs.Path(tmp.newFolder("in").toURI()))
+                        .monitorContinuously(Duration.ofSeconds(1)).build(),
+                WatermarkStrategy.noWatermarks(), "watched").print();
+        // Building the graph is where the sink checks; the job itself would run forever.
+        assertThat(env.getStreamGraph().getJobGraph().getNumberOfVertices()).isGreaterThan(1);
     }
 
     /**
