@@ -47,8 +47,14 @@ pub struct PgTarget {
 }
 
 impl Target {
+    /// URL schemes are case-insensitive: `POSTGRES://...` is a URL too, and
+    /// goes to the URL checks, which refuse it with the password masked,
+    /// instead of being taken for a directory and printed as it is.
     pub fn is_postgres(s: &str) -> bool {
-        s.starts_with("postgres://") || s.starts_with("postgresql://")
+        let scheme = s
+            .split_once("://")
+            .map(|(scheme, _)| scheme.to_ascii_lowercase());
+        matches!(scheme.as_deref(), Some("postgres" | "postgresql"))
     }
 }
 

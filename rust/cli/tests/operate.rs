@@ -1552,3 +1552,32 @@ fn decide_and_reconcile_use_the_sinks_own_file_names_and_refuse_others() {
         stderr(&o)
     );
 }
+
+/// A connection URL with its scheme in capitals is a URL all the same: its
+/// password is never printed (it used to be taken for a directory, and
+/// shown whole in "output directory ... does not exist").
+#[test]
+fn a_url_in_capitals_never_shows_its_password() {
+    for args in [
+        vec!["inspect", "POSTGRES://app:s3cr3t-pw@db.example/shop"],
+        vec![
+            "reconcile",
+            "PostgreSQL://app:s3cr3t-pw@db.example/shop",
+            "--sink",
+            "orders",
+            "--lineage",
+            "1",
+            "--after-checkpoint",
+            "1",
+        ],
+    ] {
+        let o = twopc(&args);
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&o.stdout),
+            String::from_utf8_lossy(&o.stderr)
+        );
+        assert!(!text.contains("s3cr3t-pw"), "{args:?}: {text}");
+        assert_eq!(o.status.code(), Some(2), "{args:?}: {text}");
+    }
+}

@@ -311,6 +311,12 @@ pub struct PgDestination {
     after_next_refusal: Option<Box<dyn FnOnce() + Send>>,
     /// A trigger skipped rows of a COPY, and the warning was given.
     warned_rows_skipped: bool,
+    /// Opened for an operator's tool (`connect_operator`): listings leave
+    /// the stale handle rows alone. Removing them is the job's own
+    /// housekeeping, and a removal beside a live job's prepare can make
+    /// that prepare fail (see the module docs): `twopc inspect` and dry
+    /// runs must change nothing.
+    operator: bool,
 }
 
 /// What a refused finish of a prepared transaction means (see
@@ -413,6 +419,7 @@ impl PgDestination {
             lose_writer_after_copy: false,
             after_next_refusal: None,
             warned_rows_skipped: false,
+            operator: false,
             options,
         }
     }
@@ -595,7 +602,7 @@ impl PgDestination {
         }
         let sql =
             ModeSql::Transactional(Box::new(TxnSql::new(&table, &options, &control_tables, "")));
-        Ok(PgDestination::assemble(
+        let mut dest = PgDestination::assemble(
             sink.clone(),
             table,
             control_tables,
@@ -604,7 +611,9 @@ impl PgDestination {
             control,
             writer,
             options,
-        ))
+        );
+        dest.operator = true;
+        Ok(dest)
     }
 
     /// For tests: the next prepare drops the writer session right after its
@@ -2647,7 +2656,7 @@ impl Destination for PgDestination {
 
     fn staged(&mut self) -> Result<Vec<StagedTransaction>, DestinationError> {
         match self.sql {
-            ModeSql::Transactional(_) => self.staged_prepared(true),
+            ModeSql::Transactional(_) => self.staged_prepared(!self.operator),
             // Only what a transactional run left. Stale handle rows are
             // kept: a commit of a handle whose transaction is gone reads
             // them as proof that it had been prepared (see `mode_switch`).

@@ -430,6 +430,40 @@ fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
     assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
 }
 
+/// An operator's tool (`twopc inspect`, a dry run) lists the prepared
+/// transactions without removing stale handle rows: it must change nothing,
+/// and a removal beside a live job's prepare can make that prepare fail.
+#[test]
+fn an_operators_listing_leaves_stale_handle_rows_alone() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "opstale");
+    let mut s = f.open("run1");
+    let h = prepared(&mut s, &rows(0..3, "a"), 1);
+    let ghost = format!("{}.0.00000000000000ff.9", f.sink);
+    f.admin
+        .execute(
+            "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
+            &[&ghost, &f.sink],
+        )
+        .unwrap();
+    let mut operator = twopc_pg::PgDestination::connect_operator(
+        f.opts.clone(),
+        &twopc_core::SinkId::new(f.sink.as_str()).unwrap(),
+    )
+    .unwrap();
+    let staged = operator.staged().unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(staged[0].prepared(), Some(&h));
+    let mut left = f.side_rows();
+    left.sort();
+    let mut expected = vec![h.transaction.to_string(), ghost];
+    expected.sort();
+    assert_eq!(left, expected, "the operator's listing removed nothing");
+    // The job's own listing still cleans it up.
+    s.destination().staged().unwrap();
+    assert_eq!(f.side_rows(), [h.transaction.to_string()]);
+}
+
 #[test]
 fn abort_is_repeatable_and_refuses_committed_output() {
     let url = server!();
