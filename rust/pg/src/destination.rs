@@ -389,6 +389,14 @@ impl std::fmt::Debug for PgDestination {
     }
 }
 
+/// The operator's claim lives in its writer session, idle between the
+/// tool's steps: a server-wide `idle_session_timeout` must not end it
+/// (PostgreSQL 14 and later; older servers have no such setting).
+const OPERATOR_SESSION_SETUP: &str = "DO $$ BEGIN \
+     PERFORM set_config('idle_session_timeout', '0', false); \
+     EXCEPTION WHEN undefined_object THEN NULL; \
+     END $$";
+
 impl PgDestination {
     /// A destination over its parts, with no transaction open and nothing
     /// learnt about the tables yet: the one place that names every field's
@@ -538,7 +546,13 @@ impl PgDestination {
         let control_tables = ControlTables::new(&options.control_schema);
         let app = |role: &str| format!("twopc {sink} {role}");
         let mut control = Link::new("control", config.clone(), &app("cli"), secrets.clone(), "");
-        let writer = Link::new("writer", config, &app("cli-owner"), secrets.clone(), "");
+        let writer = Link::new(
+            "writer",
+            config,
+            &app("cli-owner"),
+            secrets.clone(),
+            OPERATOR_SESSION_SETUP,
+        );
         let fail = |action: &'static str| {
             let sink = sink.clone();
             move |f: Failure| TwopcError::Scan {
@@ -918,6 +932,51 @@ impl PgDestination {
     /// handles, tombstones, owners, lineages, runs.
     pub fn control_table_names(&self) -> [&str; 6] {
         self.control_tables.all().map(String::as_str)
+    }
+
+    /// An operator's tool holds the sink by its writer session's locks. If
+    /// that session ended (an idle-session timeout, a server restart, an
+    /// administrator or a proxy ended it), the locks went with it and a job
+    /// may have started since: the tool stops before its next change
+    /// instead of taking them back, since its plan was made while it held
+    /// them (found by review). A no-op for a job's destination, whose
+    /// `ensure_owner` takes its locks back.
+    fn ensure_operator_hold(&mut self) -> Result<(), DestinationError> {
+        if !self.operator {
+            return Ok(());
+        }
+        let generations: Vec<u64> = self
+            .owner
+            .iter()
+            .chain(&self.leftover_shares)
+            .map(|s| s.generation)
+            .collect();
+        let Some(&first) = generations.first() else {
+            return Ok(());
+        };
+        // Every share claimed in one session, and that session still
+        // answering (an ended one shows only when used): its locks hold.
+        let held = generations.iter().all(|&g| g == first)
+            && self
+                .writer
+                .run_in_session("checking the claim's session", first, |c| {
+                    Ok(c.simple_query("SELECT 1")?)
+                })
+                .is_ok();
+        if !held {
+            return Err(self.err(
+                DestinationErrorKind::Unavailable,
+                format!(
+                    "the session holding this tool's claim on sink '{}' ended, and the claim \
+                     with it (an idle-session timeout, a server restart, an administrator or a \
+                     proxy ended it); a job may have started since. Nothing more was changed: \
+                     run the command again, which claims the sink anew and works from what is \
+                     there then",
+                    self.sink
+                ),
+            ));
+        }
+        Ok(())
     }
 
     fn err(&self, kind: DestinationErrorKind, msg: impl AsRef<str>) -> DestinationError {
@@ -2653,6 +2712,7 @@ impl Destination for PgDestination {
         handle: &TransactionHandle,
         _now_ms: u64,
     ) -> Result<CommitStatus, DestinationError> {
+        self.ensure_operator_hold()?;
         match self.sql {
             ModeSql::Transactional(_) => self.commit_transactional(handle),
             ModeSql::Idempotent(..) => self.commit_idempotent(handle),
@@ -2664,6 +2724,7 @@ impl Destination for PgDestination {
         // stay and a replay rewrites them), but a prepared transaction a
         // transactional run left is rolled back like the transactional
         // mode does; anything else answers NotFound.
+        self.ensure_operator_hold()?;
         self.abort_transactional(txn)
     }
 
@@ -2689,6 +2750,7 @@ impl Destination for PgDestination {
     }
 
     fn retract(&mut self, committed: &CommittedTransaction) -> Result<(), DestinationError> {
+        self.ensure_operator_hold()?;
         match self.sql {
             ModeSql::Transactional(_) => self.retract_transactional(committed),
             ModeSql::Idempotent(..) => Ok(()),

@@ -464,6 +464,37 @@ fn an_operators_listing_leaves_stale_handle_rows_alone() {
     assert_eq!(f.side_rows(), [h.transaction.to_string()]);
 }
 
+/// An operator's tool holds the sink by its writer session's locks. When
+/// that session ends (an administrator, a proxy, a server restart), the
+/// hold is gone and a job may start: the tool stops before its next change
+/// instead of going on.
+#[test]
+fn an_operator_whose_claim_session_ended_changes_nothing_more() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "ophold");
+    let mut s = f.open("run1");
+    let h = prepared(&mut s, &rows(0..3, "a"), 1);
+    drop(s);
+    let sink = twopc_core::SinkId::new(f.sink.as_str()).unwrap();
+    let mut op = twopc_pg::PgDestination::connect_operator(f.opts.clone(), &sink).unwrap();
+    twopc_core::operator::hold_sink(&mut op, &SystemClock, &sink, 7, 5_000, "test").unwrap();
+    let app = format!("twopc {} cli-owner", f.sink);
+    let ended: i64 = f
+        .admin
+        .query_one(
+            "SELECT count(*) FROM (SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE application_name = $1) t",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    assert_eq!(ended, 1);
+    let err = op.abort(&h.transaction).unwrap_err();
+    assert!(err.to_string().contains("claim on sink"), "{err}");
+    assert!(err.to_string().contains("run the command again"), "{err}");
+    assert_eq!(f.prepared_gids().len(), 1, "still prepared");
+}
+
 #[test]
 fn abort_is_repeatable_and_refuses_committed_output() {
     let url = server!();
