@@ -359,6 +359,20 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                 return Err(failed(MISSING_TABLE));
             }
             match (&eff.transaction_id_column, a.rows_deleted_by_hand) {
+                (Some(column), true) => {
+                    return Err(failed(format!(
+                        "--rows-deleted-by-hand is for a sink that fills no transaction-id \
+                         column, and sink '{}' fills {column}{}: leave the option out, and \
+                         `--apply` removes the rows by that column itself (rows deleted by hand \
+                         already are simply not found)",
+                        a.sink,
+                        if resolved.record.is_some() {
+                            " (as it recorded at its start)"
+                        } else {
+                            ""
+                        }
+                    )))
+                }
                 (None, false) if a.apply => {
                     return Err(Failed {
                         code: EXIT_REFUSED,
@@ -368,12 +382,8 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                 _ => {}
             }
             let mut d = open_pg(eff, &a.sink, true)?;
-            match (&eff.transaction_id_column, a.rows_deleted_by_hand) {
-                // Rows are still deleted by the column (any left), and
-                // finding none is what the operator said.
-                (Some(_), true) => d.retract_rows_deleted_by_hand(),
-                (None, true) => d.retract_records_only(),
-                (_, false) => {}
+            if a.rows_deleted_by_hand {
+                d.retract_records_only();
             }
             (Box::new(d), Some(resolved))
         }
@@ -448,12 +458,10 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                 c.transaction, c.checkpoint, c.subtask, c.records
             ))
         });
-    let what = match (&resolved, a.rows_deleted_by_hand) {
-        (Some(r), true) if r.target.transaction_id_column.is_some() => {
-            "output (its rows deleted by hand; any left by their transaction id)"
-        }
-        (_, true) => "the commit records of the output (its rows deleted by hand)",
-        (_, false) => "output",
+    let what = if a.rows_deleted_by_hand {
+        "the commit records of the output (its rows deleted by hand)"
+    } else {
+        "output"
     };
     out.push_str(&format!(
         "sink '{}': removing {what} committed after checkpoint {} of lineage {}:\n",
@@ -498,11 +506,7 @@ fn rows_line(a: &ReconcileArgs, r: &PgResolved) -> String {
         None => String::new(),
     };
     match (&r.target.transaction_id_column, a.rows_deleted_by_hand) {
-        (Some(c), true) => format!(
-            "Their rows in {table} were deleted by hand (--rows-deleted-by-hand): any left, told \
-             apart by column {c}{source}, would be removed, and their commit records.\n"
-        ),
-        (None, true) => format!(
+        (_, true) => format!(
             "Their rows in {table} were deleted by hand (--rows-deleted-by-hand): only their \
              commit records would be removed.\n"
         ),

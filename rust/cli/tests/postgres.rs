@@ -315,6 +315,13 @@ fn reconcile_postgres_reads_the_table_and_column_the_sink_recorded() {
             && err.contains("Leave --transaction-id-column out"),
         "{err}"
     );
+    // Rows deleted by hand are for a sink without the column.
+    let o = pg.twopc_without_table(
+        "reconcile",
+        &[&rc[..], &["--rows-deleted-by-hand", "--apply"]].concat(),
+    );
+    assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
+    assert!(stderr(&o).contains("fills txn"), "{}", stderr(&o));
     assert_eq!(pg.count(), 10);
 
     // `twopc inspect` shows what the sink recorded.
@@ -350,66 +357,6 @@ fn reconcile_postgres_reads_the_table_and_column_the_sink_recorded() {
     assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
     assert!(stdout(&o).contains("nothing to remove"), "{}", stdout(&o));
     assert_eq!(pg.count(), 5);
-}
-
-/// Rows of a sink with a transaction-id column, already deleted by hand (or
-/// by a retention job): `--apply` finds none by the column, which looks like
-/// a wrong column, refuses, and says to pass `--rows-deleted-by-hand`. That
-/// then removes the commit records, and the rows by the column where any
-/// are left. It used to be refused for a sink with a column: a dead end.
-#[test]
-fn reconcile_postgres_with_a_column_removes_the_records_of_rows_deleted_by_hand() {
-    let Some(url) = server() else { return };
-    let mut pg = Pg::new(&url, "rcbh");
-    let mut s = pg.open("run1", FreshStartPolicy::Fail);
-    commit(&mut s, 0..5, 1);
-    commit(&mut s, 5..8, 2);
-    commit(&mut s, 8..10, 3);
-    let lineage = s.lineage().to_string();
-    drop(s);
-    pg.admin
-        .execute(&format!("DELETE FROM {} WHERE id >= 8", pg.table), &[])
-        .unwrap();
-    let rc = ["--lineage", &lineage, "--after-checkpoint", "1"];
-    let o = pg.twopc_without_table("reconcile", &[&rc[..], &["--apply"]].concat());
-    assert_ne!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stderr(&o).contains("use --rows-deleted-by-hand instead"),
-        "{}",
-        stderr(&o)
-    );
-    let o = pg.twopc_without_table(
-        "reconcile",
-        &[&rc[..], &["--rows-deleted-by-hand"]].concat(),
-    );
-    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
-    assert!(
-        stdout(&o).contains("any left, told apart by column txn"),
-        "{}",
-        stdout(&o)
-    );
-    let o = pg.twopc_without_table(
-        "reconcile",
-        &[&rc[..], &["--rows-deleted-by-hand", "--apply"]].concat(),
-    );
-    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    assert_eq!(
-        pg.count(),
-        5,
-        "the rows of checkpoint 2 go by the column too"
-    );
-    assert_eq!(
-        pg.history(),
-        (1, 0),
-        "only checkpoint 1's commit record is left"
-    );
-    // Again: nothing to remove.
-    let o = pg.twopc_without_table(
-        "reconcile",
-        &[&rc[..], &["--rows-deleted-by-hand", "--apply"]].concat(),
-    );
-    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
-    assert!(stdout(&o).contains("nothing to remove"), "{}", stdout(&o));
 }
 
 #[test]

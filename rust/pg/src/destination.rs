@@ -305,9 +305,6 @@ pub struct PgDestination {
     /// Retracts remove commit records only (see
     /// [`PgDestination::retract_records_only`]).
     records_only: bool,
-    /// Retracts by the transaction-id column accept finding no rows (see
-    /// [`PgDestination::retract_rows_deleted_by_hand`]).
-    rows_deleted_by_hand: bool,
     /// Test hook (see [`PgDestination::lose_writer_session_after_next_copy`]).
     lose_writer_after_copy: bool,
     /// Test hook (see [`PgDestination::after_next_refusal`]).
@@ -427,7 +424,6 @@ impl PgDestination {
             leftover_shares: Vec::new(),
             segments_known: false,
             records_only: false,
-            rows_deleted_by_hand: false,
             lose_writer_after_copy: false,
             after_next_refusal: None,
             warned_rows_skipped: false,
@@ -666,15 +662,6 @@ impl PgDestination {
     /// no row of the target table; the operator deleted those by hand.
     pub fn retract_records_only(&mut self) {
         self.records_only = true;
-    }
-
-    /// For `twopc reconcile --rows-deleted-by-hand` of a sink that fills a
-    /// transaction-id column: a retract still deletes the rows holding the
-    /// transaction's id, and finding none (the operator deleted them, or a
-    /// retention job did) is no longer taken for a wrong column. More rows
-    /// than the transaction wrote still is.
-    pub fn retract_rows_deleted_by_hand(&mut self) {
-        self.rows_deleted_by_hand = true;
     }
 
     fn lost_table_exists(&mut self) -> Result<bool, DestinationError> {

@@ -462,9 +462,6 @@ impl PgDestination {
     ) -> Result<(u64, RecordRemoved), DestinationError> {
         let txn = committed.transaction.clone();
         let records = committed.records;
-        // The operator said the rows were deleted by hand: none left is
-        // what they said, not a sign of the wrong column.
-        let rows_deleted_by_hand = self.rows_deleted_by_hand;
         let cp = to_i64(committed.checkpoint, "checkpoint id")?;
         let seg = self.control_tables.segments.clone();
         let covering = format!(
@@ -508,7 +505,7 @@ impl PgDestination {
                 let wrong_rows = |record_found: bool| {
                     retract_rows.is_some()
                         && records > 0
-                        && (rows > records || (rows == 0 && record_found && !rows_deleted_by_hand))
+                        && (rows > records || (rows == 0 && record_found))
                 };
                 if t.execute(delete_record, &[&txn.as_str()])? > 0 {
                     if wrong_rows(true) {
