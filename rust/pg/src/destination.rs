@@ -2944,6 +2944,7 @@ impl Destination for PgDestination {
         lineage: LineageId,
         checkpoint: CheckpointId,
     ) -> Result<u64, DestinationError> {
+        self.ensure_operator_hold()?;
         if !self.lost_table_exists()? {
             return Ok(0);
         }
