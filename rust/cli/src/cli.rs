@@ -58,8 +58,9 @@ pub enum Command {
                       records) is removed, each removal logged. Repeating it is harmless: removed \
                       output is not listed again. Refused while a live run owns the sink (stop \
                       the job first); a run that starts meanwhile waits for it.",
-        after_help = "Exit codes: 0 nothing to remove, or removed; 1 dry run found output to \
-                      remove; 2 usage or I/O error; 3 refused."
+        after_help = "Exit codes: 0 nothing to remove, or removed; 1 dry run found output (or \
+                      notes of lost transactions) to remove, or the lineage has no output of \
+                      this sink (mistyped?); 2 usage or I/O error; 3 refused."
     )]
     Reconcile(ReconcileCli),
     /// Commit or abort one prepared leftover transaction by hand.
@@ -118,6 +119,10 @@ pub struct InspectCli {
     /// Prefix of visible output files.
     #[arg(long, value_name = "P", default_value = "part")]
     pub part_prefix: String,
+    /// Suffix of visible output files, e.g. `.csv` (for the commands the
+    /// report prints).
+    #[arg(long, value_name = "S", default_value = "")]
+    pub part_suffix: String,
     /// List the latest N committed transactions per sink (counts per lineage
     /// and run, and every finding, always cover all of them) [default: 20].
     #[arg(long, value_name = "N", conflicts_with = "all")]
@@ -267,6 +272,8 @@ impl InspectCli {
         }
         twopc_core::ids::validate_token("part prefix", &self.part_prefix, 32)
             .map_err(|e| format!("--part-prefix: {e}"))?;
+        twopc_core::part_names::validate_part_affixes(&self.part_prefix, &self.part_suffix)
+            .map_err(|e| format!("--part-prefix/--part-suffix: {}", e.message()))?;
         if let Some(sink) = &self.sink {
             operate::parse_sink(sink)?;
         }
@@ -306,6 +313,7 @@ impl InspectCli {
                     .unwrap_or(SinkOptions::default().retention_ms),
                 run: self.run,
                 part_prefix: self.part_prefix,
+                part_suffix: self.part_suffix,
                 now_ms: SystemClock.now_ms(),
                 limit,
                 sink: self.sink,

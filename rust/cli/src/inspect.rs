@@ -26,6 +26,9 @@ pub struct InspectOptions {
     /// absent, the run with the latest activity in each sink.
     pub run: Option<String>,
     pub part_prefix: String,
+    /// Only for the commands the report prints: `twopc reconcile` and
+    /// `twopc decide` refuse names other than the sink's.
+    pub part_suffix: String,
     pub now_ms: u64,
     /// How many committed transactions to list per sink (the latest);
     /// `None` lists every one. Counts and findings always cover all.
@@ -228,7 +231,7 @@ pub struct Finding {
     /// Stable, machine-readable: `problem`, `commit-unfinished`,
     /// `prepared-past-retention`, `prepared-other-run`, `prepared`,
     /// `partly-visible-checkpoint`, `lost`, `checkpoint-gap`, `history-summarised`,
-    /// `open-past-retention`, `output-changed`, `unreferenced-file`,
+    /// `prepared-unreadable`, `open-past-retention`, `output-changed`, `unreferenced-file`,
     /// `scratch-files`, `unknown-entry`, `target-unreadable`.
     pub kind: &'static str,
     pub sink: Option<String>,
@@ -457,8 +460,24 @@ pub fn inspect(opts: &InspectOptions) -> Result<Report, InspectError> {
 
 type SinkAnalysis = (SinkReport, Vec<Finding>, Vec<Finding>);
 
+/// The output directory as the commands of the advice name it: one shell
+/// word, with the sink's file names when not the defaults (the commands
+/// refuse other names than the sink's).
+fn dir_command_target(opts: &InspectOptions) -> String {
+    use crate::operate::shell_word;
+    let mut s = shell_word(&opts.output.display().to_string());
+    if opts.part_prefix != "part" {
+        s.push_str(&format!(" --part-prefix {}", shell_word(&opts.part_prefix)));
+    }
+    if !opts.part_suffix.is_empty() {
+        s.push_str(&format!(" --part-suffix {}", shell_word(&opts.part_suffix)));
+    }
+    s
+}
+
 fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalysis, InspectError> {
     let out = &opts.output;
+    let command_target = dir_command_target(opts);
     let sink = inv.sink.as_str();
     let layout = Layout::new(out, &inv.sink);
     let mut attention = Vec::new();
@@ -661,7 +680,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
             Some(prepared_finding(
                 &PreparedContext {
                     sink,
-                    destination: out.display().to_string(),
+                    destination: command_target.clone(),
                     retention_ms: opts.retention_ms,
                     reference_run: reference_run.as_deref(),
                     run_given: opts.run.is_some(),
@@ -755,7 +774,7 @@ fn analyse_sink(opts: &InspectOptions, inv: &SinkInventory) -> Result<SinkAnalys
 
     attention.extend(lost_findings(
         sink,
-        &out.display().to_string(),
+        &command_target,
         &inv.lost,
         &checkpoints,
     ));

@@ -408,10 +408,33 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
             "sink '{}': nothing committed after checkpoint {} of lineage {}; nothing to remove.\n",
             a.sink, a.after, a.lineage
         ));
-        if !plan.lineages.contains(&a.lineage) {
+        if !plan.lost.is_empty() {
+            let n = plan.lost.len();
+            if a.apply {
+                out.push_str(&format!(
+                    "Cleared the notes of {n} lost transaction(s) of that range: the restored \
+                     run writes it again. Restart the job from checkpoint {} (or a savepoint of \
+                     it) of lineage {}.\n",
+                    a.after, a.lineage
+                ));
+            } else {
+                out.push_str(&format!(
+                    "Notes of {n} lost transaction(s) of that range remain; to clear them, \
+                     while the job stays stopped: {} --apply\n",
+                    command_line(a)
+                ));
+                return Ok((EXIT_ATTENTION, out));
+            }
+        }
+        // A lineage this sink never wrote is most likely mistyped: "nothing
+        // to remove" must not pass for a check of the lineage meant, whose
+        // output would then stop the restored job again (found by review).
+        let unknown = !plan.lineages.contains(&a.lineage) && plan.lost.is_empty();
+        if unknown {
             let known: Vec<String> = plan.lineages.iter().map(|l| l.to_string()).collect();
             out.push_str(&format!(
-                "Lineage {} has no committed output of this sink{}.\n",
+                "Lineage {} has no committed output of this sink{}. Check the lineage: the \
+                 job's error and `twopc inspect` name it.\n",
                 a.lineage,
                 if known.is_empty() {
                     String::new()
@@ -419,6 +442,7 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                     format!("; lineages with output: {}", known.join(", "))
                 }
             ));
+            return Ok((EXIT_ATTENTION, out));
         }
         return Ok((EXIT_OK, out));
     }
@@ -569,6 +593,16 @@ fn command_line(a: &ReconcileArgs) -> String {
         a.lineage,
         a.after
     ));
+    if let Target::Dir(d) = &a.target {
+        // Without the sink's own names the command would be refused
+        // (`check_file_names`).
+        if d.part_prefix != "part" {
+            s.push_str(&format!(" --part-prefix {}", shell_word(&d.part_prefix)));
+        }
+        if !d.part_suffix.is_empty() {
+            s.push_str(&format!(" --part-suffix {}", shell_word(&d.part_suffix)));
+        }
+    }
     if let Target::Postgres(pg) = &a.target {
         if let Some(t) = &pg.table {
             s.push_str(&format!(" --table {}", shell_word(t)));

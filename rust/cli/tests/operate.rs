@@ -687,6 +687,23 @@ fn operations(out: &Path) -> Vec<serde_json::Value> {
     entries
 }
 
+/// The command printed in `text` from the `twopc` in `start` to `end`.
+fn printed(text: &str, start: &str, end: char) -> String {
+    let i = text
+        .find(start)
+        .unwrap_or_else(|| panic!("{start:?} missing from: {text}"));
+    let from = i + start.find("twopc ").expect("the start names twopc");
+    let rest = &text[from..];
+    rest[..rest.find(end).unwrap_or(rest.len())].to_string()
+}
+
+/// Runs a printed command line (`twopc ...`, words without quotes).
+fn run_printed(line: &str) -> std::process::Output {
+    let words: Vec<&str> = line.split_whitespace().collect();
+    assert_eq!(words[0], "twopc", "{line}");
+    twopc(&words[1..])
+}
+
 fn findings(v: &serde_json::Value, kind: &str) -> Vec<String> {
     v["attention"]
         .as_array()
@@ -779,6 +796,75 @@ fn inspect_flags_a_partly_visible_checkpoint_and_a_gap_after_a_lost_stop() {
     );
     let (code, v) = inspect_json(&out);
     assert_eq!(code, 0, "{v:#}");
+}
+
+/// With nothing committed in the range, reconcile still says what is
+/// left to do: notes of lost transactions to clear (exit 1 until applied),
+/// or a lineage this sink never wrote, most likely mistyped (exit 1, never
+/// "nothing to remove" with exit 0).
+#[test]
+fn reconcile_with_nothing_to_remove_names_lost_notes_and_unknown_lineages() {
+    let (_dir, out, clock) = output("lost-only");
+    let opts = SinkOptions::default();
+    let mut s0 = open_sink(&out, "orders", "run-a", 0, 2, opts.clone(), &clock, None);
+    let mut s1 = open_sink(&out, "orders", "run-a", 1, 2, opts.clone(), &clock, None);
+    commit_one(&mut s0, &["a"], 1);
+    commit_one(&mut s1, &["b"], 1);
+    let gone = prepare_one(&mut s1, &["e", "f", "g"], 2);
+    fs::remove_dir_all(
+        out.join("_twopc/orders/staging")
+            .join(gone.transaction.as_str()),
+    )
+    .unwrap();
+    assert!(matches!(s1.commit(&gone), Err(TwopcError::Lost(_))));
+    let lineage = s0.lineage().to_string();
+    drop((s0, s1));
+
+    let o = reconcile_at(&out, &lineage, "1", &[]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(text.contains("nothing to remove"), "{text}");
+    assert!(
+        text.contains("Notes of 1 lost transaction(s) of that range remain"),
+        "{text}"
+    );
+    let apply = printed(&text, "stopped: twopc reconcile ", '\n');
+    let o = run_printed(&apply);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("Cleared the notes of 1 lost transaction(s)"),
+        "{text}"
+    );
+    let o = reconcile_at(&out, &lineage, "1", &[]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(!stdout(&o).contains("Notes of"), "{}", stdout(&o));
+
+    // A lineage the sink never wrote: told, with the ones it did.
+    let typo = if lineage == "0123456789abcdef" {
+        "fedcba9876543210"
+    } else {
+        "0123456789abcdef"
+    };
+    for extra in [&[][..], &["--apply"][..]] {
+        let o = reconcile_at(&out, typo, "1", extra);
+        let text = stdout(&o);
+        assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+        assert!(
+            text.contains(&format!(
+                "Lineage {typo} has no committed output of this sink; lineages with output: \
+                 {lineage}. Check the lineage"
+            )),
+            "{text}"
+        );
+    }
+    // Checkpoint 1's output of both subtasks is still there.
+    let parts = fs::read_dir(&out)
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
+        .count();
+    assert_eq!(parts, 2);
 }
 
 /// Subtask 0 of run-a committed checkpoint 2 (`ok`), subtask 1 prepared it
@@ -1519,18 +1605,35 @@ fn decide_and_reconcile_use_the_sinks_own_file_names_and_refuse_others() {
         !part(&out, &p).exists(),
         "nothing published under the default name"
     );
-    let o = decide_with(&["--part-prefix", "orders", "--part-suffix", ".csv"]);
+    // The commands inspect prints carry the names it was given, and run
+    // as printed (before, they named the directory alone and were refused).
+    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
+    let mut args = vec!["inspect", out.to_str().unwrap(), "--json", "--run", "run-x"];
+    args.extend_from_slice(&names);
+    let o = twopc(&args);
+    let v: serde_json::Value = serde_json::from_slice(&o.stdout)
+        .unwrap_or_else(|e| panic!("not JSON ({e}): {}{}", stdout(&o), stderr(&o)));
+    let advice = findings(&v, "prepared-other-run");
+    assert_eq!(advice.len(), 1, "{v:#}");
+    let commit = printed(&advice[0], "`twopc decide ", '`');
+    assert!(
+        commit.contains("--part-prefix orders --part-suffix .csv"),
+        "{commit}"
+    );
+    let o = run_printed(&commit);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert_eq!(fs::read_to_string(named(&p)).unwrap(), "b\nc\n");
 
-    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
     let o = reconcile_at(&out, &lineage, "0", &[]);
     assert_eq!(o.status.code(), Some(2), "{}{}", stdout(&o), stderr(&o));
     let o = reconcile_at(&out, &lineage, "0", &names);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
-    let mut apply = names.to_vec();
-    apply.push("--apply");
-    let o = reconcile_at(&out, &lineage, "0", &apply);
+    let apply = printed(&stdout(&o), "stopped: twopc reconcile ", '\n');
+    assert!(
+        apply.contains("--part-prefix orders --part-suffix .csv") && apply.ends_with(" --apply"),
+        "{apply}"
+    );
+    let o = run_printed(&apply);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(!named(&first).exists() && !named(&p).exists());
 

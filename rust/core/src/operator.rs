@@ -25,8 +25,8 @@ use crate::clock::Clock;
 use crate::committer::{CommitOutcome, Committer};
 use crate::config::RetryPolicy;
 use crate::destination::{
-    AbortStatus, CommittedTransaction, Destination, OperationRecord, OwnerClaim, Ownership,
-    StagedState, StagedTransaction,
+    AbortStatus, CommittedTransaction, Destination, LostNote, OperationRecord, OwnerClaim,
+    Ownership, StagedState, StagedTransaction,
 };
 use crate::error::{DestinationError, DestinationErrorKind, SinkScope, TwopcError};
 use crate::handle::TransactionHandle;
@@ -171,6 +171,10 @@ pub struct ReconcilePlan {
     /// Lineages with committed output of this sink (to name them when
     /// `lineage` has none).
     pub lineages: Vec<LineageId>,
+    /// Notes of transactions of `lineage` after `after` that the
+    /// destination lost: cleared by the apply, since the restored run
+    /// writes that range again.
+    pub lost: Vec<LostNote>,
 }
 
 impl ReconcilePlan {
@@ -241,12 +245,23 @@ pub fn reconcile_plan<D: Destination>(
     ))?;
     transactions
         .sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
+    let lost = dest
+        .lost_notes()
+        .map_err(dest_err(
+            sink,
+            "reading the notes of lost transactions",
+            "Nothing was changed.",
+        ))?
+        .into_iter()
+        .filter(|n| n.lineage == lineage && n.checkpoint > after)
+        .collect();
     Ok(ReconcilePlan {
         sink: sink.clone(),
         lineage,
         after,
         transactions,
         lineages,
+        lost,
     })
 }
 
