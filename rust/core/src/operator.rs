@@ -501,6 +501,23 @@ fn decide_now<D: Destination, C: Clock>(
                               again once the destination answers.",
                 source: DestinationError::new(DestinationErrorKind::Io, u.last_error),
             },
+            // Refused for certain (rights, or this tool's claim on the sink
+            // ended): the committer stopped at once instead of retrying it
+            // as an unknown outcome. Its own words are a job's (restart
+            // from a checkpoint); by hand, the same command is the way.
+            TwopcError::Destination { source, .. }
+                if source.kind == DestinationErrorKind::NotPermitted =>
+            {
+                OperatorError::Destination {
+                    sink: sink.clone(),
+                    action: format!("committing transaction {txn} by hand"),
+                    consequence: "The destination refused it, and a retry now would be refused \
+                                  the same way. A commit is repeatable by its id: fix what the \
+                                  error names, then run the same `twopc decide ... --commit` \
+                                  again.",
+                    source,
+                }
+            }
             other => OperatorError::Protocol(other),
         })?;
         Ok(match outcome {

@@ -951,8 +951,10 @@ impl PgDestination {
                 })
                 .is_ok();
         if !held {
+            // NotPermitted: no retry within this command gets the claim
+            // back, so a commit must not retry it as an unknown outcome.
             return Err(self.err(
-                DestinationErrorKind::Unavailable,
+                DestinationErrorKind::NotPermitted,
                 format!(
                     "the session holding this tool's claim on sink '{}' ended, and the claim \
                      with it (an idle-session timeout, a server restart, an administrator or a \

@@ -493,6 +493,27 @@ fn an_operator_whose_claim_session_ended_changes_nothing_more() {
     assert!(err.to_string().contains("claim on sink"), "{err}");
     assert!(err.to_string().contains("run the command again"), "{err}");
     assert_eq!(f.prepared_gids().len(), 1, "still prepared");
+    // A commit by hand stops at the first refusal, saying why, instead of
+    // retrying it as an unknown outcome.
+    let err = twopc_core::operator::decide(
+        &mut op,
+        &SystemClock,
+        &sink,
+        &h.transaction,
+        twopc_core::operator::Decision::Commit,
+        twopc_core::RetryPolicy {
+            max_attempts: 5,
+            ..twopc_core::RetryPolicy::default()
+        },
+        "test",
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("claim on sink"), "{err}");
+    assert!(err.contains("run the same `twopc decide"), "{err}");
+    assert!(!err.contains("unknown outcome"), "{err}");
+    assert_eq!(f.prepared_gids().len(), 1, "still prepared");
+    assert_eq!(f.visible().len(), 0, "nothing committed");
 }
 
 #[test]
