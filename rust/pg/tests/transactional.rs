@@ -414,15 +414,7 @@ fn stale_handle_rows_are_cleaned_but_prepared_ones_kept() {
     let mut f = Fixture::new(&url, "stale");
     let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..3, "a"), 1);
-    // A row of a transaction that never got prepared (PREPARE failed and
-    // its cleanup failed too).
-    let ghost = format!("{}.0.00000000000000ff.9", f.sink);
-    f.admin
-        .execute(
-            "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
-            &[&ghost, &f.sink],
-        )
-        .unwrap();
+    f.insert_stale_handle_row();
     let staged = s.destination().staged().unwrap();
     assert_eq!(staged.len(), 1);
     assert_eq!(staged[0].prepared(), Some(&h), "handle read back whole");
@@ -439,13 +431,7 @@ fn an_operators_listing_leaves_stale_handle_rows_alone() {
     let mut f = Fixture::new(&url, "opstale");
     let mut s = f.open("run1");
     let h = prepared(&mut s, &rows(0..3, "a"), 1);
-    let ghost = format!("{}.0.00000000000000ff.9", f.sink);
-    f.admin
-        .execute(
-            "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
-            &[&ghost, &f.sink],
-        )
-        .unwrap();
+    let ghost = f.insert_stale_handle_row();
     let mut operator = twopc_pg::PgDestination::connect_operator(
         f.opts.clone(),
         &twopc_core::SinkId::new(f.sink.as_str()).unwrap(),

@@ -388,6 +388,20 @@ pub struct Fixture {
 }
 
 impl Fixture {
+    /// Inserts a handle row of a transaction that never got prepared (its
+    /// PREPARE failed, and its cleanup too), as a stale row looks; returns
+    /// its transaction id.
+    pub fn insert_stale_handle_row(&mut self) -> String {
+        let ghost = format!("{}.0.00000000000000ff.9", self.sink);
+        self.admin
+            .execute(
+                "INSERT INTO public.twopc_prepared VALUES ($1, $2, '\\x00', now())",
+                &[&ghost, &self.sink],
+            )
+            .unwrap();
+        ghost
+    }
+
     /// With a table of [`ID_BODY`].
     pub fn new(url: &str, prefix: &str) -> Self {
         Self::with_columns(url, prefix, ID_BODY)
