@@ -59,8 +59,9 @@ pub enum Command {
                       output is not listed again. Refused while a live run owns the sink (stop \
                       the job first); a run that starts meanwhile waits for it.",
         after_help = "Exit codes: 0 nothing to remove, or removed; 1 dry run found output (or \
-                      notes of lost transactions) to remove, or the lineage has no output of \
-                      this sink (mistyped?); 2 usage or I/O error; 3 refused."
+                      notes of lost transactions) to remove, lost transactions at or before N, or \
+                      a lineage that never ran in this sink (mistyped?); 2 usage or I/O error; 3 \
+                      refused."
     )]
     Reconcile(ReconcileCli),
     /// Commit or abort one prepared leftover transaction by hand.

@@ -358,28 +358,19 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
             if eff.table.is_none() {
                 return Err(failed(MISSING_TABLE));
             }
-            match (&eff.transaction_id_column, a.rows_deleted_by_hand) {
-                (Some(column), true) => {
-                    return Err(failed(format!(
-                        "--rows-deleted-by-hand is for a sink that fills no transaction-id \
-                         column, and sink '{}' fills {column}{}: leave the option out, and \
-                         `--apply` removes the rows by that column itself (rows deleted by hand \
-                         already are simply not found)",
-                        a.sink,
-                        if resolved.record.is_some() {
-                            " (as it recorded at its start)"
-                        } else {
-                            ""
-                        }
-                    )))
-                }
-                (None, false) if a.apply => {
-                    return Err(Failed {
-                        code: EXIT_REFUSED,
-                        message: no_txn_column(a, &resolved),
-                    })
-                }
-                _ => {}
+            if let (Some(column), true) = (&eff.transaction_id_column, a.rows_deleted_by_hand) {
+                return Err(failed(format!(
+                    "--rows-deleted-by-hand is for a sink that fills no transaction-id \
+                     column, and sink '{}' fills {column}{}: leave the option out, and \
+                     `--apply` removes the rows by that column itself (rows deleted by hand \
+                     already are simply not found)",
+                    a.sink,
+                    if resolved.record.is_some() {
+                        " (as it recorded at its start)"
+                    } else {
+                        ""
+                    }
+                )));
             }
             let mut d = open_pg(eff, &a.sink, true)?;
             if a.rows_deleted_by_hand {
@@ -397,55 +388,20 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
         "reconcile",
     )?;
     let plan = operator::reconcile_plan(&mut dest, &a.sink, a.lineage, a.after)?;
-    let mut out = String::new();
-    if plan.transactions.is_empty() && a.apply {
-        // Nothing left to remove; notes of lost transactions in the range
-        // may remain from an interrupted earlier apply.
-        operator::reconcile_apply(&mut dest, &SystemClock, &operator_identity(), &plan, |_| {})?;
-    }
     if plan.transactions.is_empty() {
-        out.push_str(&format!(
-            "sink '{}': nothing committed after checkpoint {} of lineage {}; nothing to remove.\n",
-            a.sink, a.after, a.lineage
-        ));
-        if !plan.lost.is_empty() {
-            let n = plan.lost.len();
-            if a.apply {
-                out.push_str(&format!(
-                    "Cleared the notes of {n} lost transaction(s) of that range: the restored \
-                     run writes it again. Restart the job from checkpoint {} (or a savepoint of \
-                     it) of lineage {}.\n",
-                    a.after, a.lineage
-                ));
-            } else {
-                out.push_str(&format!(
-                    "Notes of {n} lost transaction(s) of that range remain; to clear them, \
-                     while the job stays stopped: {} --apply\n",
-                    command_line(a)
-                ));
-                return Ok((EXIT_ATTENTION, out));
-            }
-        }
-        // A lineage this sink never wrote is most likely mistyped: "nothing
-        // to remove" must not pass for a check of the lineage meant, whose
-        // output would then stop the restored job again (found by review).
-        let unknown = !plan.lineages.contains(&a.lineage) && plan.lost.is_empty();
-        if unknown {
-            let known: Vec<String> = plan.lineages.iter().map(|l| l.to_string()).collect();
-            out.push_str(&format!(
-                "Lineage {} has no committed output of this sink{}. Check the lineage: the \
-                 job's error and `twopc inspect` name it.\n",
-                a.lineage,
-                if known.is_empty() {
-                    String::new()
-                } else {
-                    format!("; lineages with output: {}", known.join(", "))
-                }
-            ));
-            return Ok((EXIT_ATTENTION, out));
-        }
-        return Ok((EXIT_OK, out));
+        return nothing_to_remove(a, &mut dest, &plan);
     }
+    // Checked once there are rows to remove: notes of lost transactions
+    // alone are cleared without a column (found by review).
+    if let Some(r) = &resolved {
+        if a.apply && r.target.transaction_id_column.is_none() && !a.rows_deleted_by_hand {
+            return Err(Failed {
+                code: EXIT_REFUSED,
+                message: no_txn_column(a, r),
+            });
+        }
+    }
+    let mut out = String::new();
     let (n, records) = (plan.transactions.len(), plan.records());
     if !a.apply {
         out.push_str(&format!(
@@ -516,6 +472,80 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
             Err(e.into())
         }
     }
+}
+
+/// `reconcile` when nothing is committed in the range: what is left to do
+/// all the same (notes of lost transactions), or why the lineage given is
+/// most likely not the one meant.
+fn nothing_to_remove(
+    a: &ReconcileArgs,
+    dest: &mut Box<dyn Destination>,
+    plan: &operator::ReconcilePlan,
+) -> Result<(u8, String), Failed> {
+    let mut out = format!(
+        "sink '{}': nothing committed after checkpoint {} of lineage {}; nothing to remove.\n",
+        a.sink, a.after, a.lineage
+    );
+    let known: Vec<String> = plan.lineages.iter().map(|l| l.to_string()).collect();
+    let with_output = if known.is_empty() {
+        String::new()
+    } else {
+        format!("; lineages with output: {}", known.join(", "))
+    };
+    // A lineage that never ran here is most likely mistyped: "nothing to
+    // remove" must not pass for a check of the lineage meant, whose output
+    // would then stop the restored job again. Decided before any change.
+    if !plan.lineage_known {
+        out.push_str(&format!(
+            "Lineage {} never ran in this sink here{with_output}. Check the lineage: the job's \
+             error and `twopc inspect` name it. Nothing was changed.\n",
+            a.lineage
+        ));
+        return Ok((EXIT_ATTENTION, out));
+    }
+    if !plan.lineages.contains(&a.lineage) {
+        out.push_str(&format!(
+            "Lineage {} has no committed output of this sink (any more){with_output}.\n",
+            a.lineage
+        ));
+    }
+    let mut code = EXIT_OK;
+    let n = plan.lost.len();
+    if a.apply {
+        // Notes of lost transactions in the range may remain, e.g. from an
+        // interrupted earlier apply.
+        operator::reconcile_apply(dest, &SystemClock, &operator_identity(), plan, |_| {})?;
+        if n > 0 {
+            out.push_str(&format!(
+                "Cleared the notes of {n} lost transaction(s) of that range: the restored run \
+                 writes it again. Restart the job from checkpoint {} (or a savepoint of it) of \
+                 lineage {}.\n",
+                a.after, a.lineage
+            ));
+        }
+    } else if n > 0 {
+        out.push_str(&format!(
+            "Notes of {n} lost transaction(s) of that range remain; to clear them, while the job \
+             stays stopped: {} --apply\n",
+            command_line(a)
+        ));
+        code = EXIT_ATTENTION;
+    }
+    if let Some(first) = plan.lost_not_after.first() {
+        let list: Vec<String> = plan.lost_not_after.iter().map(|c| c.to_string()).collect();
+        out.push_str(&format!(
+            "Transactions of checkpoint(s) {} of lineage {} were found LOST, at or before \
+             checkpoint {}: a restore of checkpoint {} does not write their records again. \
+             Restore from a checkpoint before {first} instead, and reconcile after that one \
+             (--after-checkpoint with its number).\n",
+            list.join(", "),
+            a.lineage,
+            a.after,
+            a.after
+        ));
+        code = EXIT_ATTENTION;
+    }
+    Ok((code, out))
 }
 
 /// Where a dry run's rows are, and by which column they are told apart.

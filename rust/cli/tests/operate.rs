@@ -820,6 +820,18 @@ fn reconcile_with_nothing_to_remove_names_lost_notes_and_unknown_lineages() {
     let lineage = s0.lineage().to_string();
     drop((s0, s1));
 
+    // Notes of a lost checkpoint at or before the one given stay: a restore
+    // of it would not write their records again. Told, exit 1.
+    let o = reconcile_at(&out, &lineage, "2", &["--apply"]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(
+        text.contains(&format!(
+            "checkpoint(s) 2 of lineage {lineage} were found LOST, at or before checkpoint 2"
+        )) && text.contains("Restore from a checkpoint before 2"),
+        "{text}"
+    );
+
     let o = reconcile_at(&out, &lineage, "1", &[]);
     let text = stdout(&o);
     assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
@@ -840,31 +852,42 @@ fn reconcile_with_nothing_to_remove_names_lost_notes_and_unknown_lineages() {
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     assert!(!stdout(&o).contains("Notes of"), "{}", stdout(&o));
 
-    // A lineage the sink never wrote: told, with the ones it did.
+    // A lineage that never ran here: told, with the ones that have output,
+    // and nothing is changed, not even with --apply.
     let typo = if lineage == "0123456789abcdef" {
         "fedcba9876543210"
     } else {
         "0123456789abcdef"
     };
+    let logged = operations(&out).len();
     for extra in [&[][..], &["--apply"][..]] {
         let o = reconcile_at(&out, typo, "1", extra);
         let text = stdout(&o);
         assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
         assert!(
             text.contains(&format!(
-                "Lineage {typo} has no committed output of this sink; lineages with output: \
-                 {lineage}. Check the lineage"
+                "Lineage {typo} never ran in this sink here; lineages with output: {lineage}. \
+                 Check the lineage"
             )),
             "{text}"
         );
     }
-    // Checkpoint 1's output of both subtasks is still there.
+    assert_eq!(operations(&out).len(), logged, "nothing was logged");
+
+    // A lineage whose output was all removed is known all the same: a
+    // repeat of a full removal is "nothing to remove", exit 0.
+    for _ in 0..2 {
+        let o = reconcile_at(&out, &lineage, "0", &["--apply"]);
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    }
+    assert!(stdout(&reconcile_at(&out, &lineage, "0", &[]))
+        .contains("has no committed output of this sink (any more)"));
     let parts = fs::read_dir(&out)
         .unwrap()
         .filter_map(|e| e.ok())
         .filter(|e| e.file_name().to_string_lossy().starts_with("part-"))
         .count();
-    assert_eq!(parts, 2);
+    assert_eq!(parts, 0, "the full removal removed checkpoint 1's output");
 }
 
 /// Subtask 0 of run-a committed checkpoint 2 (`ok`), subtask 1 prepared it

@@ -706,6 +706,66 @@ fn inspect_postgres_flags_a_partly_visible_checkpoint_and_decide_resolves_it() {
     }
 }
 
+/// A sink without a transaction-id column: notes of lost transactions in
+/// the range, with no rows to remove, are cleared by the `--apply` the dry
+/// run prints, run as printed (it was refused for want of the column).
+#[test]
+fn reconcile_postgres_clears_lost_notes_of_a_sink_without_a_transaction_id_column() {
+    let Some(url) = server() else { return };
+    let mut pg = Pg::new(&url, "lostnc");
+    pg.admin
+        .batch_execute(&format!("ALTER TABLE {} DROP COLUMN txn", pg.table))
+        .unwrap();
+    pg.column = None;
+    let mut s0 = open_subtask(&pg, "run1", 0, 2);
+    let mut s1 = open_subtask(&pg, "run1", 1, 2);
+    commit(&mut s0, 0..3, 1);
+    let gone = prepare(&mut s1, 5..9, 2);
+    pg.admin
+        .batch_execute(&format!("ROLLBACK PREPARED '{}'", gone.transaction))
+        .unwrap();
+    let err = s1.commit(&gone).unwrap_err();
+    assert!(matches!(err, twopc_core::TwopcError::Lost(_)), "{err}");
+    let lineage = s0.lineage().to_string();
+    drop((s0, s1));
+
+    let o = pg.twopc_without_table(
+        "reconcile",
+        &["--lineage", &lineage, "--after-checkpoint", "1"],
+    );
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("Notes of 1 lost transaction(s) of that range remain"),
+        "{text}"
+    );
+    let o = pg.run_printed(after(&text, "stays stopped: ", '\n'));
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(0), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("Cleared the notes of 1 lost transaction(s)"),
+        "{text}"
+    );
+    assert_eq!(pg.count(), 3);
+    let o = pg.twopc_without_table(
+        "reconcile",
+        &["--lineage", &lineage, "--after-checkpoint", "1"],
+    );
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // A lineage that never ran in this sink: most likely mistyped.
+    let typo = format!("{:016x}", !u64::from_str_radix(&lineage, 16).unwrap());
+    let o = pg.twopc_without_table(
+        "reconcile",
+        &["--lineage", &typo, "--after-checkpoint", "1", "--apply"],
+    );
+    assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("Lineage {typo} never ran in this sink here")),
+        "{}",
+        stdout(&o)
+    );
+}
+
 /// Checkpoint 2's transaction of subtask 1 is rolled back by an
 /// administrator before its commit: a LOST stop. The committer's note makes
 /// inspect flag the partly visible checkpoint; reconcile clears it.
@@ -766,4 +826,14 @@ fn inspect_postgres_flags_a_partly_visible_checkpoint_after_a_lost_stop() {
     assert_eq!(pg.count(), 3);
     let o = pg.twopc("inspect", &[]);
     assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    // All of the lineage's output removed, twice: the lineage is still
+    // known (its start is recorded), so a repeat is no typo.
+    for _ in 0..2 {
+        let o = pg.twopc(
+            "reconcile",
+            &["--lineage", &lineage, "--after-checkpoint", "0", "--apply"],
+        );
+        assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    }
+    assert_eq!(pg.count(), 0);
 }

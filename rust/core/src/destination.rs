@@ -591,6 +591,14 @@ pub trait Destination {
     /// The lineage recorded for `run`, if any.
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError>;
 
+    /// Whether `lineage` ever ran here (its start, or a run of it, was
+    /// recorded), output or not: for an operator's tool to tell a lineage
+    /// whose output is all removed from a mistyped one. `None` where the
+    /// destination cannot tell.
+    fn lineage_recorded(&mut self, _lineage: LineageId) -> Result<Option<bool>, DestinationError> {
+        Ok(None)
+    }
+
     /// When the last commit this destination made showed its output to
     /// readers, where it can tell (a commit may go on after that, making
     /// things durable and cleaning up): the commit latency metric's "until
@@ -704,6 +712,9 @@ impl<D: Destination + ?Sized> Destination for Box<D> {
     }
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         (**self).run_lineage(run)
+    }
+    fn lineage_recorded(&mut self, lineage: LineageId) -> Result<Option<bool>, DestinationError> {
+        (**self).lineage_recorded(lineage)
     }
 }
 

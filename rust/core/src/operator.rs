@@ -175,6 +175,13 @@ pub struct ReconcilePlan {
     /// destination lost: cleared by the apply, since the restored run
     /// writes that range again.
     pub lost: Vec<LostNote>,
+    /// Checkpoints of `lineage` at or before `after` with notes of lost
+    /// transactions: a restore of `after` does not write them again.
+    pub lost_not_after: Vec<CheckpointId>,
+    /// False only when the destination can tell that `lineage` never ran
+    /// here: no output, no notes, no record of its start or of a run of
+    /// it. Most likely mistyped.
+    pub lineage_known: bool,
 }
 
 impl ReconcilePlan {
@@ -193,7 +200,7 @@ pub fn reconcile_plan<D: Destination>(
     lineage: LineageId,
     after: CheckpointId,
 ) -> Result<ReconcilePlan, OperatorError> {
-    let lineages = dest
+    let lineages: Vec<LineageId> = dest
         .lineages()
         .map_err(dest_err(sink, "listing lineages", "Nothing was changed."))?
         .into_iter()
@@ -245,7 +252,7 @@ pub fn reconcile_plan<D: Destination>(
     ))?;
     transactions
         .sort_by(|a, b| (a.checkpoint, &a.transaction).cmp(&(b.checkpoint, &b.transaction)));
-    let lost = dest
+    let (lost, not_after): (Vec<LostNote>, Vec<LostNote>) = dest
         .lost_notes()
         .map_err(dest_err(
             sink,
@@ -253,8 +260,20 @@ pub fn reconcile_plan<D: Destination>(
             "Nothing was changed.",
         ))?
         .into_iter()
-        .filter(|n| n.lineage == lineage && n.checkpoint > after)
-        .collect();
+        .filter(|n| n.lineage == lineage)
+        .partition(|n| n.checkpoint > after);
+    let mut lost_not_after: Vec<CheckpointId> = not_after.iter().map(|n| n.checkpoint).collect();
+    lost_not_after.sort_unstable();
+    lost_not_after.dedup();
+    let lineage_known = !transactions.is_empty()
+        || lineages.contains(&lineage)
+        || !lost.is_empty()
+        || !lost_not_after.is_empty()
+        || dest.lineage_recorded(lineage).map_err(dest_err(
+            sink,
+            "looking up the lineage",
+            "Nothing was changed.",
+        ))? != Some(false);
     Ok(ReconcilePlan {
         sink: sink.clone(),
         lineage,
@@ -262,6 +281,8 @@ pub fn reconcile_plan<D: Destination>(
         transactions,
         lineages,
         lost,
+        lost_not_after,
+        lineage_known,
     })
 }
 

@@ -2183,6 +2183,31 @@ impl Destination for FsDestination {
         }
     }
 
+    /// Its lineage record, or a run's note naming it (outputs from before
+    /// lineage records existed have only those). A run's note that cannot
+    /// be read is skipped: this only tells a mistyped lineage apart.
+    fn lineage_recorded(&mut self, lineage: LineageId) -> Result<Option<bool>, DestinationError> {
+        let name = names::lineage_record_name(lineage);
+        let lineages = &self.dirs.lineages;
+        if lineages
+            .stat(&name)
+            .map_err(|e| DestinationError::io("looking up", &lineages.child(&name), e))?
+            .is_some()
+        {
+            return Ok(Some(true));
+        }
+        let runs = &self.dirs.runs;
+        let listed = runs
+            .names_of(EntryKind::File)
+            .map_err(|e| DestinationError::io("listing", runs.path(), e))?;
+        Ok(Some(listed.iter().any(|run| {
+            runs.read_file(run, 64).ok().flatten().is_some_and(|bytes| {
+                names::parse_lineage_record_name(String::from_utf8_lossy(&bytes).trim())
+                    == Some(lineage)
+            })
+        })))
+    }
+
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         let dir = &self.dirs.runs;
         let path = dir.child(run.as_str());

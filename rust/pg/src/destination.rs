@@ -3072,6 +3072,19 @@ impl Destination for PgDestination {
         }
     }
 
+    fn lineage_recorded(&mut self, lineage: LineageId) -> Result<Option<bool>, DestinationError> {
+        let sql = format!(
+            "SELECT EXISTS (SELECT 1 FROM {} WHERE sink_id = $1 AND lineage = $2) \
+                 OR EXISTS (SELECT 1 FROM {} WHERE sink_id = $1 AND lineage = $2)",
+            self.control_tables.lineages, self.control_tables.runs
+        );
+        let (sink, l) = (self.sink.as_str().to_string(), lineage.0 as i64);
+        let row = self.control.run("looking up a lineage", |c| {
+            Ok(c.query_one(&sql, &[&sink, &l])?)
+        })?;
+        Ok(Some(row.get::<_, bool>(0)))
+    }
+
     fn run_lineage(&mut self, run: &RunId) -> Result<Option<LineageId>, DestinationError> {
         let sql = format!(
             "SELECT lineage FROM {} WHERE sink_id = $1 AND run_id = $2",
