@@ -166,6 +166,22 @@ fn store_err(op: &str, bucket: &str, key: &str, e: object_store::Error) -> Desti
     DestinationError::new(kind, format!("{op} s3://{bucket}/{key}: {e}{hint}"))
 }
 
+/// The kind of a failed call of the signed extra API (lifecycle, upload
+/// listings): refused credentials (401, 403) are `NotPermitted`, as in
+/// [`store_err`], so the job stops saying so instead of restarting into
+/// the same refusal; anything else may pass.
+fn api_kind(e: &crate::s3api::ApiError) -> DestinationErrorKind {
+    match e.status {
+        Some(401 | 403) => DestinationErrorKind::NotPermitted,
+        _ => DestinationErrorKind::Io,
+    }
+}
+
+/// What to grant when listing multipart uploads was refused.
+const LIST_UPLOADS_HINT: &str = " (the credentials may not list multipart uploads: grant \
+                                 s3:ListBucketMultipartUploads on the bucket; a restart alone \
+                                 would fail the same way)";
+
 fn path(key: &str) -> Result<Path, DestinationError> {
     Path::parse(key)
         .map_err(|e| DestinationError::corrupt(format!("{key:?} is not a usable object key: {e}")))
@@ -496,7 +512,7 @@ impl ObjectStoreDestination {
         let rules = self.wait(async {
             self.api.lifecycle_rules().await.map_err(|e| {
                 DestinationError::new(
-                    DestinationErrorKind::Io,
+                    api_kind(&e),
                     format!(
                         "sink '{}': reading the lifecycle configuration of bucket {} (to check \
                          that no rule aborts prepared uploads too soon): {e}. Grant \
@@ -575,13 +591,18 @@ impl ObjectStoreDestination {
         bytes: Vec<u8>,
         mode: PutMode,
     ) -> Result<bool, DestinationError> {
+        // "Already there" answers only a create. object_store reads any 409
+        // as that, and a 409 to an overwrite (S3's OperationAborted, a
+        // gateway's conflict) wrote nothing: a failure, or a prepare would
+        // count a marker that is not there (found by review).
+        let create = matches!(mode, PutMode::Create);
         match self
             .store
             .put_opts(&path(key)?, PutPayload::from(bytes), PutOptions::from(mode))
             .await
         {
             Ok(_) => Ok(true),
-            Err(object_store::Error::AlreadyExists { .. }) => Ok(false),
+            Err(object_store::Error::AlreadyExists { .. }) if create => Ok(false),
             Err(e) => Err(self.err("writing", key, e)),
         }
     }
@@ -642,11 +663,17 @@ impl ObjectStoreDestination {
     /// The open uploads of exactly `key`.
     async fn uploads_of(&self, key: &str) -> Result<Vec<OpenUpload>, DestinationError> {
         let mut uploads = self.api.list_multipart_uploads(key).await.map_err(|e| {
+            let kind = api_kind(&e);
             DestinationError::new(
-                DestinationErrorKind::Io,
+                kind,
                 format!(
-                    "listing the multipart uploads of s3://{}/{key}: {e}",
-                    self.layout.bucket
+                    "listing the multipart uploads of s3://{}/{key}: {e}{}",
+                    self.layout.bucket,
+                    if kind == DestinationErrorKind::NotPermitted {
+                        LIST_UPLOADS_HINT
+                    } else {
+                        ""
+                    }
                 ),
             )
         })?;
@@ -1394,11 +1421,18 @@ impl ObjectStoreDestination {
     async fn sink_uploads(&self) -> Result<Vec<OpenUpload>, DestinationError> {
         let prefix = self.layout.parts_of_sink();
         self.api.list_multipart_uploads(&prefix).await.map_err(|e| {
+            let kind = api_kind(&e);
             DestinationError::new(
-                DestinationErrorKind::Io,
+                kind,
                 format!(
-                    "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}",
-                    self.layout.sink, self.layout.bucket
+                    "listing the multipart uploads of sink '{}' under s3://{}/{prefix}: {e}{}",
+                    self.layout.sink,
+                    self.layout.bucket,
+                    if kind == DestinationErrorKind::NotPermitted {
+                        LIST_UPLOADS_HINT
+                    } else {
+                        ""
+                    }
                 ),
             )
         })

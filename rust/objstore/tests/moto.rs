@@ -1339,6 +1339,88 @@ fn a_run_lineage_record_being_written_by_another_subtask_is_retried_not_corrupt(
     assert_eq!(d.run_lineage(&run).unwrap(), Some(LineageId(11)));
 }
 
+/// Answers 409 (S3's OperationAborted) to the PUT of every prepared
+/// marker, without sending it.
+#[derive(Debug)]
+struct MarkerPutConflicts;
+
+impl RequestFaults for MarkerPutConflicts {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call == S3Call::PutObject && request.path.contains(&format!("/{PREPARED}/")) {
+            FaultAction::AnswerStatus(
+                409,
+                "<Error><Code>OperationAborted</Code></Error>".to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// A 409 to the overwrite of a prepared marker wrote nothing: the prepare
+/// fails and the transaction is never listed as prepared (a 409 was read as
+/// "already there", and the prepare counted a marker that did not exist).
+#[test]
+fn a_conflict_answered_to_a_markers_put_fails_the_prepare() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    drop(open(&o)); // makes the bucket
+    let mut d =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(MarkerPutConflicts))
+            .unwrap();
+    let recs = records(2, 10, 7);
+    write(&mut d, 1, &recs).unwrap();
+    let h = handle(1, Some(1), &recs);
+    let err = d.prepare(&h).unwrap_err();
+    assert!(err.message.contains("writing"), "{err}");
+    drop(d);
+    let mut d = open(&o);
+    let staged = d.staged().unwrap();
+    assert!(
+        staged
+            .iter()
+            .all(|s| s.transaction != h.transaction || s.prepared().is_none()),
+        "{staged:?}"
+    );
+}
+
+/// Answers 403 AccessDenied to every listing of multipart uploads.
+#[derive(Debug)]
+struct UploadListingDenied;
+
+impl RequestFaults for UploadListingDenied {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call == S3Call::ListUploads {
+            FaultAction::AnswerStatus(
+                403,
+                "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
+                    .to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// Credentials that may not list multipart uploads are a configuration
+/// error (`NotPermitted`: the job stops saying what to grant), not an I/O
+/// error a restart would meet again and again.
+#[test]
+fn a_refused_listing_of_uploads_says_what_to_grant_and_is_not_retried() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    drop(open(&o)); // makes the bucket
+    let mut d =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(UploadListingDenied))
+            .unwrap();
+    let err = d.staged().unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+    assert!(
+        err.message.contains("s3:ListBucketMultipartUploads"),
+        "{err}"
+    );
+}
+
 /// A server that honours If-None-Match or If-Match on PUT no longer (as
 /// older S3-compatible releases and some gateways): the `n`-th PUT of a
 /// start-up probe object is answered 200 without being sent.
