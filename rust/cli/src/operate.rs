@@ -428,6 +428,9 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
                 command_line(a)
             )),
         }
+        if let Some(w) = lost_before_warning(a, &plan) {
+            out.push_str(&w);
+        }
         return Ok((EXIT_ATTENTION, out));
     }
     let mut removed = Vec::new();
@@ -460,6 +463,10 @@ pub fn reconcile(a: &ReconcileArgs) -> Result<(u8, String), Failed> {
             } else {
                 format!("Removed {n} transaction(s), {records} records")
             };
+            if let Some(w) = lost_before_warning(a, &plan) {
+                out.push_str(&format!("{removed}. {w}"));
+                return Ok((EXIT_ATTENTION, out));
+            }
             out.push_str(&format!(
                 "{removed}. Restart the job from checkpoint {} (or a savepoint of it) of lineage \
                  {}.\n",
@@ -511,18 +518,24 @@ fn nothing_to_remove(
     }
     let mut code = EXIT_OK;
     let n = plan.lost.len();
-    if a.apply {
+    let warning = lost_before_warning(a, plan);
+    if a.apply && n > 0 {
         // Notes of lost transactions in the range may remain, e.g. from an
-        // interrupted earlier apply.
+        // interrupted earlier apply. With none, nothing is changed (not
+        // even the operations log): a repeat changes nothing.
         operator::reconcile_apply(dest, &SystemClock, &operator_identity(), plan, |_| {})?;
-        if n > 0 {
-            out.push_str(&format!(
-                "Cleared the notes of {n} lost transaction(s) of that range: the restored run \
-                 writes it again. Restart the job from checkpoint {} (or a savepoint of it) of \
-                 lineage {}.\n",
-                a.after, a.lineage
-            ));
-        }
+        out.push_str(&format!(
+            "Cleared the notes of {n} lost transaction(s) of that range: the restored run writes \
+             it again.{}\n",
+            if warning.is_some() {
+                String::new()
+            } else {
+                format!(
+                    " Restart the job from checkpoint {} (or a savepoint of it) of lineage {}.",
+                    a.after, a.lineage
+                )
+            }
+        ));
     } else if n > 0 {
         out.push_str(&format!(
             "Notes of {n} lost transaction(s) of that range remain; to clear them, while the job \
@@ -531,21 +544,32 @@ fn nothing_to_remove(
         ));
         code = EXIT_ATTENTION;
     }
-    if let Some(first) = plan.lost_not_after.first() {
-        let list: Vec<String> = plan.lost_not_after.iter().map(|c| c.to_string()).collect();
-        out.push_str(&format!(
-            "Transactions of checkpoint(s) {} of lineage {} were found LOST, at or before \
-             checkpoint {}: a restore of checkpoint {} does not write their records again. \
-             Restore from a checkpoint before {first} instead, and reconcile after that one \
-             (--after-checkpoint with its number).\n",
-            list.join(", "),
-            a.lineage,
-            a.after,
-            a.after
-        ));
+    if let Some(w) = warning {
+        out.push_str(&w);
         code = EXIT_ATTENTION;
     }
     Ok((code, out))
+}
+
+/// Transactions of the lineage found LOST at or before the checkpoint
+/// given: a restore of it does not write their records again, so the
+/// operator is told how to get them back, whatever else is done (found by
+/// review). Not a refusal: if no earlier checkpoint is left, restoring
+/// this one with those records missing may be the only way on.
+fn lost_before_warning(a: &ReconcileArgs, plan: &operator::ReconcilePlan) -> Option<String> {
+    let first = plan.lost_not_after.first()?;
+    let list: Vec<String> = plan.lost_not_after.iter().map(|c| c.to_string()).collect();
+    Some(format!(
+        "Transactions of checkpoint(s) {} of lineage {} were found LOST, at or before checkpoint \
+         {}: a restore of checkpoint {} does not write their records again. Restore from a \
+         checkpoint before {first} instead, and reconcile after that one (--after-checkpoint \
+         with its number); a restore of checkpoint {} leaves those records missing.\n",
+        list.join(", "),
+        a.lineage,
+        a.after,
+        a.after,
+        a.after
+    ))
 }
 
 /// Where a dry run's rows are, and by which column they are told apart.

@@ -785,6 +785,16 @@ fn inspect_flags_a_partly_visible_checkpoint_and_a_gap_after_a_lost_stop() {
     assert!(gap[0].contains("checkpoint 2"), "{}", gap[0]);
     assert!(gap[0].contains("(3 to 3)"), "{}", gap[0]);
 
+    // After checkpoint 2, the lost one itself: its records would stay
+    // missing, and the dry run says so beside what it would remove.
+    let o = reconcile_at(&out, &lineage, "2", &[]);
+    let text = stdout(&o);
+    assert_eq!(o.status.code(), Some(1), "{text}{}", stderr(&o));
+    assert!(
+        text.contains("would remove") && text.contains("found LOST, at or before checkpoint 2"),
+        "{text}"
+    );
+
     // Reconciling after checkpoint 1 removes checkpoints 2 and 3 and the
     // note: nothing needs attention any more.
     let o = reconcile_at(&out, &lineage, "1", &["--apply"]);
@@ -880,6 +890,10 @@ fn reconcile_with_nothing_to_remove_names_lost_notes_and_unknown_lineages() {
         let o = reconcile_at(&out, &lineage, "0", &["--apply"]);
         assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
     }
+    let logged = operations(&out).len();
+    let o = reconcile_at(&out, &lineage, "0", &["--apply"]);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert_eq!(operations(&out).len(), logged, "a repeat changes nothing");
     assert!(stdout(&reconcile_at(&out, &lineage, "0", &[]))
         .contains("has no committed output of this sink (any more)"));
     let parts = fs::read_dir(&out)

@@ -209,6 +209,17 @@ fn iso_ms(text: &str) -> Option<u64> {
     let (hms, frac) = time.split_once('.').unwrap_or((time, "0"));
     let mut t = hms.splitn(3, ':').map(|x| x.parse::<i64>().ok());
     let (hh, mm, ss) = (t.next()??, t.next()??, t.next()??);
+    // Within bounds, the arithmetic below cannot overflow (hostile values
+    // could, found by review).
+    let plausible = (1970..=9999).contains(&y)
+        && (1..=12).contains(&m)
+        && (1..=31).contains(&day)
+        && (0..24).contains(&hh)
+        && (0..60).contains(&mm)
+        && (0..=60).contains(&ss);
+    if !plausible {
+        return None;
+    }
     let ms: i64 = format!("{:0<3}", frac.get(..3.min(frac.len()))?)
         .parse()
         .ok()?;
@@ -1622,11 +1633,14 @@ impl ObjectStoreDestination {
                 let Some(parsed) = TransactionId::parse(txn.as_str()) else {
                     continue;
                 };
+                // An initiation time the server did not give (or gave in a
+                // form not read here) counts as now: such an upload is
+                // never expired early, only later than its retention.
                 let initiated = uploads
                     .iter()
                     .filter_map(|u| u.initiated.as_deref().and_then(iso_ms))
                     .max()
-                    .unwrap_or(0);
+                    .unwrap_or_else(now_ms);
                 let marker = if markers.iter().any(|m| m == txn.as_str()) {
                     match known.get(&txn) {
                         Some(m) => m.clone(),
@@ -1758,7 +1772,11 @@ impl ObjectStoreDestination {
             let Some(upload) = uploads.iter().find(|u| u.upload_id == location.upload_id) else {
                 continue; // completed (recorded by now) or aborted
             };
-            let initiated = upload.initiated.as_deref().and_then(iso_ms).unwrap_or(0);
+            let initiated = upload
+                .initiated
+                .as_deref()
+                .and_then(iso_ms)
+                .unwrap_or_else(now_ms);
             out.insert(
                 txn,
                 (location.key.clone(), location.upload_id.clone(), initiated),
@@ -2615,6 +2633,9 @@ mod tests {
         assert_eq!(iso_ms("2010-11-10T20:48:33.000Z"), Some(1_289_422_113_000));
         assert_eq!(iso_ms("2010-11-10T20:48:33Z"), Some(1_289_422_113_000));
         assert_eq!(iso_ms("garbage"), None);
+        assert_eq!(iso_ms("99999999999999-01-01T00:00:00Z"), None);
+        assert_eq!(iso_ms("2010-13-10T20:48:33Z"), None);
+        assert_eq!(iso_ms("2010-11-10T99999999999999:48:33Z"), None);
         assert_eq!(
             etag_parts("\"d41d8cd98f00b204e9800998ecf8427e-3\""),
             Some(3)
