@@ -190,14 +190,16 @@ pub(crate) async fn claim(
             // would bar everyone else until it lapses.
             Err(e) => {
                 return match read_own(store, &key, &record).await {
-                    Some(version) => Ok(Claimed::Acquired(HeldLease {
+                    Ok(Some(version)) => Ok(Claimed::Acquired(HeldLease {
                         key,
                         record,
                         version,
                         renewed_at_ms: now_ms,
                     })),
-                    None => Err(store_err("writing", &key, e)),
-                }
+                    // Not ours, or not readable either: the write's own
+                    // error says what happened.
+                    Ok(None) | Err(_) => Err(store_err("writing", &key, e)),
+                };
             }
         }
     }
@@ -247,11 +249,17 @@ pub(crate) async fn rewrite(
             // is still ours if it holds our claim. Looked at once.
             Err(object_store::Error::Precondition { .. }) if !read_back => {
                 read_back = true;
-                if let Some(version) = read_own(store, &held.key, &held.record).await {
-                    held.version = version;
-                    continue;
+                // A lease read back and found another's is a takeover; one
+                // that could not be read (the store failing) is not known
+                // to be one, and stays a failure a retry may get past
+                // (found by review: it stopped the job as fenced out).
+                match read_own(store, &held.key, &held.record).await? {
+                    Some(version) => {
+                        held.version = version;
+                        continue;
+                    }
+                    None => return Err(taken_over(held)),
                 }
-                return Err(taken_over(held));
             }
             Err(object_store::Error::Precondition { .. })
             | Err(object_store::Error::NotFound { .. }) => return Err(taken_over(held)),
@@ -338,15 +346,29 @@ pub(crate) fn superseded_by(ours: &OwnerClaim, held: Option<&LeaseRecord>, now_m
 
 /// The version of the lease at `key` if it is `ours` (the same claim of
 /// the same process, whatever its expiry): what a write whose answer was
-/// lost left.
-async fn read_own(store: &AmazonS3, key: &Path, ours: &LeaseRecord) -> Option<UpdateVersion> {
-    let got = store.get(key).await.ok()?;
+/// lost left. `None` when it is absent or another's (or not a lease); an
+/// error when it could not be read.
+async fn read_own(
+    store: &AmazonS3,
+    key: &Path,
+    ours: &LeaseRecord,
+) -> Result<Option<UpdateVersion>, DestinationError> {
+    let got = match store.get(key).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => return Ok(None),
+        Err(e) => return Err(store_err("reading", key, e)),
+    };
     let version = UpdateVersion {
         e_tag: got.meta.e_tag.clone(),
         version: got.meta.version.clone(),
     };
-    let bytes = lease_bytes(got, key).await.ok()?;
-    match decode(&bytes) {
+    let bytes = match lease_bytes(got, key).await {
+        Ok(bytes) => bytes,
+        // Too large to be any lease of ours: not ours.
+        Err(e) if e.kind == DestinationErrorKind::Corrupt => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    Ok(match decode(&bytes) {
         Ok(ControlObject::Lease(l))
             if l.sink == ours.sink
                 && l.subtask == ours.subtask
@@ -359,5 +381,5 @@ async fn read_own(store: &AmazonS3, key: &Path, ours: &LeaseRecord) -> Option<Up
             Some(version)
         }
         _ => None,
-    }
+    })
 }

@@ -534,3 +534,54 @@ fn an_oversized_lease_object_is_refused_unread() {
         assert!(text.contains(part), "{part:?} missing from: {text}");
     }
 }
+
+/// Once armed: every PUT of a lease is answered 412 (as a resend whose
+/// first try landed is), and every read of one 503, without sending them.
+#[derive(Debug, Default)]
+struct LeaseUnreadable {
+    armed: AtomicBool,
+}
+
+impl RequestFaults for LeaseUnreadable {
+    fn decide(&self, r: &RequestInfo) -> FaultAction {
+        if !self.armed.load(Ordering::SeqCst) || !r.path.contains(&format!("/{OWNERS}/")) {
+            return FaultAction::Proceed;
+        }
+        match r.call {
+            S3Call::PutObject => FaultAction::AnswerStatus(
+                412,
+                "<Error><Code>PreconditionFailed</Code></Error>".to_string(),
+            ),
+            S3Call::GetObject => {
+                FaultAction::AnswerStatus(503, "<Error><Code>SlowDown</Code></Error>".to_string())
+            }
+            _ => FaultAction::Proceed,
+        }
+    }
+}
+
+/// A renewal refused by its condition reads the lease back; when that read
+/// fails (the store overloaded), nothing is known of a takeover: the call
+/// fails as I/O (a retry may get past it), never as "fenced out", which
+/// stopped the job blaming a takeover that did not happen.
+#[test]
+fn a_lease_that_cannot_be_read_back_is_not_taken_for_a_takeover() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut writer = open(&o);
+    stage(&mut writer, 1, 1, &records(2, 10, 1));
+    drop(writer);
+    let faults = Arc::new(LeaseUnreadable::default());
+    let mut d =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults.clone()).unwrap();
+    assert_eq!(d.claim_ownership(&claim(0)).unwrap(), Ownership::Acquired);
+    // Past the time a renewal is reused for.
+    std::thread::sleep(Duration::from_millis(1_100));
+    faults.armed.store(true, Ordering::SeqCst);
+    let err = d.staged().unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(!err.message.contains("took it over"), "{err}");
+    // The store answers again: the lease is still this writer's.
+    faults.armed.store(false, Ordering::SeqCst);
+    assert_eq!(d.staged().unwrap().len(), 1);
+}
