@@ -96,6 +96,23 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
     let numbers: Vec<i32> = parts.filter_map(|p| p.parse().ok()).collect();
     let number = |i: usize| numbers.get(i).copied();
     let column = pg.name.as_str();
+    // Two types whose input cuts a value short without an error (found by
+    // review): `"char"` keeps the first byte, `name` the first 63 bytes.
+    if column == "char" && kind != "boolean" {
+        return Some(
+            "the PostgreSQL type \"char\" keeps only the first byte of a value, so longer \
+             values would be cut without an error; make the PostgreSQL column char(1), varchar \
+             or text"
+                .into(),
+        );
+    }
+    if column == "name" && kind == "string" {
+        return Some(
+            "the PostgreSQL type name keeps at most 63 bytes, so longer strings would be cut \
+             without an error; make the PostgreSQL column varchar or text"
+                .into(),
+        );
+    }
     match kind {
         "decimal" => {
             let (p, s) = (number(0)?, number(1)?);
@@ -285,6 +302,15 @@ mod tests {
         }
         let why = silent_change("string", &pg("bytea", -1)).unwrap();
         assert!(why.contains("declare the column BYTES"), "{why}");
+        // "char" keeps one byte, name 63: cut short without an error.
+        for declared in ["string", "int", "decimal:10:2", "timestamp:3"] {
+            let why = silent_change(declared, &pg("char", -1)).unwrap();
+            assert!(why.contains("only the first byte"), "{why}");
+        }
+        assert_eq!(silent_change("boolean", &pg("char", -1)), None);
+        let why = silent_change("string", &pg("name", -1)).unwrap();
+        assert!(why.contains("at most 63 bytes"), "{why}");
+        assert_eq!(silent_change("int", &pg("name", -1)), None);
         assert_eq!(silent_change("bytes", &pg("bytea", -1)), None);
         assert_eq!(silent_change("boolean", &pg("bool", -1)), None);
         // Arrays are judged by their elements.

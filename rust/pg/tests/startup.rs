@@ -364,6 +364,33 @@ fn declared_types_that_postgres_would_change_silently_are_rejected() {
     }
 }
 
+/// `"char"` and `name` cut strings short without an error: refused, while
+/// `char(1)` (bpchar, which refuses an overlong value loudly) starts.
+#[test]
+fn strings_into_columns_that_cut_them_short_are_rejected() {
+    let url = server!();
+    let f = Fixture::with_columns(
+        &url,
+        "cut",
+        "id bigint PRIMARY KEY, flag \"char\", label name, code char(1)",
+    );
+    let mut opts = f.opts.clone();
+    opts.columns = vec!["id".into(), "flag".into(), "label".into(), "code".into()];
+    let with = |types: [&str; 4]| declaring(&opts, &types);
+    let msg = config_error(&with(["bigint", "string", "boolean", "string"]), 1);
+    assert!(msg.contains("column \"flag\""), "{msg}");
+    assert!(msg.contains("only the first byte"), "{msg}");
+    let msg = config_error(&with(["bigint", "boolean", "string", "string"]), 1);
+    assert!(msg.contains("column \"label\""), "{msg}");
+    assert!(msg.contains("at most 63 bytes"), "{msg}");
+    let sink = unique("cut-ok");
+    PgDestination::connect(
+        with(["bigint", "boolean", "int", "string"]),
+        &ctx(&sink, "run1", 0, 1),
+    )
+    .unwrap();
+}
+
 /// A domain is judged by its base type and modifier: a domain over
 /// numeric(10,2) rounds DECIMAL(10, 4) values as the type itself would.
 #[test]
