@@ -96,16 +96,50 @@ fn lock_or_holder(
                 holder: describe(&text, owners, &name),
             }))
         }
-        Err(e) => Err(io::Error::new(
-            io::Error::from(e).kind(),
-            format!(
-                "locking {} failed ({e}): this file system does not support file locks, so \
-                 twopc cannot make sure that no second job writes with the same sink id. \
-                 Use a local file system, or NFSv4 (or NFSv3 with lockd) without \
-                 local_lock/nolock",
-                owners.child(&name).display()
-            ),
-        )),
+        Err(e) => Err(lock_failed(e, &owners.child(&name))),
+    }
+}
+
+/// A file system that takes no file locks: a configuration error (no
+/// restart changes it), told apart by its type because the message
+/// wrapped around it hides the errno (found by review: it was read as a
+/// retryable I/O error, and the job restarted over and over).
+#[derive(Debug)]
+pub(crate) struct LocksUnsupported(String);
+
+impl std::fmt::Display for LocksUnsupported {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LocksUnsupported {}
+
+impl LocksUnsupported {
+    /// Whether `e` says that the file system takes no locks.
+    pub(crate) fn is(e: &io::Error) -> bool {
+        e.get_ref()
+            .is_some_and(|inner| inner.is::<LocksUnsupported>())
+    }
+}
+
+/// The error of a failed `flock` of `path`: [`LocksUnsupported`] where the
+/// file system takes no locks, else the errno as it is.
+fn lock_failed(e: rustix::io::Errno, path: &std::path::Path) -> io::Error {
+    match e {
+        rustix::io::Errno::NOLCK | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS => {
+            io::Error::new(
+                io::Error::from(e).kind(),
+                LocksUnsupported(format!(
+                    "locking {} failed ({e}): this file system does not support file locks, so \
+                     twopc cannot make sure that no second job writes with the same sink id. \
+                     Use a local file system, or NFSv4 (or NFSv3 with lockd) without \
+                     local_lock/nolock",
+                    path.display()
+                )),
+            )
+        }
+        other => io::Error::from(other),
     }
 }
 
@@ -167,6 +201,22 @@ fn describe(text: &str, owners: &Dir, name: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_file_system_without_locks_is_told_apart_from_other_lock_failures() {
+        let path = std::path::Path::new("/out/_twopc/s/owners/0");
+        for errno in [rustix::io::Errno::NOLCK, rustix::io::Errno::OPNOTSUPP] {
+            let e = super::lock_failed(errno, path);
+            assert!(super::LocksUnsupported::is(&e), "{e}");
+            assert!(e.to_string().contains("does not support file locks"), "{e}");
+        }
+        let e = super::lock_failed(rustix::io::Errno::INTR, path);
+        assert!(!super::LocksUnsupported::is(&e), "{e}");
+        assert_eq!(
+            e.raw_os_error(),
+            Some(rustix::io::Errno::INTR.raw_os_error())
+        );
+    }
+
     use super::*;
     use crate::faults::FaultHook;
 

@@ -32,9 +32,11 @@ pub enum IoMode {
     Buffered,
 }
 
-/// The first error the background write-back met for one data file. Linux
-/// reports a failed write-back to one `fsync` and then forgets it, so the
-/// thread that met it must keep it for prepare to report.
+/// The first error the background write-back met for one data file, kept
+/// for prepare to report. The thread syncs through an open file description
+/// of its own (see `writeback::request`): Linux reports a failed write-back
+/// once per description, so prepare's own `fsync` reports it too; the slot
+/// is a second way.
 type WritebackError = Arc<Mutex<Option<io::Error>>>;
 
 enum Out {
@@ -329,8 +331,14 @@ mod writeback {
 
     /// Asks for `file`'s written data to be synced in the background.
     pub(super) fn request(file: &File, slot: &WritebackError) {
-        // A second descriptor of the same open file, owned by the request.
-        let Ok(dup) = file.try_clone() else { return };
+        // A description of its own, not a `dup` of the writer's: an error
+        // is reported once per open file description, so through a shared
+        // one the thread's `fsync` would take it from prepare's, and
+        // prepare could read the slot before the thread filled it (found
+        // by review). Without one, no request: prepare syncs everything.
+        let Some(dup) = super::own_description(file) else {
+            return;
+        };
         let mut worker = worker();
         if STOPPED.load(Ordering::SeqCst) {
             return;
@@ -351,6 +359,15 @@ mod writeback {
     pub(super) fn fail(slot: &WritebackError, error: std::io::Error) {
         slot.lock().unwrap().get_or_insert(error);
     }
+}
+
+/// A new open file description of the file `file` has open (its own
+/// offset and error state), read-only, for syncing it: through the
+/// process's own descriptor link, which names that very file whatever its
+/// path is now. `None` where that is not possible (no `/proc`).
+fn own_description(file: &File) -> Option<File> {
+    use std::os::fd::AsRawFd;
+    std::fs::File::open(format!("/proc/self/fd/{}", file.as_raw_fd())).ok()
 }
 
 /// What [`stop_writeback`] found.
@@ -422,6 +439,26 @@ mod tests {
         writeback::fail(&f.writeback_error, io::Error::from_raw_os_error(5));
         let err = f.seal().unwrap_err();
         assert!(err.to_string().contains("background write-back"), "{err}");
+        let _ = std::fs::remove_dir_all(path);
+    }
+
+    /// The write-back thread's description of a data file is its own, not
+    /// a `dup` (which shares the offset, and the error state an `fsync`
+    /// takes).
+    #[test]
+    fn the_write_back_syncs_through_a_description_of_its_own() {
+        use std::io::Seek;
+        let (path, _dir) = temp("wb-own");
+        let mut file = std::fs::File::create(path.join("data")).unwrap();
+        file.write_all(b"0123456789").unwrap();
+        let mut own = own_description(&file).unwrap();
+        assert_eq!(own.stream_position().unwrap(), 0, "not a dup");
+        assert_eq!(file.stream_position().unwrap(), 10);
+        let a = std::fs::metadata(path.join("data")).unwrap();
+        let b = own.metadata().unwrap();
+        use std::os::unix::fs::MetadataExt;
+        assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()), "the same file");
+        own.sync_data().unwrap();
         let _ = std::fs::remove_dir_all(path);
     }
 
