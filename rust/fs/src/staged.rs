@@ -284,10 +284,16 @@ mod writeback {
                 for (file, slot) in rx {
                     match file.sync_data() {
                         Ok(()) => super::drop_from_page_cache(&file),
-                        Err(e) => {
+                        // Only a failed write-back is kept. A file system
+                        // that refuses a sync through a read-only handle
+                        // (some FUSE or network ones) must not fail every
+                        // prepare, whose own sync checks the data anyway
+                        // (found by review).
+                        Err(e) if super::write_back_failed(&e) => {
                             let mut slot = slot.lock().unwrap_or_else(|p| p.into_inner());
                             slot.get_or_insert(e);
                         }
+                        Err(e) => log::debug!("background write-back skipped: {e}"),
                     }
                 }
             })
@@ -359,6 +365,12 @@ mod writeback {
     pub(super) fn fail(slot: &WritebackError, error: std::io::Error) {
         slot.lock().unwrap().get_or_insert(error);
     }
+}
+
+/// Whether `e` says that written data did not reach the disk (EIO,
+/// ENOSPC, EDQUOT), rather than that the sync was refused.
+fn write_back_failed(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(5 | 28 | 122))
 }
 
 /// A new open file description of the file `file` has open (its own
@@ -460,6 +472,14 @@ mod tests {
         assert_eq!((a.dev(), a.ino()), (b.dev(), b.ino()), "the same file");
         own.sync_data().unwrap();
         let _ = std::fs::remove_dir_all(path);
+        // Only errors of the data itself are kept for prepare.
+        for (errno, kept) in [(5, true), (28, true), (122, true), (9, false), (22, false)] {
+            assert_eq!(
+                write_back_failed(&io::Error::from_raw_os_error(errno)),
+                kept,
+                "{errno}"
+            );
+        }
     }
 
     /// The only test that stops the thread (tests share it, and a stop is

@@ -178,9 +178,10 @@ fn api_kind(e: &crate::s3api::ApiError) -> DestinationErrorKind {
 }
 
 /// What to grant when listing multipart uploads was refused.
-const LIST_UPLOADS_HINT: &str = " (the credentials may not list multipart uploads: grant \
-                                 s3:ListBucketMultipartUploads on the bucket; a restart alone \
-                                 would fail the same way)";
+const LIST_UPLOADS_HINT: &str = " (refused: if for AccessDenied, the credentials may not list \
+                                 multipart uploads: grant s3:ListBucketMultipartUploads on the \
+                                 bucket; otherwise see the server's code, e.g. a clock skew or a \
+                                 wrong secret; a restart alone would fail the same way)";
 
 fn path(key: &str) -> Result<Path, DestinationError> {
     Path::parse(key)
@@ -1638,7 +1639,12 @@ impl ObjectStoreDestination {
                 // never expired early, only later than its retention.
                 let initiated = uploads
                     .iter()
-                    .filter_map(|u| u.initiated.as_deref().and_then(iso_ms))
+                    .map(|u| {
+                        u.initiated
+                            .as_deref()
+                            .and_then(iso_ms)
+                            .unwrap_or_else(now_ms)
+                    })
                     .max()
                     .unwrap_or_else(now_ms);
                 let marker = if markers.iter().any(|m| m == txn.as_str()) {

@@ -98,11 +98,14 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
     let column = pg.name.as_str();
     // Two types whose input cuts a value short without an error (found by
     // review): `"char"` keeps the first byte, `name` the first 63 bytes.
-    if column == "char" && kind != "boolean" {
+    // A BOOLEAN fits in one byte, but as its text 't' or 'f', refused as
+    // for text columns.
+    if column == "char" {
         return Some(
-            "the PostgreSQL type \"char\" keeps only the first byte of a value, so longer \
-             values would be cut without an error; make the PostgreSQL column char(1), varchar \
-             or text"
+            "the PostgreSQL type \"char\" keeps only the first byte of a value's text, so \
+             longer values would be cut without an error (and a BOOLEAN would be stored as 't' \
+             or 'f'); make the PostgreSQL column char(1), varchar or text, or boolean for a \
+             BOOLEAN"
                 .into(),
         );
     }
@@ -303,11 +306,10 @@ mod tests {
         let why = silent_change("string", &pg("bytea", -1)).unwrap();
         assert!(why.contains("declare the column BYTES"), "{why}");
         // "char" keeps one byte, name 63: cut short without an error.
-        for declared in ["string", "int", "decimal:10:2", "timestamp:3"] {
+        for declared in ["string", "int", "decimal:10:2", "timestamp:3", "boolean"] {
             let why = silent_change(declared, &pg("char", -1)).unwrap();
             assert!(why.contains("only the first byte"), "{why}");
         }
-        assert_eq!(silent_change("boolean", &pg("char", -1)), None);
         let why = silent_change("string", &pg("name", -1)).unwrap();
         assert!(why.contains("at most 63 bytes"), "{why}");
         assert_eq!(silent_change("int", &pg("name", -1)), None);
