@@ -193,12 +193,15 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
             }
         }
         "time" => {
-            // Without a precision (the SQL connector's: Flink's planner reports
-            // TIME(0) whatever the DDL says) only the time zone is judged.
+            // The SQL connector declares `time:3`, the milliseconds it writes
+            // whatever the DDL's precision (Flink keeps them, FLINK-17224);
+            // without a precision only the time zone is judged.
             let p = number(0).unwrap_or(0);
             match column {
                 "time" if pg.fraction_digits() < p => Some(format!(
-                    "PostgreSQL would round its {p} fraction digits to {}",
+                    "PostgreSQL would round its {p} fraction digits to {} (Flink keeps a TIME's \
+                     milliseconds whatever its declared precision, FLINK-17224: make the \
+                     PostgreSQL column time(3) or finer)",
                     pg.fraction_digits()
                 )),
                 "timetz" => Some(
@@ -352,6 +355,12 @@ mod tests {
             ("timestamp:3", "date", -1, "drop the time of day"),
             ("timestamp:3", "time", -1, "drop the date"),
             ("time:3", "time", 0, "round its 3 fraction digits to 0"),
+            (
+                "time:3",
+                "time",
+                2,
+                "make the PostgreSQL column time(3) or finer",
+            ),
             ("time:0", "timetz", -1, "session's offset"),
             ("time", "timetz", -1, "session's offset"),
             (

@@ -28,7 +28,7 @@ final class FormatRowSchema implements SerializationSchema<RowData> {
 
     /** Flink's own formats that encode a row from the row alone. */
     static final Set<String> DETERMINISTIC = Collections.unmodifiableSet(new HashSet<>(Arrays.asList(
-            "csv", "json", "raw", "avro", "debezium-json", "canal-json", "maxwell-json", "ogg-json")));
+            "csv", "json", "raw", "debezium-json", "canal-json", "maxwell-json", "ogg-json")));
 
     private final SerializationSchema<RowData> encoder;
     private final String formatName;

@@ -44,7 +44,7 @@ import java.util.List;
  *   <tr><td>CHAR, VARCHAR, STRING</td><td>the text, escaped</td><td>text, varchar, char</td></tr>
  *   <tr><td>BINARY, VARBINARY, BYTES</td><td>{@code \x} and hex digits</td><td>bytea</td></tr>
  *   <tr><td>DATE</td><td>{@code yyyy-mm-dd}, {@code BC} for years before 1</td><td>date</td></tr>
- *   <tr><td>TIME(p)</td><td>{@code hh:mm:ss.fff}</td><td>time</td></tr>
+ *   <tr><td>TIME(p)</td><td>{@code hh:mm:ss.fff}</td><td>time(3) or finer</td></tr>
  *   <tr><td>TIMESTAMP(p), p &lt;= 6</td><td>{@code yyyy-mm-dd hh:mm:ss.ffffff}</td><td>timestamp</td></tr>
  *   <tr><td>TIMESTAMP_LTZ(p), p &lt;= 6</td><td>the instant in UTC, with {@code +00}</td><td>timestamptz</td></tr>
  *   <tr><td>ARRAY of any type above</td><td>a one-dimensional array literal, elements quoted as
@@ -176,9 +176,11 @@ public final class PostgresRowSchema implements SerializationSchema<RowData> {
             case DATE:
                 return "date";
             case TIME_WITHOUT_TIME_ZONE:
-                // Without its precision, which the planner reports as 0 whatever the DDL says
-                // (FLINK-17224): only the time zone is judged.
-                return "time";
+                // The precision the writer emits, milliseconds, not the declared one, which the
+                // planner reports as 0 whatever the DDL says (FLINK-17224) while values keep their
+                // milliseconds: so a time(0) to time(2) column, which would round them without an
+                // error, is refused by the start-up check (found by review).
+                return "time:3";
             case TIMESTAMP_WITHOUT_TIME_ZONE:
                 return "timestamp:" + ((TimestampType) type).getPrecision();
             case TIMESTAMP_WITH_LOCAL_TIME_ZONE:

@@ -138,6 +138,6 @@ public class PostgresRowSchemaTest {
                 new ArrayType(new DoubleType()), new VarCharType(10), new TimeType(0), new DateType(),
                 new BigIntType());
         assertThat(PostgresRowSchema.declaredTypes(types)).containsExactly("decimal:10:4", "timestamp:3",
-                "timestamp_ltz:6", "array:double", "string", "time", "date", "bigint");
+                "timestamp_ltz:6", "array:double", "string", "time:3", "date", "bigint");
     }
 }

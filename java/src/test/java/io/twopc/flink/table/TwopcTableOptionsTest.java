@@ -115,6 +115,11 @@ public class TwopcTableOptionsTest {
         assertThat(refusal("a INT", dir() + ", 'format' = 'parquet'"))
                 .contains("'format' = 'parquet' is not a format on the classpath", "bulk formats such as parquet",
                         "formats on the classpath: ", "csv, ", "json, ", "raw");
+        // Binary formats: their records may hold line feeds and carry no length.
+        for (String binary : new String[] {"avro", "protobuf"}) {
+            assertThat(refusal("a INT", dir() + ", 'format' = '" + binary + "'"))
+                    .contains("'format' = '" + binary + "' writes binary records", "use a text format");
+        }
         // The format's own options are the format's to check.
         assertThat(refusal("a INT", dir() + ", 'format' = 'csv', 'csv.no-such-option' = 'x'"))
                 .contains("Unsupported options", "csv.no-such-option", "csv.field-delimiter");
