@@ -121,6 +121,7 @@ impl Writer {
             begun_at_ms: now_ms,
             state: TransactionState::Open,
         };
+        crate::writer_session::fault_point!("twopc-begin", self.ctx.scope(), &handle.transaction);
         dest.begin(&handle)
             .map_err(|source| TwopcError::Destination {
                 scope: self.ctx.scope(),

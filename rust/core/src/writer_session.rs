@@ -25,7 +25,8 @@ use crate::writer::{OpenStats, Writer};
 /// A test-only fault at a named protocol point (cargo feature
 /// `failpoints`). Without the feature this expands to nothing.
 ///
-/// Points: `twopc-write`, `twopc-prepare-before`, `twopc-prepare-after`
+/// Points: `twopc-begin` (in `Writer::begin`, before the destination's),
+/// `twopc-write`, `twopc-prepare-before`, `twopc-prepare-after`
 /// (prepared at the destination, failure reported), `twopc-abort-before`;
 /// `twopc-prepare-destination` (in `Writer::prepare`: the destination's
 /// prepare fails, which poisons the transaction);

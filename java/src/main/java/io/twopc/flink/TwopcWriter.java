@@ -209,9 +209,17 @@ public final class TwopcWriter<IN>
         twopcMetrics.recordPrepare();
         try {
             current = NativeBridge.begin(nativeWriter);
-        } catch (TwopcException e) {
+        } catch (RuntimeException e) {
+            // The prepared handle above is not handed on, so this checkpoint cannot complete with
+            // it; should Flink tolerate the failed checkpoint and go on, the records it holds would
+            // be in no checkpoint. Poisoned, the next write or prepare fails the task, and the
+            // restart replays them (the prepared transaction is aborted then as lingering).
             current = null;
-            throw Escalation.escalate(LOG, scope, e, "beginning a transaction");
+            poisoned = "the next transaction could not begin after a prepare (" + e.getMessage() + ")";
+            if (e instanceof TwopcException) {
+                throw Escalation.escalate(LOG, scope, (TwopcException) e, "beginning a transaction");
+            }
+            throw e;
         }
         // The end-of-input mark tells the committer that committing this one ends the subtask
         // normally, so that its close may run the last housekeeping (see TwopcCommitter.close).

@@ -253,6 +253,7 @@ public final class TwopcItSupport {
      * making progress.
      */
     public static final String RANDOM_FAULTS = String.join(";",
+            "twopc-begin=3%2*return",
             "twopc-write=3%3*return",
             "twopc-prepare-before=5%3*return",
             "twopc-prepare-after=5%3*return",
