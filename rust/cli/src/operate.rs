@@ -118,6 +118,18 @@ fn failed(message: impl Into<String>) -> Failed {
     }
 }
 
+/// Whether the file names given to a directory command were checked
+/// against the sink's own.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NameCheck {
+    /// Checked against a commit record, or not a directory.
+    Checked,
+    /// No commit record of the sink names a file (it never published
+    /// one), so nothing says how the sink names its files: the names given
+    /// (`--part-prefix`, `--part-suffix`) are used as they are.
+    NothingToCheckAgainst { prefix: String, suffix: String },
+}
+
 /// Opens the sink's destination without creating anything: a directory
 /// must already hold the sink's control data.
 pub fn open(
@@ -125,6 +137,15 @@ pub fn open(
     sink: &SinkId,
     needs_table: bool,
 ) -> Result<Box<dyn Destination>, Failed> {
+    open_checked(target, sink, needs_table).map(|(dest, _)| dest)
+}
+
+/// As [`open`], and says whether the file names could be checked.
+pub fn open_checked(
+    target: &Target,
+    sink: &SinkId,
+    needs_table: bool,
+) -> Result<(Box<dyn Destination>, NameCheck), Failed> {
     match target {
         Target::Dir(target) => {
             let dir = absolute(&target.dir)?;
@@ -162,10 +183,20 @@ pub fn open(
             options.part_suffix = target.part_suffix.clone();
             let dest = FsDestination::open(options, sink)
                 .map_err(|e| failed(format!("cannot open {}: {e}", dir.display())))?;
-            check_file_names(&dest, sink)?;
-            Ok(Box::new(dest))
+            let check = if check_file_names(&dest, sink)? {
+                NameCheck::Checked
+            } else {
+                NameCheck::NothingToCheckAgainst {
+                    prefix: target.part_prefix.clone(),
+                    suffix: target.part_suffix.clone(),
+                }
+            };
+            Ok((Box::new(dest), check))
         }
-        Target::Postgres(pg) => Ok(Box::new(open_pg(pg, sink, needs_table)?)),
+        Target::Postgres(pg) => Ok((
+            Box::new(open_pg(pg, sink, needs_table)?),
+            NameCheck::Checked,
+        )),
     }
 }
 
@@ -176,7 +207,8 @@ pub fn open(
 /// as the sink is configured now (an earlier configuration may have named
 /// them otherwise). The single records first; when none names a file (all
 /// folded into the history, or removed by a reconcile), the folded ones.
-fn check_file_names(dest: &FsDestination, sink: &SinkId) -> Result<(), Failed> {
+/// Returns false when no record names a file: nothing to check against.
+fn check_file_names(dest: &FsDestination, sink: &SinkId) -> Result<bool, Failed> {
     let read_failed = |e| {
         failed(format!(
             "cannot read the commit records of sink '{sink}': {e}"
@@ -206,7 +238,7 @@ fn check_file_names(dest: &FsDestination, sink: &SinkId) -> Result<(), Failed> {
             )));
         }
     }
-    Ok(())
+    Ok(latest.is_some())
 }
 
 pub fn open_pg(pg: &PgTarget, sink: &SinkId, needs_table: bool) -> Result<PgDestination, Failed> {
@@ -726,7 +758,7 @@ fn operator_identity() -> String {
 
 /// Runs `twopc decide`.
 pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
-    let mut dest = open(&a.target, &a.sink, false)?;
+    let (mut dest, names) = open_checked(&a.target, &a.sink, false)?;
     operator::hold_sink(
         &mut dest,
         &SystemClock,
@@ -751,7 +783,22 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     )?;
     let txn = &a.transaction;
     let what = match decided {
-        Decided::Committed => format!("committed transaction {txn}: its output is visible now"),
+        Decided::Committed => match names {
+            NameCheck::Checked => format!("committed transaction {txn}: its output is visible now"),
+            // The sink never published a file, so no record said how it
+            // names them: say which name was used, so that a mismatch with
+            // the job's partPrefix/partSuffix is seen now, not by a reader
+            // that never finds the file.
+            NameCheck::NothingToCheckAgainst { prefix, suffix } => format!(
+                "committed transaction {txn}: its output is visible now as {}. The sink had \
+                 published no file before, so this name could not be checked against its \
+                 own: if the job's partPrefix or partSuffix differ from --part-prefix {} \
+                 --part-suffix {}, rename the file to the job's name for it",
+                twopc_core::part_names::part_name(&prefix, txn, &suffix),
+                shell_word(&prefix),
+                shell_word(&suffix)
+            ),
+        },
         Decided::CommittedEmpty => {
             format!("transaction {txn} held no records: nothing to publish, its id was released")
         }

@@ -1721,3 +1721,76 @@ fn a_url_in_capitals_never_shows_its_password() {
         assert_eq!(o.status.code(), Some(2), "{args:?}: {text}");
     }
 }
+
+/// A sink that never published a file has no commit record to say how it
+/// names its files, so `decide --commit` cannot check the names given. It
+/// says which name it used (before, it said nothing, and a mismatch with
+/// the job's partPrefix was found only by a reader that never saw the
+/// file); from then on the new record is checked against as usual.
+#[test]
+fn decide_commit_on_a_sink_that_never_published_names_the_file_it_made() {
+    let (_dir, out, clock) = output("op-first-name");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(
+        sink.clone(),
+        twopc_core::RunId::new("run-f").unwrap(),
+        0,
+        1,
+    )
+    .unwrap();
+    let (mut s, _) =
+        twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
+            .unwrap();
+    let p = prepare_one(&mut s, &["a", "b"], 1);
+    drop(s);
+    let decide_with = |extra: &[&str]| {
+        let mut args = vec![
+            "decide",
+            out.to_str().unwrap(),
+            "--sink",
+            "orders",
+            "--commit",
+            p.transaction.as_str(),
+        ];
+        args.extend_from_slice(extra);
+        twopc(&args)
+    };
+    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
+    let o = decide_with(&names);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    let said = stdout(&o);
+    let file = format!("orders-{}.csv", p.transaction);
+    assert!(
+        said.contains(&format!("visible now as {file}")) && said.contains("could not be checked"),
+        "{said}"
+    );
+    assert_eq!(fs::read_to_string(out.join(&file)).unwrap(), "a\nb\n");
+    // The same names again: checked against the record just written, so
+    // nothing about names is said, and nothing changes.
+    let again = decide_with(&names);
+    assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
+    assert!(
+        stdout(&again).contains("already committed")
+            && !stdout(&again).contains("could not be checked"),
+        "{}",
+        stdout(&again)
+    );
+    // Other names are refused now, naming the sink's.
+    let other = decide_with(&[]);
+    assert_eq!(other.status.code(), Some(2), "{}", stdout(&other));
+    assert!(stderr(&other).contains(&file), "{}", stderr(&other));
+}
+
+/// On a sink whose names were checked, the commit says nothing of names.
+#[test]
+fn decide_commit_on_a_sink_with_records_says_nothing_of_names() {
+    let (t, p) = leftover("dc-checked-names");
+    let o = decide(&t, "--commit", p.transaction.as_str());
+    assert_eq!(o.status.code(), Some(0), "{}", stderr(&o));
+    assert!(
+        !stdout(&o).contains("could not be checked"),
+        "{}",
+        stdout(&o)
+    );
+}
