@@ -706,6 +706,28 @@ fn inspect_postgres_flags_a_partly_visible_checkpoint_and_decide_resolves_it() {
     }
 }
 
+/// Two subtasks of run1: subtask 0 commits checkpoint 1 (rows 0..3), and
+/// checkpoint 2 (rows 3..5) too if `s0_commits_2`; subtask 1's transaction
+/// of checkpoint 2 (rows 5..9) is rolled back by an administrator before
+/// its commit, which stops as LOST. Returns the lineage and that handle.
+fn lose_checkpoint_2(pg: &mut Pg, s0_commits_2: bool) -> (String, TransactionHandle) {
+    let mut s0 = open_subtask(pg, "run1", 0, 2);
+    let mut s1 = open_subtask(pg, "run1", 1, 2);
+    commit(&mut s0, 0..3, 1);
+    let ok = s0_commits_2.then(|| prepare(&mut s0, 3..5, 2));
+    let gone = prepare(&mut s1, 5..9, 2);
+    if let Some(ok) = ok {
+        assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
+    }
+    pg.admin
+        .batch_execute(&format!("ROLLBACK PREPARED '{}'", gone.transaction))
+        .unwrap();
+    let err = s1.commit(&gone).unwrap_err();
+    assert!(matches!(err, twopc_core::TwopcError::Lost(_)), "{err}");
+    let lineage = s0.lineage().to_string();
+    (lineage, gone)
+}
+
 /// A sink without a transaction-id column: notes of lost transactions in
 /// the range, with no rows to remove, are cleared by the `--apply` the dry
 /// run prints, run as printed (it was refused for want of the column).
@@ -717,17 +739,7 @@ fn reconcile_postgres_clears_lost_notes_of_a_sink_without_a_transaction_id_colum
         .batch_execute(&format!("ALTER TABLE {} DROP COLUMN txn", pg.table))
         .unwrap();
     pg.column = None;
-    let mut s0 = open_subtask(&pg, "run1", 0, 2);
-    let mut s1 = open_subtask(&pg, "run1", 1, 2);
-    commit(&mut s0, 0..3, 1);
-    let gone = prepare(&mut s1, 5..9, 2);
-    pg.admin
-        .batch_execute(&format!("ROLLBACK PREPARED '{}'", gone.transaction))
-        .unwrap();
-    let err = s1.commit(&gone).unwrap_err();
-    assert!(matches!(err, twopc_core::TwopcError::Lost(_)), "{err}");
-    let lineage = s0.lineage().to_string();
-    drop((s0, s1));
+    let (lineage, _) = lose_checkpoint_2(&mut pg, false);
 
     let o = pg.twopc_without_table(
         "reconcile",
@@ -773,19 +785,7 @@ fn reconcile_postgres_clears_lost_notes_of_a_sink_without_a_transaction_id_colum
 fn inspect_postgres_flags_a_partly_visible_checkpoint_after_a_lost_stop() {
     let Some(url) = server() else { return };
     let mut pg = Pg::new(&url, "lost");
-    let mut s0 = open_subtask(&pg, "run1", 0, 2);
-    let mut s1 = open_subtask(&pg, "run1", 1, 2);
-    commit(&mut s0, 0..3, 1);
-    let ok = prepare(&mut s0, 3..5, 2);
-    let gone = prepare(&mut s1, 5..9, 2);
-    assert_eq!(s0.commit(&ok).unwrap(), CommitOutcome::Committed);
-    pg.admin
-        .batch_execute(&format!("ROLLBACK PREPARED '{}'", gone.transaction))
-        .unwrap();
-    let err = s1.commit(&gone).unwrap_err();
-    assert!(matches!(err, twopc_core::TwopcError::Lost(_)), "{err}");
-    let lineage = s0.lineage().to_string();
-    drop((s0, s1));
+    let (lineage, gone) = lose_checkpoint_2(&mut pg, true);
 
     let o = pg.twopc("inspect", &["--json"]);
     assert_eq!(o.status.code(), Some(1), "{}{}", stdout(&o), stderr(&o));
