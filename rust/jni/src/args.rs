@@ -152,10 +152,14 @@ pub(crate) fn direct_bytes<'b>(
     // alignment and has no invalid values). The memory stays allocated for
     // the slice's lifetime: the slice borrows `buffer`, a JNI local
     // reference that keeps the ByteBuffer reachable until the native method
-    // returns, and a direct buffer's memory is freed only by its cleaner
-    // once the buffer is unreachable. Nothing writes to it meanwhile: the
-    // caller hands the buffer over for the duration of the call (see the
-    // function doc), and this crate only reads it.
+    // returns, and the memory of a buffer from `ByteBuffer.allocateDirect`
+    // (the only kind the jar's callers pass: `RecordBatcher`) is freed only
+    // by its cleaner once the buffer is unreachable. Memory that can be freed
+    // while its buffer is reachable (a `MemorySegment` of a shared arena, an
+    // explicit `invokeCleaner`) is not covered by that: `NativeBridge.write`
+    // makes "not changed or freed until the call returns" the caller's
+    // obligation, which this argument relies on. Nothing writes to it
+    // meanwhile, by the same obligation, and this crate only reads it.
     Ok(unsafe { std::slice::from_raw_parts(address.cast_const(), length) })
 }
 

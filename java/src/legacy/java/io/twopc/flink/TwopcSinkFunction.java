@@ -315,6 +315,7 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
     @Override
     public void close() throws Exception {
         closing = true;
+        Throwable failure = null;
         try {
             // Flink aborts the current transaction here: its records are in no checkpoint and
             // will be replayed.
@@ -327,12 +328,17 @@ public class TwopcSinkFunction<IN> extends TwoPhaseCommitSinkFunction<IN, TwopcT
                 finalHousekeeping();
             }
         } catch (TwopcException e) {
-            throw escalate(e, "closing");
+            RuntimeException escalated = escalate(e, "closing");
+            failure = escalated;
+            throw escalated;
+        } catch (Exception | Error e) {
+            failure = e;
+            throw e;
         } finally {
             if (nativeSink != 0) {
                 long id = nativeSink;
                 nativeSink = 0;
-                NativeBridge.close(id);
+                NativeBridge.closeAfter(id, failure);
             }
             batcher = null;
         }

@@ -178,12 +178,16 @@ public final class TwopcCommitter implements Committer<TwopcCommittable> {
             return;
         }
         closed = true;
+        Throwable failure = null;
         try {
             if (endOfInputCommitted) {
                 finalHousekeeping();
             }
+        } catch (RuntimeException | Error e) {
+            failure = e;
+            throw e;
         } finally {
-            NativeBridge.close(nativeCommitter);
+            NativeBridge.closeAfter(nativeCommitter, failure);
         }
     }
 

@@ -103,10 +103,11 @@ public final class TwopcWriter<IN>
             ctx.getUserCodeClassLoader().registerReleaseHookIfAbsent(NativeBridge.RELEASE_HOOK_NAME,
                     NativeBridge.releaseHookFor(ctx.getUserCodeClassLoader().asClassLoader()));
         } catch (TwopcException e) {
-            NativeBridge.close(nativeWriter);
-            throw Escalation.escalate(LOG, scope, e, "opening the writer");
+            RuntimeException escalated = Escalation.escalate(LOG, scope, e, "opening the writer");
+            NativeBridge.closeAfter(nativeWriter, escalated);
+            throw escalated;
         } catch (RuntimeException | Error e) {
-            NativeBridge.close(nativeWriter);
+            NativeBridge.closeAfter(nativeWriter, e);
             throw e;
         }
     }
@@ -125,12 +126,16 @@ public final class TwopcWriter<IN>
         }
         long committer = NativeBridge.openCommitter(config, run, subtask, parallelism, attempt,
                 options.resolvePassword(), restoredId);
+        Throwable failure = null;
         try {
             for (byte[] handle : prepared) {
                 NativeBridge.commit(committer, handle);
             }
+        } catch (RuntimeException | Error e) {
+            failure = e;
+            throw e;
         } finally {
-            NativeBridge.close(committer);
+            NativeBridge.closeAfter(committer, failure);
         }
     }
 

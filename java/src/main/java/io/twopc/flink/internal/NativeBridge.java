@@ -258,6 +258,24 @@ public final class NativeBridge {
     /** Releases a writer, committer or sink. Unknown or already closed ids throw IllegalStateException. */
     public static native void close(long id);
 
+    /**
+     * {@link #close} while {@code failure} (if not null) is on its way out: a failure of the close
+     * is added to it as suppressed, never thrown in its place. Thrown from a {@code finally}, it
+     * would replace the first cause, and a fatal error (which stops the job) would become one that
+     * restarts it.
+     */
+    public static void closeAfter(long id, Throwable failure) {
+        if (failure == null) {
+            close(id);
+            return;
+        }
+        try {
+            close(id);
+        } catch (RuntimeException e) {
+            failure.addSuppressed(e);
+        }
+    }
+
     /** Name of the class loader release hook that {@link #releaseHookFor} makes. */
     public static final String RELEASE_HOOK_NAME = "twopc-native-library";
 

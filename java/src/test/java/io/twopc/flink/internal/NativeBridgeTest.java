@@ -130,6 +130,28 @@ public class NativeBridgeTest {
     }
 
     @Test
+    public void aCloseFailingWhileAnotherFailureIsOnItsWayOutIsAddedToItNotThrownInItsPlace() throws Exception {
+        long sink = open(tmp.newFolder("out"), "orders");
+        NativeBridge.close(sink);
+        // A fatal error of the writer's or committer's last call, then a close that fails too.
+        RuntimeException fatal = new RuntimeException("the first cause");
+        NativeBridge.closeAfter(sink, fatal);
+        assertThat(fatal.getSuppressed()).hasSize(1);
+        assertThat(fatal.getSuppressed()[0])
+                .isExactlyInstanceOf(IllegalStateException.class)
+                .hasMessageContaining("is closed or was never opened");
+        // With nothing on its way out, the close's own failure is thrown.
+        assertThatThrownBy(() -> NativeBridge.closeAfter(sink, null))
+                .isExactlyInstanceOf(IllegalStateException.class);
+        // A close that succeeds adds nothing.
+        long other = open(tmp.newFolder("other"), "orders");
+        RuntimeException cause = new RuntimeException("another cause");
+        NativeBridge.closeAfter(other, cause);
+        assertThat(cause.getSuppressed()).isEmpty();
+        assertThatThrownBy(() -> NativeBridge.stats(other)).isExactlyInstanceOf(IllegalStateException.class);
+    }
+
+    @Test
     public void protocolMisuseIsIllegalState() throws Exception {
         long sink = open(tmp.newFolder("out"), "orders");
         try {
