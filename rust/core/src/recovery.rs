@@ -1129,6 +1129,31 @@ fn abort_one<D: Destination>(
         // Listed as staged, found committed: a commit claimed it (a claim
         // whose marker cannot be read lists as prepared) or finished it
         // since. Never reported as aborted (found by review).
+        // A claim whose handle cannot be read: a decided commit that this
+        // start can neither finish (no handle) nor abort, and the next start
+        // meets it the same way. A retryable error would restart the job
+        // forever (or leave the lingering cleanup failing at every
+        // checkpoint): stop, naming it (found by review).
+        AbortStatus::WasCommitted if matches!(s.state, StagedState::PreparedUnreadable { .. }) => {
+            Err(TwopcError::Scan {
+                scope: ctx.scope(),
+                action: "resolving a staged transaction",
+                source: DestinationError::new(
+                    DestinationErrorKind::Corrupt,
+                    format!(
+                        "transaction {} was listed as staged ({why}) but is committed or being \
+                         committed: a commit claimed it, and its prepare marker cannot be read, \
+                         so it can be neither finished nor aborted here. Nothing was aborted. \
+                         Inspect it with `twopc inspect`, then finish it with `twopc decide \
+                         --commit` or restore a checkpoint that holds it",
+                        s.transaction
+                    ),
+                ),
+            })
+        }
+        // Listed as prepared, committed since (a commit of a superseded
+        // attempt that finished after the scan): the next start finds it
+        // committed and handles it as such (a rewind retracts it).
         AbortStatus::WasCommitted => Err(TwopcError::Destination {
             scope: ctx.scope(),
             action: "aborting",

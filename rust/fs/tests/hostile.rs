@@ -383,8 +383,55 @@ fn a_claimed_commit_with_a_damaged_marker_is_never_reported_aborted() {
     assert!(msg.contains(h.transaction.as_str()), "{msg}");
     assert!(msg.contains("committed or being committed"), "{msg}");
     assert!(msg.contains("twopc decide --commit"), "{msg}");
+    // The next start would meet it the same way: a stop, not a restart
+    // (before, it was retryable, and the job restarted forever).
+    assert!(err.is_fatal(), "{msg}");
     assert!(claimed.join("data").exists(), "the claim is left as it was");
     assert!(visible_files(&t.0).is_empty());
+}
+
+/// The same claim met by the lingering cleanup after a restore: the first
+/// completed checkpoint's housekeeping stops the job, naming it, instead
+/// of a warning at every checkpoint while the decided commit stays
+/// unfinished (found by review).
+#[test]
+fn a_claimed_commit_with_a_damaged_marker_met_by_the_lingering_cleanup_stops_the_job() {
+    let t = TempDir::new("damaged-claim-lingering");
+    let mut d = dest(&t.0);
+    let known = stage(&mut d, 1, 3, &["x"]);
+    let h = stage(&mut d, 2, 3, &["y"]);
+    let claimed = d.layout().committing.join(h.transaction.as_str());
+    fs::rename(d.layout().staging_dir(&h.transaction), &claimed).unwrap();
+    fs::write(claimed.join("prepared"), b"garbage").unwrap();
+    drop(d);
+    let ctx = twopc_core::SubtaskContext::new(sink(), known.run.clone(), 0, 1).unwrap();
+    let options = twopc_core::SinkOptions {
+        owner_wait_ms: 0,
+        ..Default::default()
+    };
+    let restore = twopc_core::recovery::Restore {
+        states: Vec::new(),
+        checkpoint: 3,
+        known: vec![known.clone()],
+    };
+    let (mut s, _) = twopc_core::SubtaskSink::open(
+        dest(&t.0),
+        twopc_core::SystemClock,
+        ctx,
+        options,
+        Some(&restore),
+        None,
+    )
+    .unwrap();
+    s.commit(&known).unwrap();
+    let err = s
+        .checkpoint_completed(4)
+        .expect_err("the housekeeping must stop on a decided commit it cannot resolve");
+    let msg = err.to_string();
+    assert!(err.is_fatal(), "{msg}");
+    assert!(msg.contains(h.transaction.as_str()), "{msg}");
+    assert!(msg.contains("twopc decide --commit"), "{msg}");
+    assert!(claimed.join("data").exists(), "the claim is left as it was");
 }
 
 /// `part-t-clicks.0.…` is this sink's name for a transaction of sink
