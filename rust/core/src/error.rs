@@ -261,6 +261,11 @@ pub struct ReusedJobId {
     pub output: crate::destination::LineageSummary,
     /// See [`ExistingOutput::restored_without_state`].
     pub restored_without_state: Option<CheckpointId>,
+    /// True when the job id is known from an earlier execution that
+    /// restored a checkpoint or savepoint of `output`'s lineage (noted as
+    /// the job id's lineage), rather than from output committed under the
+    /// job id's own lineage.
+    pub restored_earlier: bool,
 }
 
 /// A job started without state found prepared transactions of this sink,
@@ -601,11 +606,29 @@ fn reused_job_id_message(r: &ReusedJobId) -> String {
         Some(c) => format!(", the last for checkpoint {c}"),
         None => String::new(),
     };
+    let (what, why) = if r.restored_earlier {
+        (
+            format!(
+                "an earlier execution with the same Flink job id restored a checkpoint or \
+                 savepoint of lineage {} ({} committed transactions{last})",
+                l.lineage, l.committed
+            ),
+            "An execution that restored state restarts with state, never without",
+        )
+    } else {
+        (
+            format!(
+                "this sink already committed output under the same Flink job id: lineage {} \
+                 ({} committed transactions{last})",
+                l.lineage, l.committed
+            ),
+            "A job restarts without state only before its first checkpoint completes, and \
+             nothing is committed before that",
+        )
+    };
     format!(
-        "{}: the job started without restored state, but this sink already committed output \
-         under the same Flink job id: lineage {} ({} committed transactions{last}). A job \
-         restarts without state only before its first checkpoint completes, and nothing is \
-         committed before that, so this is a new execution that reuses the job id (application \
+        "{}: the job started without restored state, but {what}. {why}, so this is a new \
+         execution that reuses the job id (application \
          mode with high availability derives it from `high-availability.cluster-id`, and \
          `$internal.pipeline.job-id` fixes it). Starting would replay records next to that \
          output, and would take the earlier execution's prepared transactions for this one's \
@@ -615,8 +638,6 @@ fn reused_job_id_message(r: &ReusedJobId) -> String {
          `high-availability.cluster-id`, or no fixed job id), and the fresh-start policy \
          then treats that output as any earlier run's.{}",
         r.scope,
-        l.lineage,
-        l.committed,
         without_state_hint(r.restored_without_state)
     )
 }

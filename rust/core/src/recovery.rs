@@ -186,6 +186,43 @@ pub(crate) fn start<D: Destination, C: Clock>(
             scope,
             output,
             restored_without_state: without_state,
+            restored_earlier: false,
+        })));
+    }
+    // The job id's lineage was noted by an earlier start, as another
+    // lineage than this fresh start's. After a restore that gave this
+    // subtask no share, a subtask with one noted it after this one stopped
+    // waiting: a restored start, late. Without a restore, an execution
+    // under this job id restored a checkpoint or savepoint of that lineage;
+    // every restart of it restores state too, so a start without state is
+    // a new execution reusing the job id, and the prepared transactions of
+    // this job id are not its own to abort (found by review: they were
+    // aborted as a failover's, and only then did the note refuse the start).
+    let noted = dest
+        .run_lineage(&ctx.run)
+        .map_err(scan_err("reading the run's lineage at a fresh start"))?
+        .filter(|noted| *noted != lineage);
+    if let Some(noted) = noted {
+        if let (Some(r), Some(_)) = (restore, without_state) {
+            return restored_start(dest, clock, committer, ctx, options, r, noted);
+        }
+        let output = earlier
+            .iter()
+            .find(|l| l.lineage == noted)
+            .cloned()
+            .unwrap_or_else(|| crate::destination::LineageSummary {
+                lineage: noted,
+                committed: 0,
+                last_checkpoint: None,
+                last_transactions: Vec::new(),
+                runs: Vec::new(),
+                record: None,
+            });
+        return Err(TwopcError::JobIdReusedOnFreshStart(Box::new(ReusedJobId {
+            scope,
+            output,
+            restored_without_state: None,
+            restored_earlier: true,
         })));
     }
     let staged = list_staged(dest, ctx, "listing staged transactions at a fresh start")?;

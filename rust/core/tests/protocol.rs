@@ -676,6 +676,92 @@ fn a_fresh_start_under_a_job_id_that_committed_output_stops_whatever_the_policy(
     }
 }
 
+/// The same when the earlier execution under the job id restored another
+/// run's checkpoint: its output is in that lineage, not the job id's own,
+/// and only the note of the job id's lineage tells. Found by review: under
+/// a policy that appends, the start aborted the earlier execution's
+/// prepared transaction of a completed checkpoint as its own failover's,
+/// and only then did the note refuse it.
+#[test]
+fn a_fresh_start_under_a_job_id_that_restored_another_lineage_stops_whatever_the_policy() {
+    for policy in [
+        FreshStartPolicy::Fail,
+        FreshStartPolicy::Append,
+        FreshStartPolicy::AbortPrepared,
+        FreshStartPolicy::AppendAndAbortPrepared,
+    ] {
+        let (store, clock) = (MemoryStore::new(), TestClock::default());
+        let mut old = open(&store, &clock, ctx("old", 0, 1), options(), None, 1).unwrap();
+        let c = prepared(&mut old, &["a"], 1);
+        old.commit(&c).unwrap();
+        let carried = prepared(&mut old, &["b"], 2);
+        drop(old);
+        // Execution 1 of job id "job" restores the savepoint of checkpoint 2.
+        let mut first = open(
+            &store,
+            &clock,
+            ctx("job", 0, 1),
+            options(),
+            Some(&Restore {
+                states: Vec::new(),
+                checkpoint: 2,
+                known: vec![carried.clone()],
+            }),
+            2,
+        )
+        .unwrap();
+        first.commit(&carried).unwrap();
+        // Its checkpoint 3 completes; the process dies before its commit.
+        let pending = prepared(&mut first, &["c"], 3);
+        drop(first);
+
+        let opts = SinkOptions {
+            fresh_start: policy,
+            ..options()
+        };
+        let err = open(&store, &clock, ctx("job", 0, 1), opts.clone(), None, 3)
+            .err()
+            .unwrap_or_else(|| panic!("{policy:?}: the start went ahead"));
+        let TwopcError::JobIdReusedOnFreshStart(r) = &err else {
+            panic!("{policy:?}: {err}")
+        };
+        assert!(r.restored_earlier);
+        assert_eq!(r.output.lineage, c.lineage);
+        assert!(err.is_fatal());
+        let text = err.to_string();
+        for needle in [
+            "restored a checkpoint or savepoint of lineage",
+            &c.lineage.to_string(),
+            "Nothing was changed",
+        ] {
+            assert!(text.contains(needle), "{needle:?} missing from {text}");
+        }
+        assert_eq!(
+            store.staged_ids(),
+            vec![pending.transaction.clone()],
+            "{policy:?}: the pending transaction is kept"
+        );
+        assert_eq!(visible(&store), vec!["a", "b"]);
+
+        // Restored from checkpoint 3, the earlier execution's state commits it.
+        let mut restored = open(
+            &store,
+            &clock,
+            ctx("job", 0, 1),
+            opts,
+            Some(&Restore {
+                states: Vec::new(),
+                checkpoint: 3,
+                known: vec![pending.clone()],
+            }),
+            4,
+        )
+        .unwrap();
+        assert_eq!(restored.commit(&pending).unwrap(), CommitOutcome::Committed);
+        assert_eq!(visible(&store), vec!["a", "b", "c"]);
+    }
+}
+
 #[test]
 fn retention_cleanup_expires_leftovers_but_not_what_the_subtask_needs() {
     let (store, clock) = (MemoryStore::new(), TestClock::default());
