@@ -146,6 +146,18 @@ use crate::rows::{self, LineMap};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 
+/// Lifts `idle_session_timeout` (PostgreSQL 14 and later; older servers
+/// have no such setting, and skip it). Written as a macro so that
+/// [`WRITER_SETUP`] can include it with `concat!`.
+macro_rules! no_idle_session_timeout {
+    () => {
+        "DO $$ BEGIN \
+         PERFORM set_config('idle_session_timeout', '0', false); \
+         EXCEPTION WHEN undefined_object THEN NULL; \
+         END $$"
+    };
+}
+
 /// Run at the start of every writer session. The transactional mode's
 /// COPY is one statement, in one transaction, that lasts a whole checkpoint
 /// interval and idles between batches, so none of the server's limits on
@@ -171,13 +183,29 @@ use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 /// control session committed after the transaction's first statement, and
 /// a REPEATABLE READ or SERIALIZABLE snapshot would not see it, so every
 /// prepare failed as if the row had been removed (found by review).
-const WRITER_SETUP: &str = "SET idle_in_transaction_session_timeout = 0; \
+///
+/// And `idle_session_timeout` is lifted, as in every session of the sink
+/// ([`SESSION_SETUP`]).
+const WRITER_SETUP: &str = concat!(
+    "SET idle_in_transaction_session_timeout = 0; \
      SET statement_timeout = 0; \
      SET default_transaction_isolation = 'read committed'; \
      SELECT set_config('transaction_timeout', '0', false) \
        WHERE current_setting('server_version_num')::int >= 170000; \
      SELECT set_config('lock_timeout', '1min', false) \
-       WHERE current_setting('lock_timeout') = '0'";
+       WHERE current_setting('lock_timeout') = '0'; ",
+    no_idle_session_timeout!()
+);
+
+/// Run at the start of every session of the sink that is not a writer
+/// session (the control session; the operator tool's). Each idles between
+/// uses for as long as a checkpoint interval (the control session records
+/// the prepared handle once per checkpoint) or an operator's pause, so a
+/// role's or database's `idle_session_timeout` shorter than that would end
+/// it; the client notices only at its next statement, which then fails, and
+/// every prepare failed the same way after every restart (found by
+/// review). The operator's claim lives in its writer session too.
+const SESSION_SETUP: &str = no_idle_session_timeout!();
 
 /// What the open transaction's COPY is called in errors.
 const COPY_OP: &str = "COPY into the open transaction";
@@ -386,14 +414,6 @@ impl std::fmt::Debug for PgDestination {
     }
 }
 
-/// The operator's claim lives in its writer session, idle between the
-/// tool's steps: a server-wide `idle_session_timeout` must not end it
-/// (PostgreSQL 14 and later; older servers have no such setting).
-const OPERATOR_SESSION_SETUP: &str = "DO $$ BEGIN \
-     PERFORM set_config('idle_session_timeout', '0', false); \
-     EXCEPTION WHEN undefined_object THEN NULL; \
-     END $$";
-
 impl PgDestination {
     /// A destination over its parts, with no transaction open and nothing
     /// learnt about the tables yet: the one place that names every field's
@@ -449,7 +469,7 @@ impl PgDestination {
             config.clone(),
             &app("control"),
             secrets.clone(),
-            "",
+            SESSION_SETUP,
         );
         let writer = Link::new(
             "writer",
@@ -541,13 +561,19 @@ impl PgDestination {
         }
         let control_tables = ControlTables::new(&options.control_schema);
         let app = |role: &str| format!("twopc {sink} {role}");
-        let mut control = Link::new("control", config.clone(), &app("cli"), secrets.clone(), "");
+        let mut control = Link::new(
+            "control",
+            config.clone(),
+            &app("cli"),
+            secrets.clone(),
+            SESSION_SETUP,
+        );
         let writer = Link::new(
             "writer",
             config,
             &app("cli-owner"),
             secrets.clone(),
-            OPERATOR_SESSION_SETUP,
+            SESSION_SETUP,
         );
         let fail = |action: &'static str| {
             let sink = sink.clone();

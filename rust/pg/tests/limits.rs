@@ -95,7 +95,38 @@ fn a_statement_timeout_shorter_than_the_checkpoint_interval_does_not_cut_the_cop
     assert_eq!(f.count(), 10);
 }
 
-/// Rolls back a prepared transaction made by hand, however the test ends.
+/// A role's or database's `idle_session_timeout` (PostgreSQL 14 and later)
+/// shorter than the checkpoint interval: the control session idles between
+/// prepares (it records each prepared handle), and the writer session
+/// between a prepare and the next record. Before the fix the server ended
+/// them, and the next prepare (or begin) failed as a lost connection, after
+/// every restart again.
+#[test]
+fn an_idle_session_timeout_shorter_than_the_checkpoint_interval_ends_no_session() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "limits_idle");
+    if server_version(&mut f) < 140000 {
+        eprintln!("skipped: idle_session_timeout needs PostgreSQL 14 or later");
+        return;
+    }
+    f.opts = with_session_defaults(&f, &["idle_session_timeout=300"]);
+    let mut s = f.open("run1");
+    assert_eq!(
+        s.destination()
+            .writer_setting("idle_session_timeout")
+            .unwrap(),
+        "0"
+    );
+    for (checkpoint, ids) in [(1, 0..5), (2, 5..10), (3, 10..15)] {
+        let h = prepared(&mut s, &rows(ids, "a"), checkpoint);
+        assert_eq!(s.commit(&h).unwrap(), CommitOutcome::Committed);
+        // Longer than the sessions' limit, as a checkpoint interval is.
+        std::thread::sleep(Duration::from_millis(800));
+    }
+    assert_eq!(f.count(), 15);
+}
+
+/// Rolls back a prepared transaction made by hand, however the test ends./// Rolls back a prepared transaction made by hand, however the test ends.
 struct RollBack {
     url: String,
     gid: String,
