@@ -207,6 +207,10 @@ const WRITER_SETUP: &str = concat!(
 /// review). The operator's claim lives in its writer session too.
 const SESSION_SETUP: &str = no_idle_session_timeout!();
 
+/// How long an abort waits for the lock on a transaction's handle row
+/// (see `abort_not_prepared`).
+const HANDLE_ROW_LOCK_TIMEOUT: &str = "SET LOCAL lock_timeout = '5s'";
+
 /// What the open transaction's COPY is called in errors.
 const COPY_OP: &str = "COPY into the open transaction";
 
@@ -1708,11 +1712,36 @@ impl PgDestination {
         find_record: &str,
         delete_side: &str,
     ) -> Result<AbortStatus, DestinationError> {
-        let (committed, _) = self.control.run("looking up the commit record", |c| {
-            let committed = c.query_opt(find_record, &[&txn.as_str()])?.is_some();
-            let removed = c.execute(delete_side, &[&txn.as_str()])?;
+        let run = self.control.run("looking up the commit record", |c| {
+            let mut t = c.transaction()?;
+            // The handle row may be locked by a PREPARE still under way on
+            // the server (its session was cut off, and 42704 came because
+            // it was not prepared yet): the DELETE would wait until that
+            // transaction is decided, which nothing does while this task
+            // waits (found by review). Bounded, the abort fails, and the
+            // next start aborts the transaction once it is prepared.
+            t.batch_execute(HANDLE_ROW_LOCK_TIMEOUT)?;
+            let committed = t.query_opt(find_record, &[&txn.as_str()])?.is_some();
+            let removed = t.execute(delete_side, &[&txn.as_str()])?;
+            t.commit()?;
             Ok((committed, removed))
-        })?;
+        });
+        let (committed, _) = match run {
+            Ok(done) => done,
+            Err(f) if lock_wait::timed_out(&f) => {
+                return Err(self.err(
+                    DestinationErrorKind::Io,
+                    format!(
+                        "the handle row of {txn} stayed locked by another transaction (most \
+                         likely its own PREPARE, still under way on the server after its \
+                         session was cut off): not aborted now; it stays invisible, and the \
+                         next start aborts it once PostgreSQL lists it as prepared ({})",
+                        f.error
+                    ),
+                ))
+            }
+            Err(f) => return Err(f.into()),
+        };
         Ok(if committed {
             AbortStatus::WasCommitted
         } else if was_open {

@@ -8,6 +8,7 @@ use common::*;
 use twopc_core::committer::{AbortOutcome, CommitOutcome};
 use twopc_core::config::{FreshStartPolicy, RewindPolicy, SinkOptions};
 use twopc_core::destination::{AbortStatus, Destination, StagedState};
+use twopc_core::error::DestinationErrorKind;
 use twopc_core::{Clock, SystemClock, TransactionHandle, TwopcError};
 use twopc_pg::CopyFormat;
 
@@ -854,4 +855,39 @@ fn a_trigger_that_skips_rows_does_not_fail_the_prepare() {
     drop(s);
     drop(f);
     let _ = admin(&url).batch_execute(&format!("DROP FUNCTION IF EXISTS {func}() CASCADE"));
+}
+
+/// An abort of a transaction PostgreSQL does not list as prepared, whose
+/// handle row another transaction holds locked (as its own PREPARE does
+/// while still under way on the server after its session was cut off):
+/// the abort fails after a bounded wait, saying why, instead of waiting
+/// until that transaction is decided, which nothing does while the task
+/// waits (found by review). Nothing is removed.
+#[test]
+fn an_abort_does_not_wait_forever_for_a_locked_handle_row() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "abortlock");
+    let ghost = f.insert_stale_handle_row();
+    let mut holder = admin(&url);
+    let mut t = holder.transaction().unwrap();
+    t.execute(
+        "SELECT 1 FROM public.twopc_prepared WHERE transaction_id = $1 FOR KEY SHARE",
+        &[&ghost],
+    )
+    .unwrap();
+    let mut d = f.destination("run1");
+    let txn = twopc_core::TransactionId::parse(&ghost).unwrap().id;
+    let started = std::time::Instant::now();
+    let err = d.abort(&txn).unwrap_err();
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(
+        err.message.contains(&ghost) && err.message.contains("stayed locked"),
+        "{err}"
+    );
+    t.rollback().unwrap();
+    assert_eq!(f.side_rows(), [ghost.clone()], "nothing was removed");
+    // Unlocked, the same abort removes the row.
+    assert_eq!(d.abort(&txn).unwrap(), AbortStatus::NotFound);
+    assert!(f.side_rows().is_empty());
 }
