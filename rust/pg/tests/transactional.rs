@@ -886,7 +886,11 @@ fn an_abort_does_not_wait_forever_for_a_locked_handle_row() {
         "{err}"
     );
     t.rollback().unwrap();
-    assert_eq!(f.side_rows(), [ghost.clone()], "nothing was removed");
+    assert_eq!(
+        f.side_rows(),
+        std::slice::from_ref(&ghost),
+        "nothing was removed"
+    );
     // Unlocked, the same abort removes the row.
     assert_eq!(d.abort(&txn).unwrap(), AbortStatus::NotFound);
     assert!(f.side_rows().is_empty());
