@@ -126,7 +126,7 @@ fn an_idle_session_timeout_shorter_than_the_checkpoint_interval_ends_no_session(
     assert_eq!(f.count(), 15);
 }
 
-/// Rolls back a prepared transaction made by hand, however the test ends./// Rolls back a prepared transaction made by hand, however the test ends.
+/// Rolls back a prepared transaction made by hand, however the test ends.
 struct RollBack {
     url: String,
     gid: String,
