@@ -805,14 +805,17 @@ impl PgDestination {
     /// Who holds the ownership lock of `subtask`, as recorded.
     fn read_owner(&mut self, subtask: u32) -> Result<OwnerInfo, DestinationError> {
         let own = self.control_tables.owners.clone();
-        if let Some(row) = self.owner_row(&own, subtask, None)? {
-            return Ok(self.owner_info(&row, subtask, &own, ""));
-        }
         // The lock is per sink id and database, the owners' table per
         // control schema: the holder may record itself in another schema's
         // table. Its backend is found in pg_locks (a bigint key shows as
         // classid = its high half, objid = its low half), and its row by
-        // that backend in any other twopc_owners this user may read.
+        // that backend in this schema's table or in any other twopc_owners
+        // this user may read. Only the row of the backend that holds the
+        // lock counts: a row an earlier holder left (until a new holder,
+        // locked already, writes its own; or for good when the new one
+        // records itself in another schema) names someone who holds
+        // nothing, maybe the caller's own attempt, whose cleanup would then
+        // go ahead on a share another session holds (found by review).
         let key = owner_lock_key(&self.sink, subtask);
         let schema = self.control_tables.schema.clone();
         let (pid, others) = self.control.run("looking up the lock's holder", |c| {
@@ -831,6 +834,9 @@ impl PgDestination {
                 .collect();
             Ok((pid, others))
         })?;
+        if let Some(row) = self.owner_row(&own, subtask, pid)? {
+            return Ok(self.owner_info(&row, subtask, &own, ""));
+        }
         if let Some(pid) = pid {
             for table in others {
                 if let Some(row) = self.owner_row(&table, subtask, Some(pid))? {

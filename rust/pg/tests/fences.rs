@@ -174,3 +174,50 @@ fn the_shims_cleanup_confirms_its_share_inside_the_writers_open_transaction() {
         vec!["1|a-1", "2|b-2", "3|c-3"]
     );
 }
+
+/// The holder of a share is read from its owner row only if that row is
+/// the lock holder's. Attempt 1 of run1 held subtask 0's share and left its
+/// owner row behind; a job with the same sink id and another control
+/// schema (run2) holds the share now and records itself there. Asked by a
+/// late committer of run1 attempt 1, the share must not be reported as held
+/// by run1 attempt 1 (the committer would take it for its own writer's and
+/// clean up in a share another session holds; found by review).
+#[test]
+fn a_share_is_never_reported_held_by_the_stale_owner_row_of_an_earlier_holder() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "stale_owner");
+    let earlier = attempt_ctx(&f, 0, 1, 1);
+    let claim = earlier.owner_claim();
+    let mut d1 = connect(&f, &earlier);
+    assert_eq!(
+        d1.claim_ownership(&claim).unwrap(),
+        twopc_core::destination::Ownership::Acquired
+    );
+    drop(d1);
+    // The same sink id under another control schema, another run.
+    let schema = unique("ctl");
+    f.admin
+        .batch_execute(&format!("CREATE SCHEMA {schema}"))
+        .unwrap();
+    let mut other = f.opts.clone();
+    other.control_schema = schema.clone();
+    let run2 = ctx(&f.sink, "run2", 0, 1);
+    let mut d2 = twopc_pg::PgDestination::connect(other, &run2).unwrap();
+    assert_eq!(
+        d2.claim_ownership(&run2.owner_claim()).unwrap(),
+        twopc_core::destination::Ownership::Acquired
+    );
+
+    let mut late = connect(&f, &earlier);
+    match late.confirm_ownership(&claim).unwrap() {
+        Some(twopc_core::destination::Ownership::HeldBy(info)) => {
+            let holder = info.claim.as_ref().map(|c| c.run.as_str().to_string());
+            assert_eq!(holder.as_deref(), Some("run2"), "{info:?}");
+        }
+        other => panic!("the share is run2's, not {other:?}"),
+    }
+    drop(d2);
+    f.admin
+        .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
+        .unwrap();
+}
