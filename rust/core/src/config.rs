@@ -151,9 +151,15 @@ impl Default for RetryPolicy {
 }
 
 impl RetryPolicy {
+    /// The wait before retry `attempt` (1-based): the initial back-off,
+    /// doubled per attempt, at most the maximum. Saturating: a large
+    /// configured initial back-off must never wrap round to a short wait
+    /// (found by review).
     pub fn backoff_ms(&self, attempt: u32) -> u64 {
         let shift = attempt.saturating_sub(1).min(20);
-        (self.initial_backoff_ms << shift).min(self.max_backoff_ms)
+        self.initial_backoff_ms
+            .saturating_mul(1u64 << shift)
+            .min(self.max_backoff_ms)
     }
 }
 
@@ -254,6 +260,15 @@ mod tests {
         assert_eq!(p.backoff_ms(4), 800);
         assert_eq!(p.backoff_ms(5), 1_000);
         assert_eq!(p.backoff_ms(99), 1_000);
+        // A large initial back-off saturates instead of wrapping round.
+        let huge = RetryPolicy {
+            max_attempts: 30,
+            initial_backoff_ms: u64::MAX / 4,
+            max_backoff_ms: u64::MAX,
+        };
+        for attempt in 1..30 {
+            assert!(huge.backoff_ms(attempt) >= u64::MAX / 4, "{attempt}");
+        }
     }
 
     #[test]
