@@ -857,6 +857,45 @@ fn a_trigger_that_skips_rows_does_not_fail_the_prepare() {
     let _ = admin(&url).batch_execute(&format!("DROP FUNCTION IF EXISTS {func}() CASCADE"));
 }
 
+/// The same trigger skipped every row of a transaction: a rewind that
+/// replaces the range retracts it (no rows to delete, its record goes).
+/// Before, the job's retraction took "no rows" for a wrong transaction-id
+/// column and refused, and every restart's rewind stopped the same way.
+#[test]
+fn replace_range_retracts_a_transaction_whose_rows_a_trigger_skipped() {
+    let url = server!();
+    let columns = format!("{ID_BODY}, txn text NOT NULL");
+    let mut f = Fixture::with_columns(&url, "retract_trig", &columns);
+    f.opts.transaction_id_column = Some("txn".into());
+    let func = unique("skip_big");
+    f.admin
+        .batch_execute(&format!(
+            "CREATE FUNCTION {func}() RETURNS trigger LANGUAGE plpgsql AS \
+             $$ BEGIN IF NEW.id >= 20 THEN RETURN NULL; END IF; RETURN NEW; END $$; \
+             CREATE TRIGGER skip_big BEFORE INSERT ON {} FOR EACH ROW EXECUTE FUNCTION {func}()",
+            f.table
+        ))
+        .unwrap();
+    // Checkpoint 1 loads rows 10..15; 2 and 3 (ids 20 and up) load none.
+    let handles = three_committed_checkpoints(&f);
+    assert_eq!(f.count(), 5);
+    let replace = SinkOptions {
+        rewind: RewindPolicy::ReplaceRange,
+        ..sink_options()
+    };
+    let restore = restore_from(1, &[&handles[0]]);
+    let (s, report) = f.open_reporting("run1", replace, Some(&restore));
+    assert_eq!(report.retracted.len(), 2);
+    assert_eq!(f.count(), 5, "checkpoint 1's rows remain");
+    assert_eq!(
+        f.commit_records(),
+        [(handles[0].transaction.to_string(), 1)]
+    );
+    drop(s);
+    drop(f);
+    let _ = admin(&url).batch_execute(&format!("DROP FUNCTION IF EXISTS {func}() CASCADE"));
+}
+
 /// An abort of a transaction PostgreSQL does not list as prepared, whose
 /// handle row another transaction holds locked (as its own PREPARE does
 /// while still under way on the server after its session was cut off):
