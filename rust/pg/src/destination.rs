@@ -146,18 +146,6 @@ use crate::rows::{self, LineMap};
 use crate::schema::{self, ControlTables, StartupError};
 use crate::sql::{gid_literal, quote_ident, quote_literal, TableName};
 
-/// Lifts `idle_session_timeout` (PostgreSQL 14 and later; older servers
-/// have no such setting, and skip it). Written as a macro so that
-/// [`WRITER_SETUP`] can include it with `concat!`.
-macro_rules! no_idle_session_timeout {
-    () => {
-        "DO $$ BEGIN \
-         PERFORM set_config('idle_session_timeout', '0', false); \
-         EXCEPTION WHEN undefined_object THEN NULL; \
-         END $$"
-    };
-}
-
 /// Run at the start of every writer session. The transactional mode's
 /// COPY is one statement, in one transaction, that lasts a whole checkpoint
 /// interval and idles between batches, so none of the server's limits on
@@ -196,6 +184,18 @@ const WRITER_SETUP: &str = concat!(
        WHERE current_setting('lock_timeout') = '0'; ",
     no_idle_session_timeout!()
 );
+
+/// Lifts `idle_session_timeout` (PostgreSQL 14 and later; older servers
+/// have no such setting, and the condition skips it). A `SELECT`, not a
+/// `DO` block: a database may not let the sink's user run PL/pgSQL. A
+/// macro so that [`WRITER_SETUP`] can include it with `concat!`.
+macro_rules! no_idle_session_timeout {
+    () => {
+        "SELECT set_config('idle_session_timeout', '0', false) \
+         WHERE current_setting('server_version_num')::int >= 140000"
+    };
+}
+use no_idle_session_timeout;
 
 /// Run at the start of every session of the sink that is not a writer
 /// session (the control session; the operator tool's). Each idles between
@@ -366,6 +366,8 @@ struct OwnedShare {
     key: i64,
     generation: u64,
     subtask: u32,
+    /// The claim it was taken with, for its owner row.
+    claim: OwnerClaim,
 }
 
 /// The advisory lock key of a sink's share: a stable 64-bit hash (FNV-1a)
@@ -790,6 +792,50 @@ impl PgDestination {
                 ));
             }
         }
+        self.record_owner_session()?;
+        Ok(())
+    }
+
+    /// After the writer session was reconnected and took its locks back:
+    /// the owner rows of the shares it holds name its new backend (and its
+    /// claim again, in case another session held a share meanwhile). A row
+    /// is taken for the holder's only when it names the backend holding
+    /// the lock (see `read_owner`), so a row left naming the lost session
+    /// would hide this attempt from its own committer (found by re-review).
+    fn record_owner_session(&mut self) -> Result<(), DestinationError> {
+        let claims: Vec<OwnerClaim> = self
+            .owner
+            .iter()
+            .chain(self.leftover_shares.iter())
+            .map(|s| s.claim.clone())
+            .collect();
+        for claim in &claims {
+            self.write_owner_row(claim)?;
+        }
+        Ok(())
+    }
+
+    /// Records `claim` as the holder of its share, through the writer
+    /// session's backend (which holds the share's lock).
+    fn write_owner_row(&mut self, claim: &OwnerClaim) -> Result<(), DestinationError> {
+        let pid = self.writer.pid().unwrap_or(0);
+        let sql = format!(
+            "INSERT INTO {} (sink_id, subtask, run_id, attempt, instance, backend_pid, since) \
+             VALUES ($1, $2, $3, $4, $5, $6, now()) \
+             ON CONFLICT (sink_id, subtask) DO UPDATE SET run_id = excluded.run_id, \
+               attempt = excluded.attempt, instance = excluded.instance, \
+               backend_pid = excluded.backend_pid, since = excluded.since",
+            self.control_tables.owners
+        );
+        let (sink, sub, run) = (
+            self.sink.as_str().to_string(),
+            claim.subtask as i32,
+            claim.run.as_str().to_string(),
+        );
+        let (attempt, instance) = (claim.attempt as i32, format!("{:016x}", claim.instance));
+        self.control.run("recording the owner", |c| {
+            Ok(c.execute(&sql, &[&sink, &sub, &run, &attempt, &instance, &pid])?)
+        })?;
         Ok(())
     }
 
@@ -2819,28 +2865,12 @@ impl Destination for PgDestination {
         if !got {
             return Ok(Ownership::HeldBy(self.read_owner(claim.subtask)?));
         }
-        let pid = self.writer.pid().unwrap_or(0);
-        let sql = format!(
-            "INSERT INTO {} (sink_id, subtask, run_id, attempt, instance, backend_pid, since) \
-             VALUES ($1, $2, $3, $4, $5, $6, now()) \
-             ON CONFLICT (sink_id, subtask) DO UPDATE SET run_id = excluded.run_id, \
-               attempt = excluded.attempt, instance = excluded.instance, \
-               backend_pid = excluded.backend_pid, since = excluded.since",
-            self.control_tables.owners
-        );
-        let (sink, sub, run) = (
-            self.sink.as_str().to_string(),
-            claim.subtask as i32,
-            claim.run.as_str().to_string(),
-        );
-        let (attempt, instance) = (claim.attempt as i32, format!("{:016x}", claim.instance));
-        self.control.run("recording the owner", |c| {
-            Ok(c.execute(&sql, &[&sink, &sub, &run, &attempt, &instance, &pid])?)
-        })?;
+        self.write_owner_row(claim)?;
         let share = OwnedShare {
             key,
             generation: self.writer.generation(),
             subtask: claim.subtask,
+            claim: claim.clone(),
         };
         match &self.owner {
             // The subtask's own share is claimed first; others after it are

@@ -221,3 +221,42 @@ fn a_share_is_never_reported_held_by_the_stale_owner_row_of_an_earlier_holder() 
         .batch_execute(&format!("DROP SCHEMA {schema} CASCADE"))
         .unwrap();
 }
+
+/// The writer session of a running attempt is cut off and reconnects: it
+/// takes its lock back and its owner row names its new backend, so its own
+/// committer (another session) still finds the share held by this attempt
+/// (found by re-review: after the change above, the row named the lost
+/// session and the committer took the share for someone else's).
+#[test]
+fn after_a_writer_reconnect_the_share_is_still_reported_held_by_its_attempt() {
+    let url = server!();
+    let mut f = Fixture::new(&url, "reconnect_owner");
+    let mut s = f.open("run1");
+    committed(&mut s, &rows(0..2, "a"), 1);
+    let app = format!("twopc {} 0 writer", f.sink);
+    let pid: i32 = f
+        .admin
+        .query_one(
+            "SELECT pid FROM pg_stat_activity WHERE application_name = $1",
+            &[&app],
+        )
+        .unwrap()
+        .get(0);
+    f.terminate(pid);
+    // The first use meets the lost session (the task would restart); the
+    // next transaction reconnects the writer session.
+    let lost = s.begin().unwrap();
+    s.write(&lost.transaction, &batch(&rows(2..4, "x")))
+        .unwrap_err();
+    s.abort(&lost).unwrap();
+    committed(&mut s, &rows(2..4, "b"), 2);
+    let claim = f.ctx("run1").owner_claim();
+    let mut committer = f.destination("run1");
+    match committer.confirm_ownership(&claim).unwrap() {
+        Some(twopc_core::destination::Ownership::HeldBy(info)) => {
+            assert_eq!(info.claim.as_ref(), Some(&claim), "{info:?}");
+        }
+        other => panic!("the share is this attempt's writer's, not {other:?}"),
+    }
+    assert_eq!(f.count(), 4);
+}
