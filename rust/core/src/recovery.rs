@@ -1171,7 +1171,14 @@ fn abort_one<D: Destination>(
         // meets it the same way. A retryable error would restart the job
         // forever (or leave the lingering cleanup failing at every
         // checkpoint): stop, naming it (found by review).
-        AbortStatus::WasCommitted if matches!(s.state, StagedState::PreparedUnreadable { .. }) => {
+        // Only while it is still listed so: a destination where the answer
+        // means "committed and done" (PostgreSQL: someone finished it by
+        // hand meanwhile; the object store: its object exists) lists it no
+        // more, and the next start meets nothing (found by re-review).
+        AbortStatus::WasCommitted
+            if matches!(s.state, StagedState::PreparedUnreadable { .. })
+                && still_listed_unreadable(dest, ctx, &s.transaction)? =>
+        {
             Err(TwopcError::Scan {
                 scope: ctx.scope(),
                 action: "resolving a staged transaction",
@@ -1204,6 +1211,19 @@ fn abort_one<D: Destination>(
             ),
         }),
     }
+}
+
+/// Whether `txn` is still listed as prepared with an unreadable handle.
+fn still_listed_unreadable<D: Destination>(
+    dest: &mut D,
+    ctx: &SubtaskContext,
+    txn: &TransactionId,
+) -> Result<bool, TwopcError> {
+    Ok(list_staged(dest, ctx, "listing staged transactions again")?
+        .iter()
+        .any(|s| {
+            &s.transaction == txn && matches!(s.state, StagedState::PreparedUnreadable { .. })
+        }))
 }
 
 /// Expires staged transactions this subtask owns that outlived the
