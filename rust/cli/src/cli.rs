@@ -205,6 +205,11 @@ pub struct DecideCli {
     /// Abort transaction TXN.
     #[arg(long, value_name = "TXN")]
     pub abort: Option<String>,
+    /// Commit under the file names given (--part-prefix, --part-suffix)
+    /// although the sink has published no file yet whose commit record
+    /// would show its names: without it, such a commit is refused.
+    #[arg(long)]
+    pub names_as_given: bool,
     #[command(flatten)]
     pub dir: DirCli,
     #[command(flatten)]
@@ -365,6 +370,7 @@ impl DecideCli {
             sink: operate::parse_sink(&self.sink)?,
             decision,
             transaction,
+            names_as_given: self.names_as_given,
             target: self.pg.target(self.destination, self.dir)?,
         })
     }

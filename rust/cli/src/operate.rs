@@ -74,6 +74,9 @@ pub struct DecideArgs {
     pub sink: SinkId,
     pub decision: Decision,
     pub transaction: TransactionId,
+    /// `--names-as-given`: commit under the file names given even when the
+    /// sink has no commit record to check them against.
+    pub names_as_given: bool,
 }
 
 pub fn parse_sink(v: &str) -> Result<SinkId, String> {
@@ -759,6 +762,29 @@ fn operator_identity() -> String {
 /// Runs `twopc decide`.
 pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     let (mut dest, names) = open_checked(&a.target, &a.sink, false)?;
+    // The sink never published a file, so nothing says how it names them:
+    // a commit under other names than the job's would publish a file its
+    // readers never look for, and its commit record would keep that name
+    // (renaming the file afterwards makes the record look altered to a
+    // later retraction). So the names are confirmed first, not regretted
+    // after (found by review).
+    if let (Decision::Commit, NameCheck::NothingToCheckAgainst { prefix, suffix }) =
+        (a.decision, &names)
+    {
+        if !a.names_as_given {
+            return Err(failed(format!(
+                "sink '{}' has published no file yet, so the file names given cannot be checked \
+                 against the job's: this commit would publish {} (--part-prefix {} \
+                 --part-suffix {}). Nothing was changed. If those are the job's partPrefix \
+                 and partSuffix, run the command again with --names-as-given; otherwise pass \
+                 the job's",
+                a.sink,
+                twopc_core::part_names::part_name(prefix, &a.transaction, suffix),
+                shell_word(prefix),
+                shell_word(suffix)
+            )));
+        }
+    }
     operator::hold_sink(
         &mut dest,
         &SystemClock,
@@ -785,18 +811,10 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     let what = match decided {
         Decided::Committed => match names {
             NameCheck::Checked => format!("committed transaction {txn}: its output is visible now"),
-            // The sink never published a file, so no record said how it
-            // names them: say which name was used, so that a mismatch with
-            // the job's partPrefix/partSuffix is seen now, not by a reader
-            // that never finds the file.
             NameCheck::NothingToCheckAgainst { prefix, suffix } => format!(
-                "committed transaction {txn}: its output is visible now as {}. The sink had \
-                 published no file before, so this name could not be checked against its \
-                 own: if the job's partPrefix or partSuffix differ from --part-prefix {} \
-                 --part-suffix {}, rename the file to the job's name for it",
-                twopc_core::part_names::part_name(&prefix, txn, &suffix),
-                shell_word(&prefix),
-                shell_word(&suffix)
+                "committed transaction {txn}: its output is visible now as {} (the names \
+                 given, as confirmed with --names-as-given)",
+                twopc_core::part_names::part_name(&prefix, txn, &suffix)
             ),
         },
         Decided::CommittedEmpty => {

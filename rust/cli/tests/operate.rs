@@ -1724,11 +1724,13 @@ fn a_url_in_capitals_never_shows_its_password() {
 
 /// A sink that never published a file has no commit record to say how it
 /// names its files, so `decide --commit` cannot check the names given. It
-/// says which name it used (before, it said nothing, and a mismatch with
-/// the job's partPrefix was found only by a reader that never saw the
-/// file); from then on the new record is checked against as usual.
+/// refuses, changing nothing, until the operator confirms them with
+/// `--names-as-given` (before, it published under whatever names it was
+/// given, and a mismatch with the job's partPrefix was found only by a
+/// reader that never saw the file); from then on the new record is checked
+/// against as usual.
 #[test]
-fn decide_commit_on_a_sink_that_never_published_names_the_file_it_made() {
+fn decide_commit_on_a_sink_that_never_published_asks_to_confirm_the_names() {
     let (_dir, out, clock) = output("op-first-name");
     let sink = twopc_core::SinkId::new("orders").unwrap();
     let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&out), &sink).unwrap();
@@ -1756,23 +1758,35 @@ fn decide_commit_on_a_sink_that_never_published_names_the_file_it_made() {
         args.extend_from_slice(extra);
         twopc(&args)
     };
-    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
-    let o = decide_with(&names);
-    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
-    let said = stdout(&o);
     let file = format!("orders-{}.csv", p.transaction);
+    let names = ["--part-prefix", "orders", "--part-suffix", ".csv"];
+    let before = snapshot(&out);
+    let refused = decide_with(&names);
+    assert_eq!(refused.status.code(), Some(2), "{}", stdout(&refused));
+    let err = stderr(&refused);
     assert!(
-        said.contains(&format!("visible now as {file}")) && said.contains("could not be checked"),
-        "{said}"
+        err.contains(&file)
+            && err.contains("--names-as-given")
+            && err.contains("Nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(snapshot(&out), before, "nothing changed");
+    assert!(operations(&out).is_empty(), "nothing was requested");
+
+    let confirmed = [&names[..], &["--names-as-given"]].concat();
+    let o = decide_with(&confirmed);
+    assert_eq!(o.status.code(), Some(0), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stdout(&o).contains(&format!("visible now as {file}")),
+        "{}",
+        stdout(&o)
     );
     assert_eq!(fs::read_to_string(out.join(&file)).unwrap(), "a\nb\n");
-    // The same names again: checked against the record just written, so
-    // nothing about names is said, and nothing changes.
+    // The same names again: checked against the record just written.
     let again = decide_with(&names);
     assert_eq!(again.status.code(), Some(0), "{}", stderr(&again));
     assert!(
-        stdout(&again).contains("already committed")
-            && !stdout(&again).contains("could not be checked"),
+        stdout(&again).contains("already committed"),
         "{}",
         stdout(&again)
     );
