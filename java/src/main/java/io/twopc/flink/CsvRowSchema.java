@@ -11,11 +11,19 @@ import org.apache.flink.types.RowKind;
 import java.io.Serializable;
 import java.math.BigDecimal;
 import java.nio.charset.StandardCharsets;
+import java.time.Instant;
 import java.time.OffsetDateTime;
 import java.time.ZoneId;
 import java.time.format.DateTimeFormatter;
+import java.time.temporal.ChronoField;
+import java.time.temporal.ChronoUnit;
+import java.time.temporal.Temporal;
+import java.time.temporal.TemporalAccessor;
+import java.util.Calendar;
 import java.util.Collection;
 import java.util.Date;
+import java.util.GregorianCalendar;
+import java.util.Locale;
 import java.util.Map;
 import java.util.Objects;
 
@@ -35,11 +43,13 @@ import java.util.Objects;
  * ({@link BigDecimal} without exponent, {@link Date} as an ISO instant, {@code java.sql.Timestamp}
  * as the JVM's local date and time with its offset, so that a {@code timestamp} column gets the
  * local time and a {@code timestamptz} column the instant); {@code byte[]} is {@code
- * bytea} hex ({@code \x...}); anything else is {@code String.valueOf}. A value is quoted when it
+ * bytea} hex ({@code \x...}); {@code java.time} values and timestamps are cut to microseconds (what
+ * PostgreSQL keeps; it would round a finer fraction, possibly into the next day); anything else
+ * is {@code String.valueOf}. A value is quoted when it
  * contains a comma, a double quote, a line break or a backslash (which also covers {@code \.}, the
  * end-of-data marker), with inner quotes doubled, so line breaks inside values stay inside one row.
- * Collections, maps and arrays other than {@code byte[]} are refused: format them into a
- * PostgreSQL array or JSON literal in the extractor instead.
+ * Collections, maps, nested {@link Row}s and arrays other than {@code byte[]} are refused: format
+ * them into a PostgreSQL array, composite or JSON literal in the extractor instead.
  *
  * @param <T> the record type
  */
@@ -162,22 +172,55 @@ public final class CsvRowSchema<T> implements SerializationSchema<T> {
             // (found by review).
             java.sql.Timestamp ts = (java.sql.Timestamp) value;
             return OffsetDateTime.ofInstant(ts.toInstant(), ZoneId.systemDefault())
+                    .truncatedTo(ChronoUnit.MICROS)
                     .format(DateTimeFormatter.ISO_OFFSET_DATE_TIME);
         }
-        if (value instanceof java.sql.Date || value instanceof java.sql.Time) {
-            return value.toString(); // a date, or a time of day, as PostgreSQL reads them
+        if (value instanceof java.sql.Date) {
+            return sqlDate((java.sql.Date) value);
+        }
+        if (value instanceof java.sql.Time) {
+            // Its wall-clock time with the milliseconds it holds (toString() drops them).
+            return Instant.ofEpochMilli(((java.sql.Time) value).getTime()).atZone(ZoneId.systemDefault())
+                    .toLocalTime().toString();
         }
         if (value instanceof Date) {
             return ((Date) value).toInstant().toString();
         }
-        if (value.getClass().isArray() || value instanceof Collection || value instanceof Map) {
+        if (value.getClass().isArray() || value instanceof Collection || value instanceof Map
+                || value instanceof Row) {
             throw new TwopcRecordRejectedException("CsvRowSchema: field " + index + " is a " + value.getClass().getName()
-                    + "; format arrays, collections and maps as a PostgreSQL array or JSON literal (a String) "
-                    + "in the field extractor");
+                    + "; format arrays, collections, maps and nested rows as a PostgreSQL array, composite or "
+                    + "JSON literal (a String) in the field extractor");
+        }
+        // PostgreSQL keeps microseconds and rounds finer fractions, which can carry into the next
+        // second or day: cut to microseconds instead (towards the earlier time, as the SQL
+        // connector's rows do).
+        if (value instanceof Temporal && value instanceof TemporalAccessor
+                && ((TemporalAccessor) value).isSupported(ChronoField.NANO_OF_SECOND)) {
+            return truncatedToMicros((Temporal) value).toString();
         }
         // Numbers (NaN and Infinity spelled as PostgreSQL reads them), booleans, characters,
         // java.time values (ISO-8601) and strings.
         return value.toString();
+    }
+
+    /** {@code t} without its digits finer than a microsecond. */
+    private static Temporal truncatedToMicros(Temporal t) {
+        long nanos = ((TemporalAccessor) t).getLong(ChronoField.NANO_OF_SECOND);
+        return t.with(ChronoField.NANO_OF_SECOND, nanos - nanos % 1000);
+    }
+
+    /**
+     * A {@code java.sql.Date} by its own fields (the JVM's calendar, as {@code toString()} and JDBC
+     * read it) with its era: {@code toString()} prints the year within its era, cut to four
+     * digits, so 44 BC was written as 44 AD and the year 12024 as 2024.
+     */
+    private static String sqlDate(java.sql.Date date) {
+        Calendar c = new GregorianCalendar();
+        c.setTime(date);
+        String text = String.format(Locale.ROOT, "%04d-%02d-%02d", c.get(Calendar.YEAR),
+                c.get(Calendar.MONTH) + 1, c.get(Calendar.DAY_OF_MONTH));
+        return c.get(Calendar.ERA) == GregorianCalendar.BC ? text + " BC" : text;
     }
 
     private static Object[] fieldsOfRow(Row row) {

@@ -13,9 +13,12 @@ import java.sql.ResultSet;
 import java.sql.Statement;
 import java.time.Instant;
 import java.time.LocalDate;
+import java.time.LocalDateTime;
 import java.util.ArrayList;
 import java.util.Arrays;
+import java.util.Calendar;
 import java.util.Date;
+import java.util.GregorianCalendar;
 import java.util.List;
 
 import org.apache.flink.types.Row;
@@ -172,6 +175,59 @@ public class CsvRowSchemaTest {
         } finally {
             pg.execute("DROP TABLE IF EXISTS " + table);
         }
+    }
+
+    /**
+     * Dates and times as PostgreSQL keeps them. Before: a {@code java.sql.Time} lost its
+     * milliseconds, a {@code java.sql.Date} lost its era (44 BC became 44 AD) and its year's fifth
+     * digit, and a fraction finer than a microsecond was rounded by PostgreSQL, into the next day
+     * at the end of one.
+     */
+    @Test
+    public void datesAndTimesKeepWhatPostgresCanHold() throws Exception {
+        java.sql.Time time = java.sql.Time.valueOf("12:34:56");
+        time.setTime(time.getTime() + 789);
+        java.sql.Date bc = sqlDate(GregorianCalendar.BC, 44, Calendar.MARCH, 15);
+        java.sql.Date far = sqlDate(GregorianCalendar.AD, 12024, Calendar.MAY, 1);
+        LocalDateTime endOfDay = LocalDateTime.of(2024, 12, 31, 23, 59, 59, 999_999_500);
+        assertThat(CsvRowSchema.formatRow(time, bc, far, endOfDay))
+                .isEqualTo("12:34:56.789,0044-03-15 BC,12024-05-01,2024-12-31T23:59:59.999999");
+        assertThat(CsvRowSchema.formatRow(Instant.parse("2024-12-31T23:59:59.999999999Z"),
+                        java.sql.Timestamp.valueOf("2024-12-31 23:59:59.999999999")))
+                .startsWith("2024-12-31T23:59:59.999999Z,2024-12-31T23:59:59.999999");
+        assertThatThrownBy(() -> CsvRowSchema.formatRow(1L, Row.of(2, "x")))
+                .isInstanceOf(TwopcRecordRejectedException.class)
+                .hasMessageContaining("field 1");
+
+        TestPostgres pg = TestPostgres.fromEnvironment();
+        String table = TestPostgres.uniqueName("csv_times");
+        String row = new String(CsvRowSchema.forArrays().serialize(new Object[] {time, bc, far, endOfDay}),
+                StandardCharsets.UTF_8);
+        pg.execute("CREATE TABLE " + table + " (t time(3), bc date, far date, ts timestamp(6))");
+        try (Connection c = pg.connect()) {
+            c.unwrap(PGConnection.class).getCopyAPI()
+                    .copyIn("COPY " + table + " (t, bc, far, ts) FROM STDIN WITH (FORMAT csv)",
+                            new StringReader(row + "\n"));
+            try (Statement st = c.createStatement();
+                    ResultSet r = st.executeQuery(
+                            "SELECT t::text, bc::text, far::text, ts::text FROM " + table)) {
+                assertThat(r.next()).isTrue();
+                assertThat(r.getString(1)).as(row).isEqualTo("12:34:56.789");
+                assertThat(r.getString(2)).as(row).isEqualTo("0044-03-15 BC");
+                assertThat(r.getString(3)).as(row).isEqualTo("12024-05-01");
+                assertThat(r.getString(4)).as(row).isEqualTo("2024-12-31 23:59:59.999999");
+            }
+        } finally {
+            pg.execute("DROP TABLE IF EXISTS " + table);
+        }
+    }
+
+    private static java.sql.Date sqlDate(int era, int year, int month, int day) {
+        GregorianCalendar c = new GregorianCalendar();
+        c.clear();
+        c.set(Calendar.ERA, era);
+        c.set(year, month, day);
+        return new java.sql.Date(c.getTimeInMillis());
     }
 
     static final class Order {
