@@ -109,6 +109,16 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
                 .into(),
         );
     }
+    // `money` reads its input through the session's lc_monetary: the
+    // locale's thousands separator is skipped (under de_DE, the '.' of
+    // "1.50" makes 150,00) and fraction digits beyond the locale's are
+    // rounded away (found by review). Integers have neither.
+    if column == "money" && matches!(kind, "decimal" | "double" | "float" | "string") {
+        return Some(
+            "the PostgreSQL type money reads a value's text through the server's lc_monetary              setting: a '.' may be skipped as a thousands separator, and fraction digits beyond              the locale's are rounded away, without an error; make the PostgreSQL column numeric"
+                .into(),
+        );
+    }
     if column == "name" && kind == "string" {
         return Some(
             "the PostgreSQL type name keeps at most 63 bytes, so longer strings would be cut \
@@ -315,6 +325,18 @@ mod tests {
         }
         let why = silent_change("string", &pg("name", -1)).unwrap();
         assert!(why.contains("at most 63 bytes"), "{why}");
+        // money reads through lc_monetary: separators and fraction digits.
+        for declared in ["decimal:10:4", "double", "float", "string"] {
+            let why = silent_change(declared, &pg("money", -1)).unwrap();
+            assert!(why.contains("lc_monetary"), "{why}");
+        }
+        for declared in ["int", "bigint"] {
+            assert_eq!(
+                silent_change(declared, &pg("money", -1)),
+                None,
+                "{declared}"
+            );
+        }
         assert_eq!(silent_change("int", &pg("name", -1)), None);
         assert_eq!(silent_change("bytes", &pg("bytea", -1)), None);
         assert_eq!(silent_change("boolean", &pg("bool", -1)), None);
