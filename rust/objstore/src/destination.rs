@@ -634,7 +634,20 @@ impl ObjectStoreDestination {
             .list(Some(&path(prefix.trim_end_matches('/'))?))
             .try_collect()
             .await
-            .map_err(|e| self.err("listing", &prefix, e))?;
+            .map_err(|e| match e {
+                // A key the store's client cannot read as a path (an empty
+                // or `.`/`..` segment, a control character: a stray upload
+                // of another tool) fails the whole listing, at every start
+                // again: damaged control data, named, not I/O to retry
+                // (found by review).
+                object_store::Error::InvalidPath { source } => self.corrupt(format!(
+                    "a key under s3://{}/{prefix} is not a valid object path ({source}); twopc \
+                     writes no such key there. Move it away (list the prefix with another \
+                     tool), then restart",
+                    self.layout.bucket
+                )),
+                e => self.err("listing", &prefix, e),
+            })?;
         let mut names: Vec<String> = listed
             .iter()
             .filter_map(|m| m.location.as_ref().strip_prefix(prefix.as_str()))
@@ -1500,7 +1513,15 @@ impl ObjectStoreDestination {
             let record = names::commit_record_name(handle.lineage, checkpoint, &txn);
             if self.read_commit_record(&record).await?.is_some() {
                 self.completions().remove(&txn);
-                continue; // recorded; only its marker was left
+                // Recorded; only its marker was left (its commit's tidying
+                // failed or was cut short). Removed now: nothing else ever
+                // removes it, and every listing paid for it again (found by
+                // review). Best effort, as in the commit's own tidying.
+                let marker = self.layout.control(PREPARED, txn.as_str());
+                if let Err(e) = self.delete(&marker).await {
+                    log::debug!("removing the leftover marker of committed {txn}: {e}");
+                }
+                continue;
             }
             if let Some(completion) = self.completion_for(&handle) {
                 // Completed here, its record not written yet: recorded from

@@ -1469,3 +1469,58 @@ fn a_server_that_ignores_conditional_writes_is_refused_at_start() {
         assert!(err.message.contains(header), "{header}: {err}");
     }
 }
+
+/// A key the store's client cannot read as a path (here an empty segment,
+/// put by another tool) in a control area: every listing of that area
+/// failed as I/O, at every start again, naming nothing. Now it is damaged
+/// control data, named, and the job stops saying what to move.
+#[test]
+fn a_key_that_is_no_valid_path_in_a_control_area_is_named_not_retried() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    let mut d = open(&o);
+    stage(&mut d, 1, 1, &records(2, 10, b'a'));
+    // An unsigned PUT straight to the server (the client refuses to make
+    // such a key): moto takes it as S3 would.
+    let bucket = d.layout().bucket.clone();
+    let key = format!("{}stray//x", d.layout().area("prepared"));
+    let authority = endpoint.trim_start_matches("http://").trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(authority).unwrap();
+    use std::io::{Read, Write};
+    write!(
+        stream,
+        "PUT /{bucket}/{key} HTTP/1.1\r\nHost: {authority}\r\nContent-Length: 1\r\nConnection: close\r\n\r\nx"
+    )
+    .unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+
+    let err = d.staged().unwrap_err();
+    assert_eq!(
+        err.kind,
+        twopc_core::error::DestinationErrorKind::Corrupt,
+        "{err}"
+    );
+    assert!(err.message.contains("not a valid object path"), "{err}");
+    assert!(err.message.contains(&d.layout().area("prepared")), "{err}");
+}
+
+/// A committed transaction whose prepare marker was left behind (its
+/// commit's tidying failed): the next listing removes it. Before, nothing
+/// ever did, and every listing read it and its commit record again.
+#[test]
+fn a_leftover_marker_of_a_committed_transaction_is_removed_by_the_next_listing() {
+    let endpoint = server!();
+    let mut d = open(&options(&endpoint));
+    let h = stage(&mut d, 1, 1, &records(2, 10, b'a'));
+    let marker = d.layout().control("prepared", h.transaction.as_str());
+    let bytes = get_raw(&d, &marker).expect("the prepare marker");
+    assert_eq!(d.commit(&h, 5).unwrap(), CommitStatus::Committed);
+    assert_eq!(get_raw(&d, &marker), None, "the commit tidied it");
+    put_raw(&d, &marker, &bytes);
+
+    assert!(d.staged().unwrap().is_empty());
+    assert_eq!(get_raw(&d, &marker), None, "the listing removed it");
+    assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
+}
