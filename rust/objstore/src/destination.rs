@@ -416,6 +416,8 @@ impl ObjectStoreDestination {
             bucket_url: bucket_url(&options, &bucket),
             region: options.region.clone(),
             bucket: bucket.clone(),
+            max_retries: options.max_retries,
+            retry_timeout: Duration::from_millis(options.retry_timeout_ms),
         };
         let layout = Layout {
             bucket,

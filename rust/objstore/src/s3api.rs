@@ -96,6 +96,11 @@ pub struct S3Api {
     pub(crate) bucket_url: String,
     pub(crate) region: String,
     pub(crate) bucket: String,
+    /// Retries of a GET that failed for a reason that passes (a dropped
+    /// connection, 429, 5xx), as object_store retries its own requests, and
+    /// the time all of them may take.
+    pub(crate) max_retries: usize,
+    pub(crate) retry_timeout: std::time::Duration,
 }
 
 #[derive(Deserialize)]
@@ -210,10 +215,48 @@ pub(crate) fn uri_encode(value: &str, keep_slash: bool) -> String {
 }
 
 impl S3Api {
+    /// [`Self::send_once`], again after a failure that passes, for a GET
+    /// (these calls read: a repeat changes nothing). Without it, one
+    /// throttled answer (503 SlowDown, which a restore of every subtask at
+    /// once invites) failed the listing of multipart uploads or the
+    /// lifecycle read at once, and each failed commit attempt with it
+    /// (found by review). Back-off doubles from 100 ms, at most 15 s.
+    async fn send(
+        &self,
+        method: http::Method,
+        path: &str,
+        query: &str,
+        body: Bytes,
+        headers: &[(&str, String)],
+    ) -> Result<Bytes, ApiError> {
+        let started = std::time::Instant::now();
+        let mut backoff = std::time::Duration::from_millis(100);
+        let mut retries = 0;
+        loop {
+            let result = self
+                .send_once(method.clone(), path, query, body.clone(), headers)
+                .await;
+            match result {
+                Err(e)
+                    if method == http::Method::GET
+                        && passes(&e)
+                        && retries < self.max_retries
+                        && started.elapsed() + backoff < self.retry_timeout =>
+                {
+                    log::debug!("retrying after {}ms: {}", backoff.as_millis(), e.message);
+                    tokio::time::sleep(backoff).await;
+                    retries += 1;
+                    backoff = (backoff * 2).min(std::time::Duration::from_secs(15));
+                }
+                other => return other,
+            }
+        }
+    }
+
     /// Sends a signed request to `path` (after the bucket URL, starting
     /// with `/` or empty) with `query` (already encoded), and returns the
     /// body of a 2xx answer.
-    async fn send(
+    async fn send_once(
         &self,
         method: http::Method,
         path: &str,
@@ -420,6 +463,12 @@ impl S3Api {
         .await
         .map(|_| ())
     }
+}
+
+/// Whether a failed call may succeed if repeated: no answer (a dropped or
+/// refused connection, a timeout), throttling, or a server error.
+fn passes(e: &ApiError) -> bool {
+    matches!(e.status, None | Some(429 | 500 | 502 | 503 | 504))
 }
 
 impl From<RuleXml> for LifecycleRule {

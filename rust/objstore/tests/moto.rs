@@ -1524,3 +1524,70 @@ fn a_leftover_marker_of_a_committed_transaction_is_removed_by_the_next_listing()
     assert_eq!(get_raw(&d, &marker), None, "the listing removed it");
     assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
 }
+
+/// The first `n` listings of multipart uploads are throttled (503
+/// SlowDown), as S3 does when every subtask of a restore lists at once.
+#[derive(Debug)]
+struct ListingThrottled {
+    n: usize,
+    seen: Mutex<usize>,
+}
+
+impl RequestFaults for ListingThrottled {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call != S3Call::ListUploads {
+            return FaultAction::Proceed;
+        }
+        let mut seen = self.seen.lock().unwrap();
+        *seen += 1;
+        if *seen <= self.n {
+            FaultAction::AnswerStatus(
+                503,
+                "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
+                    .to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// A throttled listing of multipart uploads is retried as the client's own
+/// requests are (before, one 503 failed the listing, and with it the start
+/// or a commit attempt); with no retries configured it fails as before.
+#[test]
+fn a_throttled_listing_of_uploads_is_retried() {
+    let endpoint = server!();
+    let mut o = options(&endpoint);
+    let mut d = open(&o);
+    let h = stage(&mut d, 1, 1, &records(2, 10, b'a'));
+    drop(d);
+    o.max_retries = 3;
+    let faults = Arc::new(ListingThrottled {
+        n: 2,
+        seen: Mutex::new(0),
+    });
+    let mut d =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults.clone()).unwrap();
+    let staged = d.staged().unwrap();
+    assert_eq!(staged.len(), 1);
+    assert_eq!(staged[0].transaction, h.transaction);
+    assert!(
+        *faults.seen.lock().unwrap() >= 3,
+        "listed again after the throttling"
+    );
+
+    o.max_retries = 0;
+    let mut d = ObjectStoreDestination::open_with_faults(
+        o,
+        &sink(),
+        Arc::new(ListingThrottled {
+            n: 1,
+            seen: Mutex::new(0),
+        }),
+    )
+    .unwrap();
+    let err = d.staged().unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
+    assert!(err.message.contains("SlowDown"), "{err}");
+}
