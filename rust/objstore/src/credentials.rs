@@ -202,9 +202,159 @@ fn read_section(file: &Path, section: &str) -> Result<Option<Vec<(String, String
     Ok(seen.then_some(fields))
 }
 
+/// Reads the keys of a profile (or of the environment) again.
+type ReadKeys = dyn Fn(Option<&str>) -> Result<Option<Credentials>, String> + Send + Sync;
+
+/// How long keys read from the environment or a profile are used before
+/// they are read again.
+pub const REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// Keys found by [`resolve`], read again every [`REREAD_AFTER`]: temporary
+/// credentials in a profile file (a session token that a sidecar or
+/// `aws sso login` replaces before it expires) stay valid for the life of
+/// the sink. Read once, every request failed once the token expired, and
+/// a commit used up its attempts and stopped the job although a restart
+/// would have read the new keys (found by review). When a read fails or
+/// finds nothing, the last keys stay in use (and the failure is logged).
+pub struct RereadCredentials {
+    profile: Option<String>,
+    read: Box<ReadKeys>,
+    last: std::sync::Mutex<(
+        std::time::Instant,
+        std::sync::Arc<object_store::aws::AwsCredential>,
+    )>,
+}
+
+impl std::fmt::Debug for RereadCredentials {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RereadCredentials")
+            .field("profile", &self.profile)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RereadCredentials {
+    /// Starts from `first` (what [`resolve`] found at the start), reading
+    /// the process's environment and files again later.
+    pub fn new(profile: Option<String>, first: &Credentials) -> Self {
+        Self::with_reader(profile, first, |p| resolve(p, &Environment::process()))
+    }
+
+    /// As [`Self::new`], reading with `read` (tests).
+    pub fn with_reader(
+        profile: Option<String>,
+        first: &Credentials,
+        read: impl Fn(Option<&str>) -> Result<Option<Credentials>, String> + Send + Sync + 'static,
+    ) -> Self {
+        RereadCredentials {
+            profile,
+            read: Box::new(read),
+            last: std::sync::Mutex::new((
+                std::time::Instant::now(),
+                std::sync::Arc::new(aws(first)),
+            )),
+        }
+    }
+
+    /// The keys to sign with: the last ones, read again when older than
+    /// `max_age`.
+    pub fn current(
+        &self,
+        max_age: std::time::Duration,
+    ) -> std::sync::Arc<object_store::aws::AwsCredential> {
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.0.elapsed() >= max_age {
+            match (self.read)(self.profile.as_deref()) {
+                Ok(Some(c)) => last.1 = std::sync::Arc::new(aws(&c)),
+                Ok(None) => log::warn!(
+                    "reading the S3 credentials again found none; the last ones stay in use"
+                ),
+                Err(e) => log::warn!(
+                    "reading the S3 credentials again failed ({e}); the last ones stay in use"
+                ),
+            }
+            last.0 = std::time::Instant::now();
+        }
+        last.1.clone()
+    }
+}
+
+#[async_trait::async_trait]
+impl object_store::CredentialProvider for RereadCredentials {
+    type Credential = object_store::aws::AwsCredential;
+
+    async fn get_credential(&self) -> object_store::Result<std::sync::Arc<Self::Credential>> {
+        Ok(self.current(REREAD_AFTER))
+    }
+}
+
+fn aws(c: &Credentials) -> object_store::aws::AwsCredential {
+    object_store::aws::AwsCredential {
+        key_id: c.access_key_id.clone(),
+        secret_key: c.secret_access_key.expose().to_string(),
+        token: c.session_token.as_ref().map(|t| t.expose().to_string()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn keys(id: &str, token: &str) -> Credentials {
+        Credentials {
+            access_key_id: id.into(),
+            secret_access_key: Secret::new(format!("secret-{id}")),
+            session_token: Some(Secret::new(token)),
+            source: "test".into(),
+        }
+    }
+
+    /// Temporary keys in a profile are replaced before they expire: the
+    /// sink signs with the new ones after the next read, keeps the last
+    /// good ones when a read fails or finds none, and reads no more often
+    /// than asked.
+    #[test]
+    fn keys_are_read_again_and_the_last_good_ones_kept() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        use std::sync::Arc;
+        use std::time::Duration;
+        let reads = Arc::new(AtomicUsize::new(0));
+        let counted = reads.clone();
+        let reader = move |profile: Option<&str>| {
+            assert_eq!(profile, Some("sso"));
+            match counted.fetch_add(1, Ordering::SeqCst) {
+                0 => Ok(Some(keys("B", "token-2"))),
+                1 => Err("the file is being rewritten".to_string()),
+                _ => Ok(None),
+            }
+        };
+        let c = RereadCredentials::with_reader(Some("sso".into()), &keys("A", "token-1"), reader);
+        let hour = Duration::from_secs(3600);
+        assert_eq!(
+            c.current(hour).key_id,
+            "A",
+            "not read again before its time"
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 0);
+        let now = c.current(Duration::ZERO);
+        assert_eq!(
+            (now.key_id.as_str(), now.token.as_deref()),
+            ("B", Some("token-2"))
+        );
+        assert_eq!(
+            c.current(Duration::ZERO).key_id,
+            "B",
+            "a failed read keeps the last"
+        );
+        assert_eq!(
+            c.current(Duration::ZERO).key_id,
+            "B",
+            "none found keeps the last"
+        );
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+        assert_eq!(c.current(hour).key_id, "B");
+        assert_eq!(reads.load(Ordering::SeqCst), 3);
+    }
 
     fn env_of<'a>(
         vars: &'a [(&'a str, &'a str)],

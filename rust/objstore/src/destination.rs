@@ -374,24 +374,37 @@ impl ObjectStoreDestination {
         builder = builder
             .with_endpoint(&client_endpoint)
             .with_config(AmazonS3ConfigKey::S3Endpoint, &client_endpoint);
-        let keys = match &options.credentials {
-            CredentialSource::Static(c) => Some(c.clone()),
-            CredentialSource::Standard => {
-                credentials::resolve(options.profile.as_deref(), &Environment::process())
-                    .map_err(|e| not_permitted(format!("sink '{sink}': credentials: {e}")))?
+        match &options.credentials {
+            CredentialSource::Static(c) => {
+                log::debug!(
+                    "sink '{sink}': S3 access key {} from {}",
+                    c.access_key_id,
+                    c.source
+                );
+                builder = builder
+                    .with_access_key_id(&c.access_key_id)
+                    .with_secret_access_key(c.secret_access_key.expose());
+                if let Some(token) = &c.session_token {
+                    builder = builder.with_token(token.expose());
+                }
             }
-        };
-        if let Some(c) = keys {
-            log::debug!(
-                "sink '{sink}': S3 access key {} from {}",
-                c.access_key_id,
-                c.source
-            );
-            builder = builder
-                .with_access_key_id(&c.access_key_id)
-                .with_secret_access_key(c.secret_access_key.expose());
-            if let Some(token) = &c.session_token {
-                builder = builder.with_token(token.expose());
+            CredentialSource::Standard => {
+                let found =
+                    credentials::resolve(options.profile.as_deref(), &Environment::process())
+                        .map_err(|e| not_permitted(format!("sink '{sink}': credentials: {e}")))?;
+                // Found in the environment or a profile: read again while
+                // the sink runs (see RereadCredentials); otherwise
+                // object_store's own chain, which refreshes itself.
+                if let Some(c) = found {
+                    log::debug!(
+                        "sink '{sink}': S3 access key {} from {}",
+                        c.access_key_id,
+                        c.source
+                    );
+                    builder = builder.with_credentials(Arc::new(
+                        credentials::RereadCredentials::new(options.profile.clone(), &c),
+                    ));
+                }
             }
         }
         let store = Arc::new(builder.build().map_err(|e| {
