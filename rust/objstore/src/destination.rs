@@ -538,6 +538,16 @@ impl ObjectStoreDestination {
     pub fn check_lifecycle(&mut self, needed_ms: u64) -> Result<(), DestinationError> {
         let rules = self.wait(async {
             self.api.lifecycle_rules().await.map_err(|e| {
+                if e.code.as_deref() == Some(crate::s3api::UNREADABLE_LIFECYCLE) {
+                    return DestinationError::new(
+                        DestinationErrorKind::NotPermitted,
+                        format!(
+                            "sink '{}': {}. Nothing was changed. Use a bucket whose lifecycle \
+                             rules the S3 API describes in S3's form (or one without rules)",
+                            self.layout.sink, e.message
+                        ),
+                    );
+                }
                 DestinationError::new(
                     api_kind(&e),
                     format!(

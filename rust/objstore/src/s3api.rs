@@ -409,6 +409,26 @@ impl S3Api {
                     self.bucket
                 ),
             })?;
+        // S3 requires every rule's Status. A rule without one is another
+        // service's form (GCS's XML API answers its own rules, whose
+        // conditions and actions this reader does not know): read as S3's,
+        // every rule would look disabled and pass the checks unread
+        // (found by review).
+        if let Some(r) = config.rule.iter().find(|r| r.status.is_none()) {
+            return Err(ApiError {
+                status: None,
+                code: Some(UNREADABLE_LIFECYCLE.to_string()),
+                message: format!(
+                    "the lifecycle configuration of bucket {} has a rule without a Status{} \
+                     (not S3's form), so the sink cannot tell whether it aborts prepared \
+                     uploads or removes the sink's control objects",
+                    self.bucket,
+                    r.id.as_deref()
+                        .map(|id| format!(" ('{id}')"))
+                        .unwrap_or_default()
+                ),
+            });
+        }
         Ok(Some(
             config.rule.into_iter().map(LifecycleRule::from).collect(),
         ))
@@ -464,6 +484,10 @@ impl S3Api {
         .map(|_| ())
     }
 }
+
+/// The code of [`S3Api::lifecycle_rules`]'s refusal of a configuration it
+/// cannot read as S3's.
+pub const UNREADABLE_LIFECYCLE: &str = "TwopcUnreadableLifecycle";
 
 /// Whether a failed call may succeed if repeated: no answer (a dropped or
 /// refused connection, a timeout), throttling, or a server error.

@@ -1591,3 +1591,38 @@ fn a_throttled_listing_of_uploads_is_retried() {
     assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
     assert!(err.message.contains("SlowDown"), "{err}");
 }
+
+/// Lifecycle rules in another service's form: GCS's XML API answers its
+/// own (`Action`/`Condition`, no `Status`).
+#[derive(Debug)]
+struct GcsLifecycle;
+
+impl RequestFaults for GcsLifecycle {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.query.starts_with("lifecycle") {
+            FaultAction::Answer(
+                "<LifecycleConfiguration><Rule><Action><AbortIncompleteMultipartUpload/></Action>\
+                 <Condition><Age>1</Age></Condition></Rule></LifecycleConfiguration>"
+                    .to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// Read as S3's, such a rule looked disabled and passed unchecked, though
+/// it may abort prepared uploads after a day: refused, saying why.
+#[test]
+fn lifecycle_rules_in_another_form_than_s3s_are_refused_not_passed() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    drop(open(&o));
+    let mut d =
+        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(GcsLifecycle))
+            .unwrap();
+    let err = d.check_lifecycle(2 * 86_400_000).unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+    assert!(err.message.contains("without a Status"), "{err}");
+    assert!(err.message.contains("Nothing was changed"), "{err}");
+}
