@@ -1626,3 +1626,46 @@ fn lifecycle_rules_in_another_form_than_s3s_are_refused_not_passed() {
     assert!(err.message.contains("without a Status"), "{err}");
     assert!(err.message.contains("Nothing was changed"), "{err}");
 }
+
+/// A server that does not implement conditional writes answers the probe's
+/// conditional create 501 NotImplemented (S3's answer to a header it does
+/// not support).
+#[derive(Debug)]
+struct ConditionalPutNotImplemented;
+
+impl RequestFaults for ConditionalPutNotImplemented {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if request.call == S3Call::PutObject && request.path.contains("/probes/") {
+            FaultAction::AnswerStatus(
+                501,
+                "<Error><Code>NotImplemented</Code><Message>A header you provided implies \
+                 functionality that is not implemented</Message></Error>"
+                    .to_string(),
+            )
+        } else {
+            FaultAction::Proceed
+        }
+    }
+}
+
+/// Refused by name, as a server that ignores the header is; before, it was
+/// an I/O error, and every subtask restarted forever.
+#[test]
+fn a_server_that_does_not_implement_conditional_writes_is_refused_by_name() {
+    let endpoint = server!();
+    let o = options(&endpoint);
+    drop(open(&o));
+    let mut d = ObjectStoreDestination::open_with_faults(
+        o,
+        &sink(),
+        Arc::new(ConditionalPutNotImplemented),
+    )
+    .unwrap();
+    let err = d.check_conditional_writes().unwrap_err();
+    assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
+    assert!(
+        err.message
+            .contains("does not implement a create with If-None-Match"),
+        "{err}"
+    );
+}
