@@ -219,11 +219,25 @@ pub const REREAD_AFTER: std::time::Duration = std::time::Duration::from_secs(60)
 pub struct RereadCredentials {
     profile: Option<String>,
     read: Box<ReadKeys>,
-    last: std::sync::Mutex<(
-        std::time::Instant,
-        std::sync::Arc<object_store::aws::AwsCredential>,
-    )>,
+    state: std::sync::Mutex<Reread>,
 }
+
+/// The keys in use, and other keys read but not yet taken.
+struct Reread {
+    read_at: std::time::Instant,
+    in_use: std::sync::Arc<object_store::aws::AwsCredential>,
+    /// Keys that differ from those in use, and when they were first read.
+    /// They are taken only when read the same again at least
+    /// [`CONFIRM_AFTER`] later: a tool that rewrites the file once per key
+    /// (`aws configure set` for the id, the secret, the token in turn)
+    /// leaves a mix of old and new keys in between, and signing with a mix
+    /// is refused (403) as if the credentials were wrong, which stops the
+    /// job (found by re-review).
+    candidate: Option<(std::time::Instant, object_store::aws::AwsCredential)>,
+}
+
+/// How long new keys must read the same before they are taken.
+pub const CONFIRM_AFTER: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl std::fmt::Debug for RereadCredentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -249,34 +263,69 @@ impl RereadCredentials {
         RereadCredentials {
             profile,
             read: Box::new(read),
-            last: std::sync::Mutex::new((
-                std::time::Instant::now(),
-                std::sync::Arc::new(aws(first)),
-            )),
+            state: std::sync::Mutex::new(Reread {
+                read_at: std::time::Instant::now(),
+                in_use: std::sync::Arc::new(aws(first)),
+                candidate: None,
+            }),
         }
     }
 
-    /// The keys to sign with: the last ones, read again when older than
-    /// `max_age`.
+    /// The keys to sign with: those in use, read again when `reread_after`
+    /// has passed (or `confirm_after`, while new keys wait to be read the
+    /// same again); new keys are taken once read the same twice at least
+    /// `confirm_after` apart.
     pub fn current(
         &self,
-        max_age: std::time::Duration,
+        reread_after: std::time::Duration,
+        confirm_after: std::time::Duration,
     ) -> std::sync::Arc<object_store::aws::AwsCredential> {
-        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
-        if last.0.elapsed() >= max_age {
-            match (self.read)(self.profile.as_deref()) {
-                Ok(Some(c)) => last.1 = std::sync::Arc::new(aws(&c)),
-                Ok(None) => log::warn!(
-                    "reading the S3 credentials again found none; the last ones stay in use"
-                ),
-                Err(e) => log::warn!(
-                    "reading the S3 credentials again failed ({e}); the last ones stay in use"
-                ),
-            }
-            last.0 = std::time::Instant::now();
+        let mut state = self.state.lock().unwrap_or_else(|p| p.into_inner());
+        let due = if state.candidate.is_some() {
+            confirm_after.min(reread_after)
+        } else {
+            reread_after
+        };
+        if state.read_at.elapsed() < due {
+            return state.in_use.clone();
         }
-        last.1.clone()
+        state.read_at = std::time::Instant::now();
+        match (self.read)(self.profile.as_deref()) {
+            Ok(Some(c)) => {
+                let read = aws(&c);
+                if same(&read, &state.in_use) {
+                    state.candidate = None;
+                } else {
+                    match &state.candidate {
+                        Some((since, waiting))
+                            if same(waiting, &read) && since.elapsed() >= confirm_after =>
+                        {
+                            log::info!(
+                                "S3 credentials: taking the new keys (access key {}) of {}",
+                                read.key_id,
+                                c.source
+                            );
+                            state.in_use = std::sync::Arc::new(read);
+                            state.candidate = None;
+                        }
+                        Some((_, waiting)) if same(waiting, &read) => {}
+                        _ => state.candidate = Some((std::time::Instant::now(), read)),
+                    }
+                }
+            }
+            Ok(None) => {
+                log::warn!("reading the S3 credentials again found none; the last ones stay in use")
+            }
+            Err(e) => log::warn!(
+                "reading the S3 credentials again failed ({e}); the last ones stay in use"
+            ),
+        }
+        state.in_use.clone()
     }
+}
+
+fn same(a: &object_store::aws::AwsCredential, b: &object_store::aws::AwsCredential) -> bool {
+    a.key_id == b.key_id && a.secret_key == b.secret_key && a.token == b.token
 }
 
 #[async_trait::async_trait]
@@ -284,7 +333,7 @@ impl object_store::CredentialProvider for RereadCredentials {
     type Credential = object_store::aws::AwsCredential;
 
     async fn get_credential(&self) -> object_store::Result<std::sync::Arc<Self::Credential>> {
-        Ok(self.current(REREAD_AFTER))
+        Ok(self.current(REREAD_AFTER, CONFIRM_AFTER))
     }
 }
 
@@ -310,11 +359,12 @@ mod tests {
     }
 
     /// Temporary keys in a profile are replaced before they expire: the
-    /// sink signs with the new ones after the next read, keeps the last
+    /// sink signs with the new ones once it read them the same twice (a
+    /// file rewritten once per key shows a mix in between), keeps the last
     /// good ones when a read fails or finds none, and reads no more often
     /// than asked.
     #[test]
-    fn keys_are_read_again_and_the_last_good_ones_kept() {
+    fn keys_are_read_again_and_taken_when_read_the_same_twice() {
         use std::sync::atomic::{AtomicUsize, Ordering};
         use std::sync::Arc;
         use std::time::Duration;
@@ -323,37 +373,45 @@ mod tests {
         let reader = move |profile: Option<&str>| {
             assert_eq!(profile, Some("sso"));
             match counted.fetch_add(1, Ordering::SeqCst) {
-                0 => Ok(Some(keys("B", "token-2"))),
-                1 => Err("the file is being rewritten".to_string()),
+                // The new id with the old secret and token: a mix.
+                0 => Ok(Some(Credentials {
+                    access_key_id: "B".into(),
+                    ..keys("A", "token-1")
+                })),
+                1 | 2 => Ok(Some(keys("B", "token-2"))),
+                3 => Err("the file is being rewritten".to_string()),
                 _ => Ok(None),
             }
         };
         let c = RereadCredentials::with_reader(Some("sso".into()), &keys("A", "token-1"), reader);
-        let hour = Duration::from_secs(3600);
+        let (hour, zero) = (Duration::from_secs(3600), Duration::ZERO);
+        let id = |k: Arc<object_store::aws::AwsCredential>| k.key_id.clone();
         assert_eq!(
-            c.current(hour).key_id,
+            id(c.current(hour, hour)),
             "A",
             "not read again before its time"
         );
         assert_eq!(reads.load(Ordering::SeqCst), 0);
-        let now = c.current(Duration::ZERO);
+        assert_eq!(id(c.current(zero, zero)), "A", "a mix is not taken");
+        assert_eq!(
+            id(c.current(zero, zero)),
+            "A",
+            "new keys read once are not taken"
+        );
+        let now = c.current(zero, zero);
         assert_eq!(
             (now.key_id.as_str(), now.token.as_deref()),
             ("B", Some("token-2"))
         );
         assert_eq!(
-            c.current(Duration::ZERO).key_id,
+            id(c.current(zero, zero)),
             "B",
             "a failed read keeps the last"
         );
-        assert_eq!(
-            c.current(Duration::ZERO).key_id,
-            "B",
-            "none found keeps the last"
-        );
-        assert_eq!(reads.load(Ordering::SeqCst), 3);
-        assert_eq!(c.current(hour).key_id, "B");
-        assert_eq!(reads.load(Ordering::SeqCst), 3);
+        assert_eq!(id(c.current(zero, zero)), "B", "none found keeps the last");
+        assert_eq!(reads.load(Ordering::SeqCst), 5);
+        assert_eq!(id(c.current(hour, hour)), "B");
+        assert_eq!(reads.load(Ordering::SeqCst), 5);
     }
 
     fn env_of<'a>(

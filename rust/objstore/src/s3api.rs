@@ -490,9 +490,13 @@ impl S3Api {
 pub const UNREADABLE_LIFECYCLE: &str = "TwopcUnreadableLifecycle";
 
 /// Whether a failed call may succeed if repeated: no answer (a dropped or
-/// refused connection, a timeout), throttling, or a server error.
+/// refused connection, a timeout), an answer cut off while its body was
+/// read (its status is a success's), throttling, or a server error.
 fn passes(e: &ApiError) -> bool {
-    matches!(e.status, None | Some(429 | 500 | 502 | 503 | 504))
+    matches!(
+        e.status,
+        None | Some(200..=299 | 429 | 500 | 502 | 503 | 504)
+    )
 }
 
 impl From<RuleXml> for LifecycleRule {

@@ -115,7 +115,9 @@ fn scalar(declared: &str, pg: &PgColumnType) -> Option<String> {
     // rounded away (found by review). Integers have neither.
     if column == "money" && matches!(kind, "decimal" | "double" | "float" | "string") {
         return Some(
-            "the PostgreSQL type money reads a value's text through the server's lc_monetary              setting: a '.' may be skipped as a thousands separator, and fraction digits beyond              the locale's are rounded away, without an error; make the PostgreSQL column numeric"
+            "the PostgreSQL type money reads a value's text through the server's lc_monetary \
+             setting: a '.' may be skipped as a thousands separator, and fraction digits beyond \
+             the locale's are rounded away, without an error; make the PostgreSQL column numeric"
                 .into(),
         );
     }

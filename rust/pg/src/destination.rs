@@ -848,8 +848,9 @@ impl PgDestination {
         })
     }
 
-    /// Who holds the ownership lock of `subtask`, as recorded.
-    fn read_owner(&mut self, subtask: u32) -> Result<OwnerInfo, DestinationError> {
+    /// Who holds the ownership lock of `subtask`, as recorded; `None` when
+    /// nobody holds it now (released since the caller looked).
+    fn read_owner(&mut self, subtask: u32) -> Result<Option<OwnerInfo>, DestinationError> {
         let own = self.control_tables.owners.clone();
         // The lock is per sink id and database, the owners' table per
         // control schema: the holder may record itself in another schema's
@@ -880,36 +881,36 @@ impl PgDestination {
                 .collect();
             Ok((pid, others))
         })?;
-        if let Some(row) = self.owner_row(&own, subtask, pid)? {
-            return Ok(self.owner_info(&row, subtask, &own, ""));
+        // Nobody holds it now: any row is an earlier holder's.
+        let Some(pid) = pid else {
+            return Ok(None);
+        };
+        if let Some(row) = self.owner_row(&own, subtask, Some(pid))? {
+            return Ok(Some(self.owner_info(&row, subtask, &own, "")));
         }
-        if let Some(pid) = pid {
-            for table in others {
-                if let Some(row) = self.owner_row(&table, subtask, Some(pid))? {
-                    let note = format!(
-                        ", with another control schema than this sink's {} (one sink id \
-                         owns its prepared transactions across the database, whatever the \
-                         control schema, so it is held per sink id and database)",
-                        quote_ident(&schema)
-                    );
-                    return Ok(self.owner_info(&row, subtask, &table, &note));
-                }
+        for table in others {
+            if let Some(row) = self.owner_row(&table, subtask, Some(pid))? {
+                let note = format!(
+                    ", with another control schema than this sink's {} (one sink id \
+                     owns its prepared transactions across the database, whatever the \
+                     control schema, so it is held per sink id and database)",
+                    quote_ident(&schema)
+                );
+                return Ok(Some(self.owner_info(&row, subtask, &table, &note)));
             }
         }
-        Ok(OwnerInfo {
+        Ok(Some(OwnerInfo {
             claim: None,
             holder: format!(
-                "another session{} holds the advisory lock of sink '{}' subtask {subtask} in this \
+                "another session (PostgreSQL backend {pid}, see pg_stat_activity) holds the \
+                 advisory lock of sink '{}' subtask {subtask} in this \
                  database, and {own} has no row for it: a job with the same sink id and \
                  another control schema holds it (the lock is per sink id and database, \
                  whatever the control schema, because a sink's prepared transactions are \
                  found by its sink id across the database), or a tool that took the lock by hand",
-                pid.map_or(String::new(), |p| format!(
-                    " (PostgreSQL backend {p}, see pg_stat_activity)"
-                )),
                 self.sink,
             ),
-        })
+        }))
     }
 
     /// Who holds `claim.subtask`'s share, without a statement in the writer
@@ -930,7 +931,12 @@ impl PgDestination {
             })?;
         match holder {
             Some(pid) if Some(pid) == self.writer.pid() => Ok(Some(Ownership::Acquired)),
-            Some(_) => Ok(Some(Ownership::HeldBy(self.read_owner(claim.subtask)?))),
+            Some(_) => match self.read_owner(claim.subtask)? {
+                Some(holder) => Ok(Some(Ownership::HeldBy(holder))),
+                // Released since: as if nobody had held it.
+                None if self.open.is_none() => self.claim_ownership(claim).map(Some),
+                None => Ok(None),
+            },
             None if self.open.is_none() => self.claim_ownership(claim).map(Some),
             None => Ok(None),
         }
@@ -2861,9 +2867,25 @@ impl Destination for PgDestination {
 
     fn claim_ownership(&mut self, claim: &OwnerClaim) -> Result<Ownership, DestinationError> {
         let key = owner_lock_key(&self.sink, claim.subtask);
-        let got: bool = self.try_lock_share("claiming ownership", key)?;
-        if !got {
-            return Ok(Ownership::HeldBy(self.read_owner(claim.subtask)?));
+        // A holder that lets go between the try and the look at who holds
+        // it: try again (a few times: the lock may change hands quickly).
+        let mut tries = 0;
+        while !self.try_lock_share("claiming ownership", key)? {
+            tries += 1;
+            match self.read_owner(claim.subtask)? {
+                Some(holder) => return Ok(Ownership::HeldBy(holder)),
+                None if tries < 3 => continue,
+                None => {
+                    return Ok(Ownership::HeldBy(OwnerInfo {
+                        claim: None,
+                        holder: format!(
+                            "sessions that take and release the advisory lock of sink '{}' \
+                             subtask {} over and over (a tool, or jobs with the same sink id)",
+                            self.sink, claim.subtask
+                        ),
+                    }))
+                }
+            }
         }
         self.write_owner_row(claim)?;
         let share = OwnedShare {
