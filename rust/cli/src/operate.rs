@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use twopc_core::destination::Destination;
+use twopc_core::destination::{Destination, StagedState};
 use twopc_core::operator::{self, Decided, Decision, OperatorError};
 use twopc_core::{LineageId, RetryPolicy, SinkId, SystemClock, TransactionId, TwopcError};
 use twopc_fs::{FsDestination, FsOptions, CONTROL_DIR};
@@ -771,7 +771,22 @@ pub fn decide(a: &DecideArgs) -> Result<(u8, String), Failed> {
     if let (Decision::Commit, NameCheck::NothingToCheckAgainst { prefix, suffix }) =
         (a.decision, &names)
     {
-        if !a.names_as_given {
+        // Only a commit that would publish a file needs its name confirmed:
+        // not one of a transaction that is not staged (nothing to publish)
+        // or was prepared with no records. A claimed one, or one whose
+        // handle cannot be read, is confirmed first.
+        let publishes = dest
+            .staged()
+            .map_err(|e| failed(format!("cannot list the staged transactions: {e}")))?
+            .iter()
+            .find(|s| s.transaction == a.transaction)
+            .is_some_and(|s| match &s.state {
+                StagedState::Prepared(h) | StagedState::Committing(h) => {
+                    h.prepared().is_none_or(|p| p.records > 0)
+                }
+                _ => true,
+            });
+        if !a.names_as_given && publishes {
             return Err(failed(format!(
                 "sink '{}' has published no file yet, so the file names given cannot be checked \
                  against the job's: this commit would publish {} (--part-prefix {} \

@@ -1808,3 +1808,40 @@ fn decide_commit_on_a_sink_with_records_says_nothing_of_names() {
         stdout(&o)
     );
 }
+
+/// A transaction that would publish no file needs no names confirmed: an
+/// empty one is not staged at all here, and the commit answers as for any
+/// transaction not staged, not with the names' refusal.
+#[test]
+fn decide_commit_of_an_empty_transaction_needs_no_names_confirmed() {
+    let (_dir, out, clock) = output("op-first-empty");
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&out), &sink).unwrap();
+    let ctx = twopc_core::SubtaskContext::new(
+        sink.clone(),
+        twopc_core::RunId::new("run-e").unwrap(),
+        0,
+        1,
+    )
+    .unwrap();
+    let (mut s, _) =
+        twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
+            .unwrap();
+    let p = prepare_one(&mut s, &[], 1);
+    drop(s);
+    let o = twopc(&[
+        "decide",
+        out.to_str().unwrap(),
+        "--sink",
+        "orders",
+        "--commit",
+        p.transaction.as_str(),
+    ]);
+    assert_eq!(o.status.code(), Some(3), "{}{}", stdout(&o), stderr(&o));
+    assert!(
+        stderr(&o).contains("neither staged nor committed")
+            && !stderr(&o).contains("--names-as-given"),
+        "{}",
+        stderr(&o)
+    );
+}
