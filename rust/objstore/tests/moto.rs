@@ -1243,31 +1243,6 @@ fn a_prepared_upload_of_a_sink_whose_names_read_as_anothers_is_left_alone() {
     assert_eq!(eu.abort(&own).unwrap(), AbortStatus::Aborted);
 }
 
-/// A server that lists multipart uploads only for an exact key, as MinIO
-/// does (minio/minio#20989): a listing by a prefix that is not a whole key
-/// answers no upload.
-#[derive(Debug)]
-struct ListsByExactKeyOnly;
-
-impl RequestFaults for ListsByExactKeyOnly {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        let prefix = request
-            .query
-            .split('&')
-            .find_map(|kv| kv.strip_prefix("prefix="))
-            .unwrap_or("");
-        if request.call == S3Call::ListUploads && prefix.ends_with('.') {
-            FaultAction::Answer(
-                "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>\
-                 </ListMultipartUploadsResult>"
-                    .to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
-}
-
 /// On such a server the sink would see none of its staged transactions:
 /// a fresh start's check, the lingering cleanup and the retention would
 /// pass a completed checkpoint's prepared transaction over in silence. The
@@ -1279,9 +1254,25 @@ fn a_server_that_lists_uploads_by_exact_key_only_is_refused_not_trusted() {
     let mut d = open(&o);
     let recs = records(3, 10, 6);
     let h = stage(&mut d, 1, 3, &recs);
-    let mut quirky =
-        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(ListsByExactKeyOnly))
-            .unwrap();
+    // A server that lists multipart uploads only for an exact key, as MinIO
+    // does (minio/minio#20989): a listing by a prefix that is not a whole
+    // key answers no upload.
+    let by_exact_key_only = AnswerTo::every(
+        |r| {
+            let prefix = r
+                .query
+                .split('&')
+                .find_map(|kv| kv.strip_prefix("prefix="))
+                .unwrap_or("");
+            r.call == S3Call::ListUploads && prefix.ends_with('.')
+        },
+        FaultAction::Answer(
+            "<ListMultipartUploadsResult><IsTruncated>false</IsTruncated>\
+             </ListMultipartUploadsResult>"
+                .to_string(),
+        ),
+    );
+    let mut quirky = open_answering(&o, by_exact_key_only);
     let err = quirky.staged().unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
     for part in [
@@ -1296,25 +1287,6 @@ fn a_server_that_lists_uploads_by_exact_key_only_is_refused_not_trusted() {
     assert_eq!(object(&d, 1), Some(lines(&recs)));
 }
 
-/// Answers 409 (ConditionalRequestConflict, what S3 says to a conditional
-/// create while another is under way) to the creation of a run's lineage
-/// record, without sending it.
-#[derive(Debug)]
-struct RunRecordCreateConflicts;
-
-impl RequestFaults for RunRecordCreateConflicts {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.call == S3Call::PutObject && request.path.contains(&format!("/{RUNS}/")) {
-            FaultAction::AnswerStatus(
-                409,
-                "<Error><Code>ConditionalRequestConflict</Code></Error>".to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
-}
-
 /// Subtasks of a restore record the run's lineage at once: a create that
 /// meets another's create still under way (409), and finds nothing to read
 /// yet, is retried, not taken for damaged control data (which stopped the
@@ -1324,12 +1296,15 @@ fn a_run_lineage_record_being_written_by_another_subtask_is_retried_not_corrupt(
     let endpoint = server!();
     let o = options(&endpoint);
     let run = RunId::new("job-lineage-race").unwrap();
-    let mut racing = ObjectStoreDestination::open_with_faults(
-        o.clone(),
-        &sink(),
-        Arc::new(RunRecordCreateConflicts),
-    )
-    .unwrap();
+    // 409 ConditionalRequestConflict (what S3 says to a conditional create
+    // while another is under way) to the creation of a run's record.
+    let mut racing = open_answering(
+        &o,
+        AnswerTo::every(
+            |r| r.call == S3Call::PutObject && r.path.contains(&format!("/{RUNS}/")),
+            AnswerTo::error(409, "ConditionalRequestConflict"),
+        ),
+    );
     let err = racing.record_run_lineage(&run, LineageId(11)).unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
     assert!(err.message.contains("being written"), "{err}");
@@ -1337,24 +1312,6 @@ fn a_run_lineage_record_being_written_by_another_subtask_is_retried_not_corrupt(
     let mut d = open(&o);
     d.record_run_lineage(&run, LineageId(11)).unwrap();
     assert_eq!(d.run_lineage(&run).unwrap(), Some(LineageId(11)));
-}
-
-/// Answers 409 (S3's OperationAborted) to the PUT of every prepared
-/// marker, without sending it.
-#[derive(Debug)]
-struct MarkerPutConflicts;
-
-impl RequestFaults for MarkerPutConflicts {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.call == S3Call::PutObject && request.path.contains(&format!("/{PREPARED}/")) {
-            FaultAction::AnswerStatus(
-                409,
-                "<Error><Code>OperationAborted</Code></Error>".to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
 }
 
 /// A 409 to the overwrite of a prepared marker wrote nothing: the prepare
@@ -1365,9 +1322,14 @@ fn a_conflict_answered_to_a_markers_put_fails_the_prepare() {
     let endpoint = server!();
     let o = options(&endpoint);
     drop(open(&o)); // makes the bucket
-    let mut d =
-        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(MarkerPutConflicts))
-            .unwrap();
+                    // 409 OperationAborted to the PUT of every prepared marker.
+    let mut d = open_answering(
+        &o,
+        AnswerTo::every(
+            |r| r.call == S3Call::PutObject && r.path.contains(&format!("/{PREPARED}/")),
+            AnswerTo::error(409, "OperationAborted"),
+        ),
+    );
     let recs = records(2, 10, 7);
     write(&mut d, 1, &recs).unwrap();
     let h = handle(1, Some(1), &recs);
@@ -1384,24 +1346,6 @@ fn a_conflict_answered_to_a_markers_put_fails_the_prepare() {
     );
 }
 
-/// Answers 403 AccessDenied to every listing of multipart uploads.
-#[derive(Debug)]
-struct UploadListingDenied;
-
-impl RequestFaults for UploadListingDenied {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.call == S3Call::ListUploads {
-            FaultAction::AnswerStatus(
-                403,
-                "<Error><Code>AccessDenied</Code><Message>Access Denied</Message></Error>"
-                    .to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
-}
-
 /// Credentials that may not list multipart uploads are a configuration
 /// error (`NotPermitted`: the job stops saying what to grant), not an I/O
 /// error a restart would meet again and again.
@@ -1410,9 +1354,14 @@ fn a_refused_listing_of_uploads_says_what_to_grant_and_is_not_retried() {
     let endpoint = server!();
     let o = options(&endpoint);
     drop(open(&o)); // makes the bucket
-    let mut d =
-        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(UploadListingDenied))
-            .unwrap();
+                    // 403 AccessDenied to every listing of multipart uploads.
+    let mut d = open_answering(
+        &o,
+        AnswerTo::every(
+            |r| r.call == S3Call::ListUploads,
+            AnswerTo::error(403, "AccessDenied"),
+        ),
+    );
     let err = d.staged().unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
     assert!(
@@ -1525,33 +1474,6 @@ fn a_leftover_marker_of_a_committed_transaction_is_removed_by_the_next_listing()
     assert_eq!(d.commit(&h, 6).unwrap(), CommitStatus::AlreadyCommitted);
 }
 
-/// The first `n` listings of multipart uploads are throttled (503
-/// SlowDown), as S3 does when every subtask of a restore lists at once.
-#[derive(Debug)]
-struct ListingThrottled {
-    n: usize,
-    seen: Mutex<usize>,
-}
-
-impl RequestFaults for ListingThrottled {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.call != S3Call::ListUploads {
-            return FaultAction::Proceed;
-        }
-        let mut seen = self.seen.lock().unwrap();
-        *seen += 1;
-        if *seen <= self.n {
-            FaultAction::AnswerStatus(
-                503,
-                "<Error><Code>SlowDown</Code><Message>Please reduce your request rate.</Message></Error>"
-                    .to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
-}
-
 /// A throttled listing of multipart uploads is retried as the client's own
 /// requests are (before, one 503 failed the listing, and with it the start
 /// or a commit attempt); with no retries configured it fails as before.
@@ -1562,53 +1484,28 @@ fn a_throttled_listing_of_uploads_is_retried() {
     let mut d = open(&o);
     let h = stage(&mut d, 1, 1, &records(2, 10, b'a'));
     drop(d);
+    // The first listings throttled (503 SlowDown), as S3 does when every
+    // subtask of a restore lists at once.
+    let throttled = |n| {
+        AnswerTo::first(
+            n,
+            |r| r.call == S3Call::ListUploads,
+            AnswerTo::error(503, "SlowDown"),
+        )
+    };
     o.max_retries = 3;
-    let faults = Arc::new(ListingThrottled {
-        n: 2,
-        seen: Mutex::new(0),
-    });
-    let mut d =
-        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults.clone()).unwrap();
+    let faults = throttled(2);
+    let mut d = open_answering(&o, faults.clone());
     let staged = d.staged().unwrap();
     assert_eq!(staged.len(), 1);
     assert_eq!(staged[0].transaction, h.transaction);
-    assert!(
-        *faults.seen.lock().unwrap() >= 3,
-        "listed again after the throttling"
-    );
+    assert!(faults.seen() >= 3, "listed again after the throttling");
 
     o.max_retries = 0;
-    let mut d = ObjectStoreDestination::open_with_faults(
-        o,
-        &sink(),
-        Arc::new(ListingThrottled {
-            n: 1,
-            seen: Mutex::new(0),
-        }),
-    )
-    .unwrap();
+    let mut d = open_answering(&o, throttled(1));
     let err = d.staged().unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::Io, "{err}");
     assert!(err.message.contains("SlowDown"), "{err}");
-}
-
-/// Lifecycle rules in another service's form: GCS's XML API answers its
-/// own (`Action`/`Condition`, no `Status`).
-#[derive(Debug)]
-struct GcsLifecycle;
-
-impl RequestFaults for GcsLifecycle {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.query.starts_with("lifecycle") {
-            FaultAction::Answer(
-                "<LifecycleConfiguration><Rule><Action><AbortIncompleteMultipartUpload/></Action>\
-                 <Condition><Age>1</Age></Condition></Rule></LifecycleConfiguration>"
-                    .to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
 }
 
 /// Read as S3's, such a rule looked disabled and passed unchecked, though
@@ -1618,34 +1515,23 @@ fn lifecycle_rules_in_another_form_than_s3s_are_refused_not_passed() {
     let endpoint = server!();
     let o = options(&endpoint);
     drop(open(&o));
-    let mut d =
-        ObjectStoreDestination::open_with_faults(o.clone(), &sink(), Arc::new(GcsLifecycle))
-            .unwrap();
+    // Lifecycle rules in another service's form: GCS's XML API answers its
+    // own (`Action`/`Condition`, no `Status`).
+    let mut d = open_answering(
+        &o,
+        AnswerTo::every(
+            |r| r.query.starts_with("lifecycle"),
+            FaultAction::Answer(
+                "<LifecycleConfiguration><Rule><Action><AbortIncompleteMultipartUpload/>\
+                 </Action><Condition><Age>1</Age></Condition></Rule></LifecycleConfiguration>"
+                    .to_string(),
+            ),
+        ),
+    );
     let err = d.check_lifecycle(2 * 86_400_000).unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
     assert!(err.message.contains("without a Status"), "{err}");
     assert!(err.message.contains("Nothing was changed"), "{err}");
-}
-
-/// A server that does not implement conditional writes answers the probe's
-/// conditional create 501 NotImplemented (S3's answer to a header it does
-/// not support).
-#[derive(Debug)]
-struct ConditionalPutNotImplemented;
-
-impl RequestFaults for ConditionalPutNotImplemented {
-    fn decide(&self, request: &RequestInfo) -> FaultAction {
-        if request.call == S3Call::PutObject && request.path.contains("/probes/") {
-            FaultAction::AnswerStatus(
-                501,
-                "<Error><Code>NotImplemented</Code><Message>A header you provided implies \
-                 functionality that is not implemented</Message></Error>"
-                    .to_string(),
-            )
-        } else {
-            FaultAction::Proceed
-        }
-    }
 }
 
 /// Refused by name, as a server that ignores the header is; before, it was
@@ -1655,12 +1541,15 @@ fn a_server_that_does_not_implement_conditional_writes_is_refused_by_name() {
     let endpoint = server!();
     let o = options(&endpoint);
     drop(open(&o));
-    let mut d = ObjectStoreDestination::open_with_faults(
-        o,
-        &sink(),
-        Arc::new(ConditionalPutNotImplemented),
-    )
-    .unwrap();
+    // The probe's conditional create answered 501 NotImplemented (S3's
+    // answer to a header it does not support).
+    let mut d = open_answering(
+        &o,
+        AnswerTo::every(
+            |r| r.call == S3Call::PutObject && r.path.contains("/probes/"),
+            AnswerTo::error(501, "NotImplemented"),
+        ),
+    );
     let err = d.check_conditional_writes().unwrap_err();
     assert_eq!(err.kind, DestinationErrorKind::NotPermitted, "{err}");
     assert!(

@@ -220,6 +220,86 @@ impl RequestFaults for Faults {
     }
 }
 
+/// Answers the requests `matches` picks with `action`, without sending
+/// them (the first `times` of them, or all), and lets every other request
+/// through: a server that behaves otherwise than S3, in a line.
+pub struct AnswerTo {
+    matches: Box<dyn Fn(&RequestInfo) -> bool + Send + Sync>,
+    action: FaultAction,
+    times: Option<usize>,
+    /// How many requests it matched.
+    pub seen: Mutex<usize>,
+}
+
+impl std::fmt::Debug for AnswerTo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("AnswerTo")
+            .field("action", &self.action)
+            .field("times", &self.times)
+            .finish_non_exhaustive()
+    }
+}
+
+impl AnswerTo {
+    /// Every request `matches` picks.
+    pub fn every(
+        matches: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static,
+        action: FaultAction,
+    ) -> Arc<AnswerTo> {
+        Arc::new(AnswerTo {
+            matches: Box::new(matches),
+            action,
+            times: None,
+            seen: Mutex::new(0),
+        })
+    }
+
+    /// The first `times` requests `matches` picks.
+    pub fn first(
+        times: usize,
+        matches: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static,
+        action: FaultAction,
+    ) -> Arc<AnswerTo> {
+        Arc::new(AnswerTo {
+            matches: Box::new(matches),
+            action,
+            times: Some(times),
+            seen: Mutex::new(0),
+        })
+    }
+
+    /// An S3 error answer: `status` with an `<Error>` naming `code`.
+    pub fn error(status: u16, code: &str) -> FaultAction {
+        FaultAction::AnswerStatus(
+            status,
+            format!("<Error><Code>{code}</Code><Message>{code}</Message></Error>"),
+        )
+    }
+
+    pub fn seen(&self) -> usize {
+        *self.seen.lock().unwrap()
+    }
+}
+
+impl RequestFaults for AnswerTo {
+    fn decide(&self, request: &RequestInfo) -> FaultAction {
+        if !(self.matches)(request) {
+            return FaultAction::Proceed;
+        }
+        let mut seen = self.seen.lock().unwrap();
+        *seen += 1;
+        match self.times {
+            Some(n) if *seen > n => FaultAction::Proceed,
+            _ => self.action.clone(),
+        }
+    }
+}
+
+/// Opens a destination of `o` whose requests pass `faults` first.
+pub fn open_answering(o: &S3Options, faults: Arc<AnswerTo>) -> ObjectStoreDestination {
+    ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults).unwrap()
+}
+
 pub fn open_faulty(o: &S3Options) -> (ObjectStoreDestination, Arc<Faults>) {
     let faults = Arc::new(Faults::default());
     let d = ObjectStoreDestination::open_with_faults(o.clone(), &sink(), faults.clone()).unwrap();
