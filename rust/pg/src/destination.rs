@@ -749,48 +749,48 @@ impl PgDestination {
     /// session: takes the ownership lock again, or fails if another run
     /// took it while the session was gone.
     fn ensure_owner(&mut self) -> Result<(), DestinationError> {
-        let Some(share) = &self.owner else {
-            return Ok(());
-        };
-        if share.generation == self.writer.generation() && self.writer.is_connected() {
-            return Ok(());
-        }
-        let key = share.key;
-        let subtask = share.subtask;
-        let got: bool = self.try_lock_share("taking back the ownership lock", key)?;
-        if !got {
-            return Err(self.err(
-                DestinationErrorKind::Unavailable,
-                format!(
-                    "the writer session of sink '{}' subtask {subtask} was reconnected, and \
-                     meanwhile another session took this subtask's ownership lock (see {}); \
-                     the job restarts and its start-up names the owner",
-                    self.sink, self.control_tables.owners
-                ),
-            ));
-        }
-        if let Some(share) = &mut self.owner {
-            share.generation = self.writer.generation();
-        }
-        let leftovers: Vec<(i64, u32)> = self
-            .leftover_shares
+        let (generation, connected) = (self.writer.generation(), self.writer.is_connected());
+        // Every share held, each by its own generation: a share claimed
+        // later (a cleanup's check claims a free one) may have been taken
+        // in a newer session than the others, and checking only the own
+        // share's left the others unlocked after such a reconnect (found by
+        // review).
+        let stale: Vec<(i64, u32, bool)> = self
+            .owner
             .iter()
-            .map(|s| (s.key, s.subtask))
+            .map(|s| (s, true))
+            .chain(self.leftover_shares.iter().map(|s| (s, false)))
+            .filter(|(s, _)| !(connected && s.generation == generation))
+            .map(|(s, own)| (s.key, s.subtask, own))
             .collect();
-        for (key, subtask) in leftovers {
+        if stale.is_empty() {
+            return Ok(());
+        }
+        for (key, subtask, own) in stale {
             let got: bool = self.try_lock_share("taking back an ownership lock", key)?;
             if !got {
+                let whose = if own {
+                    format!("this subtask's ownership lock (subtask {subtask})")
+                } else {
+                    format!(
+                        "the ownership lock of subtask {subtask}'s share, which this subtask \
+                         looks after"
+                    )
+                };
                 return Err(self.err(
                     DestinationErrorKind::Unavailable,
                     format!(
                         "the writer session of sink '{}' was reconnected, and meanwhile \
-                         another session took the ownership lock of subtask {}'s share, which \
-                         this subtask looks after (see {}); the job restarts and its start-up \
-                         names the owner",
-                        self.sink, subtask, self.control_tables.owners
+                         another session took {whose} (see {}); the job restarts and its \
+                         start-up names the owner",
+                        self.sink, self.control_tables.owners
                     ),
                 ));
             }
+        }
+        let generation = self.writer.generation();
+        for share in self.owner.iter_mut().chain(self.leftover_shares.iter_mut()) {
+            share.generation = generation;
         }
         self.record_owner_session()?;
         Ok(())
