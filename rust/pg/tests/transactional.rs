@@ -857,13 +857,43 @@ fn a_trigger_that_skips_rows_does_not_fail_the_prepare() {
     let _ = admin(&url).batch_execute(&format!("DROP FUNCTION IF EXISTS {func}() CASCADE"));
 }
 
-/// The same trigger skipped every row of a transaction: a rewind that
-/// replaces the range retracts it (no rows to delete, its record goes).
-/// Before, the job's retraction took "no rows" for a wrong transaction-id
-/// column and refused, and every restart's rewind stopped the same way.
+/// A rewind that replaces the range cannot remove a transaction whose rows
+/// the transaction-id column does not find: the column was added (or
+/// renamed) after the commit, so its rows hold no id, or a row trigger
+/// skipped them all. Removing the commit record alone would let the replay
+/// write every one of those rows again (found by review, after a change of
+/// this session had let the job go ahead when no row was found). The start
+/// stops, changing nothing, and names both causes and the way out.
 #[test]
-fn replace_range_retracts_a_transaction_whose_rows_a_trigger_skipped() {
+fn replace_range_stops_when_the_column_finds_none_of_a_commits_rows() {
     let url = server!();
+    let replace = SinkOptions {
+        rewind: RewindPolicy::ReplaceRange,
+        ..sink_options()
+    };
+    // The column added after three checkpoints were committed without it.
+    let mut f = Fixture::with_columns(&url, "retract_added", ID_BODY);
+    let handles = three_committed_checkpoints(&f);
+    f.admin
+        .batch_execute(&format!("ALTER TABLE {} ADD COLUMN txn text", f.table))
+        .unwrap();
+    f.opts.transaction_id_column = Some("txn".into());
+    let restore = restore_from(1, &[&handles[0]]);
+    let err = f.open_refused("run1", replace.clone(), Some(&restore));
+    let msg = err.to_string();
+    assert!(err.is_fatal(), "{msg}");
+    for needle in [
+        "added or renamed",
+        "row trigger",
+        "--rows-deleted-by-hand",
+        "Nothing was changed",
+    ] {
+        assert!(msg.contains(needle), "{needle:?} missing from {msg}");
+    }
+    assert_eq!(f.count(), 15, "no row removed");
+    assert_eq!(f.commit_records().len(), 3, "no record removed");
+
+    // A row trigger that skipped every row of checkpoints 2 and 3.
     let columns = format!("{ID_BODY}, txn text NOT NULL");
     let mut f = Fixture::with_columns(&url, "retract_trig", &columns);
     f.opts.transaction_id_column = Some("txn".into());
@@ -876,22 +906,13 @@ fn replace_range_retracts_a_transaction_whose_rows_a_trigger_skipped() {
             f.table
         ))
         .unwrap();
-    // Checkpoint 1 loads rows 10..15; 2 and 3 (ids 20 and up) load none.
     let handles = three_committed_checkpoints(&f);
     assert_eq!(f.count(), 5);
-    let replace = SinkOptions {
-        rewind: RewindPolicy::ReplaceRange,
-        ..sink_options()
-    };
     let restore = restore_from(1, &[&handles[0]]);
-    let (s, report) = f.open_reporting("run1", replace, Some(&restore));
-    assert_eq!(report.retracted.len(), 2);
-    assert_eq!(f.count(), 5, "checkpoint 1's rows remain");
-    assert_eq!(
-        f.commit_records(),
-        [(handles[0].transaction.to_string(), 1)]
-    );
-    drop(s);
+    let err = f.open_refused("run1", replace, Some(&restore));
+    assert!(err.is_fatal(), "{err}");
+    assert!(err.to_string().contains("row trigger"), "{err}");
+    assert_eq!(f.commit_records().len(), 3, "no record removed");
     drop(f);
     let _ = admin(&url).batch_execute(&format!("DROP FUNCTION IF EXISTS {func}() CASCADE"));
 }

@@ -479,7 +479,6 @@ impl PgDestination {
         let sink = self.sink.as_str().to_string();
         let segments = self.segments();
         let key = self.history_lock_key();
-        let operator = self.operator;
         let outcome = self
             .control
             .run("retracting a committed transaction", |c| {
@@ -503,16 +502,16 @@ impl PgDestination {
                 // sink's): removing the record alone would hide output the
                 // replay then writes again (found by review). Returning
                 // drops the SQL transaction, which undoes the delete.
-                // None is a sign only for the operator's tool, whose
-                // column is typed by hand: a job's column is its own
-                // configuration, and a row trigger may have skipped every
-                // row of a transaction (prepare accepts fewer rows), which
-                // refused, would stop every restart's rewind the same way
-                // (found by review).
+                // The same for a job: its column may have been added or
+                // renamed after these commits (their rows hold none of it),
+                // and removing the record alone would let the replay write
+                // every one of those rows again (found by review). A row
+                // trigger that skipped all of a transaction's rows looks the
+                // same; the job stops and says both (see the refusal).
                 let wrong_rows = |record_found: bool| {
                     retract_rows.is_some()
                         && records > 0
-                        && (rows > records || (operator && rows == 0 && record_found))
+                        && (rows > records || (rows == 0 && record_found))
                 };
                 if t.execute(delete_record, &[&txn.as_str()])? > 0 {
                     if wrong_rows(true) {
@@ -575,6 +574,30 @@ impl PgDestination {
                  commit record stay until the segment is repaired",
                 committed.checkpoint
             )),
+            Refusal::Rows(rows) if !self.operator => DestinationError::new(
+                // A restart meets the same rows: a stop, with the way out.
+                DestinationErrorKind::NotPermitted,
+                format!(
+                    "transaction {txn} (checkpoint {}) committed {records} rows, but deleting \
+                     the rows whose {column} is its id would remove {rows}, so the rewind cannot \
+                     remove its output. Nothing was changed. Either {column} was added or renamed \
+                     after this commit (its rows do not hold the id), or a row trigger skipped \
+                     all of its rows. Delete the rows of lineage {} after the restored \
+                     checkpoint by hand if they are there, then run `twopc reconcile <database> \
+                     --sink {} --lineage {} --after-checkpoint <the restored checkpoint> \
+                     --rows-deleted-by-hand --apply` and restore again; or restore the latest \
+                     checkpoint instead",
+                    committed.checkpoint,
+                    committed.lineage,
+                    self.sink,
+                    committed.lineage,
+                    column = self
+                        .options
+                        .transaction_id_column
+                        .as_deref()
+                        .unwrap_or("transaction id column"),
+                ),
+            ),
             Refusal::Rows(rows) => DestinationError::new(
                 DestinationErrorKind::Rejected,
                 format!(
