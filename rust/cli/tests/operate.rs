@@ -1722,6 +1722,17 @@ fn a_url_in_capitals_never_shows_its_password() {
     }
 }
 
+/// Sink `orders` in `out`, started fresh as subtask 0 of 1 of `run`.
+fn fresh_orders_sink(out: &Path, clock: &ShiftClock, run: &str) -> FsSink {
+    let sink = twopc_core::SinkId::new("orders").unwrap();
+    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(out), &sink).unwrap();
+    let ctx =
+        twopc_core::SubtaskContext::new(sink, twopc_core::RunId::new(run).unwrap(), 0, 1).unwrap();
+    twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
+        .unwrap()
+        .0
+}
+
 /// A sink that never published a file has no commit record to say how it
 /// names its files, so `decide --commit` cannot check the names given. It
 /// refuses, changing nothing, until the operator confirms them with
@@ -1732,18 +1743,7 @@ fn a_url_in_capitals_never_shows_its_password() {
 #[test]
 fn decide_commit_on_a_sink_that_never_published_asks_to_confirm_the_names() {
     let (_dir, out, clock) = output("op-first-name");
-    let sink = twopc_core::SinkId::new("orders").unwrap();
-    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&out), &sink).unwrap();
-    let ctx = twopc_core::SubtaskContext::new(
-        sink.clone(),
-        twopc_core::RunId::new("run-f").unwrap(),
-        0,
-        1,
-    )
-    .unwrap();
-    let (mut s, _) =
-        twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
-            .unwrap();
+    let mut s = fresh_orders_sink(&out, &clock, "run-f");
     let p = prepare_one(&mut s, &["a", "b"], 1);
     drop(s);
     let decide_with = |extra: &[&str]| {
@@ -1815,18 +1815,7 @@ fn decide_commit_on_a_sink_with_records_says_nothing_of_names() {
 #[test]
 fn decide_commit_of_an_empty_transaction_needs_no_names_confirmed() {
     let (_dir, out, clock) = output("op-first-empty");
-    let sink = twopc_core::SinkId::new("orders").unwrap();
-    let dest = twopc_fs::FsDestination::open(twopc_fs::FsOptions::new(&out), &sink).unwrap();
-    let ctx = twopc_core::SubtaskContext::new(
-        sink.clone(),
-        twopc_core::RunId::new("run-e").unwrap(),
-        0,
-        1,
-    )
-    .unwrap();
-    let (mut s, _) =
-        twopc_core::SubtaskSink::open(dest, clock.clone(), ctx, SinkOptions::default(), None, None)
-            .unwrap();
+    let mut s = fresh_orders_sink(&out, &clock, "run-e");
     let p = prepare_one(&mut s, &[], 1);
     drop(s);
     let o = twopc(&[

@@ -246,12 +246,7 @@ impl AnswerTo {
         matches: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static,
         action: FaultAction,
     ) -> Arc<AnswerTo> {
-        Arc::new(AnswerTo {
-            matches: Box::new(matches),
-            action,
-            times: None,
-            seen: Mutex::new(0),
-        })
+        Self::up_to(None, matches, action)
     }
 
     /// The first `times` requests `matches` picks.
@@ -260,10 +255,18 @@ impl AnswerTo {
         matches: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static,
         action: FaultAction,
     ) -> Arc<AnswerTo> {
+        Self::up_to(Some(times), matches, action)
+    }
+
+    fn up_to(
+        times: Option<usize>,
+        matches: impl Fn(&RequestInfo) -> bool + Send + Sync + 'static,
+        action: FaultAction,
+    ) -> Arc<AnswerTo> {
         Arc::new(AnswerTo {
             matches: Box::new(matches),
             action,
-            times: Some(times),
+            times,
             seen: Mutex::new(0),
         })
     }
